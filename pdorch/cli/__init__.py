@@ -1,0 +1,47 @@
+"""The `pdorch` command line.
+
+Each command lives in its own module under `pdorch/cli/` and imports its heavy dependencies
+inside the function body, so `pdorch --help` stays fast and one broken extra (say, NIXL) does
+not take the whole CLI down. Only the `bench` commands may import `benchmarks`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from pdorch.cli import bench_router, bench_transfer, dev_tiny_model, engine_sim, engine_vllm
+from pdorch.cli import profile as profile_cmd
+
+app = typer.Typer(
+    name="pdorch",
+    help="pdorch: prefill/decode disaggregation orchestrator for LLM serving fleets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+dev_app = typer.Typer(help="Developer tools (tiny model for CPU tests, ...).", no_args_is_help=True)
+engine_app = typer.Typer(
+    help="Run one engine in the foreground: a real vLLM engine or a simulated one.",
+    no_args_is_help=True,
+)
+bench_app = typer.Typer(
+    help="Benchmarks: each prints a table (or JSON with --json); results go under "
+    "benchmarks/results/.",
+    no_args_is_help=True,
+)
+
+app.add_typer(dev_app, name="dev")
+app.add_typer(engine_app, name="engine")
+app.add_typer(bench_app, name="bench")
+
+dev_app.command("tiny-model")(dev_tiny_model.tiny_model)
+engine_app.command("vllm")(engine_vllm.engine_vllm)
+engine_app.command("sim")(engine_sim.engine_sim)
+bench_app.command("transfer")(bench_transfer.bench_transfer)
+bench_app.command("router")(bench_router.bench_router)
+app.command("profile")(profile_cmd.profile)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,10 @@
+"""`pdorch` command placeholder: owned by the engineer building it (see docs/CONVENTIONS.md)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def engine_sim() -> None:
+    """Not built yet."""
+    raise typer.Exit(code=2)

@@ -1,0 +1,47 @@
+"""Polling with a deadline: tests wait on conditions, never on fixed sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(
+    condition: Callable[[], T | None | bool],
+    timeout: float,
+    interval: float = 0.02,
+    message: str = "condition",
+) -> T:
+    """Poll `condition` until it returns a truthy value; return that value.
+
+    Raises TimeoutError naming `message` when `timeout` seconds pass first.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {message}")
+        time.sleep(interval)
+
+
+async def async_wait_until(
+    condition: Callable[[], Awaitable[T | None | bool]],
+    timeout: float,
+    interval: float = 0.02,
+    message: str = "condition",
+) -> T:
+    """Async twin of `wait_until` for conditions that must be awaited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await condition()
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {message}")
+        await asyncio.sleep(interval)

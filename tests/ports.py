@@ -1,13 +1,7 @@
-"""Free loopback ports chosen at run time."""
+"""Free loopback ports chosen at run time (the product's helper, re-exported for tests)."""
 
 from __future__ import annotations
 
-import socket
+from pools.ports import free_port, free_ports
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+__all__ = ["free_port", "free_ports"]

@@ -11,7 +11,7 @@ T = TypeVar("T")
 
 
 def wait_until(
-    condition: Callable[[], T | None | bool],
+    condition: Callable[[], T | bool | None],
     timeout: float,
     interval: float = 0.02,
     message: str = "condition",
@@ -31,8 +31,8 @@ def wait_until(
 
 
 async def async_wait_until(
-    condition: Callable[[], Awaitable[T | None | bool]],
-    timeout: float,
+    condition: Callable[[], Awaitable[T | bool | None]],
+    timeout: float,  # noqa: ASYNC109  (a polling deadline, not a cancellation scope)
     interval: float = 0.02,
     message: str = "condition",
 ) -> T:

@@ -1,0 +1,130 @@
+"""The two-leg prefill/decode protocol of vLLM's NixlConnector, as request bodies and one helper.
+
+A disaggregated request is two ordinary OpenAI requests with the same `X-Request-Id`:
+
+1. prefill leg, to the prefill engine: the client's body forced to a single, non-streamed
+   output token (`max_tokens: 1`, and `max_completion_tokens: 1` if the client used it;
+   `stream_options` and `min_tokens` removed since they contradict one token), plus
+   `kv_transfer_params = {do_remote_decode: true, ...}` so the engine keeps the prompt's KV
+   blocks for a decode engine to pull instead of freeing them;
+2. decode leg, to the decode engine: the client's body unchanged plus the
+   `kv_transfer_params` dict the prefill response returned, passed through untouched (its
+   keys are the connector's business, and vLLM adds keys between releases).
+
+The body rewriting is pure and reused by the coordinator; `run_pd_request` is the minimal
+non-streaming driver that tests and tools use to exercise a real engine pair.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+REQUEST_ID_HEADER = "X-Request-Id"
+PREFILL_KV_TRANSFER_PARAMS: dict[str, Any] = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+# Fields that make no sense for a one-token, non-streamed prefill answer.
+_DROPPED_FOR_PREFILL = ("stream_options", "min_tokens")
+
+
+class PdProtocolError(RuntimeError):
+    """A leg failed: the message names the leg, the engine URL, the status and the body."""
+
+    def __init__(self, leg: str, url: str, status: int | None, detail: str) -> None:
+        super().__init__(f"{leg} leg to {url} failed (status {status}): {detail}")
+        self.leg = leg
+        self.url = url
+        self.status = status
+
+
+def new_request_id() -> str:
+    """A request id shared by both legs (vLLM's connector matches the legs by it)."""
+    return f"pdorch-{uuid.uuid4().hex}"
+
+
+def prefill_leg_body(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The prefill engine's body: one non-streamed token, KV kept for a remote decode."""
+    leg = copy.deepcopy(dict(body))
+    leg["stream"] = False
+    leg["max_tokens"] = 1
+    if "max_completion_tokens" in leg:
+        leg["max_completion_tokens"] = 1
+    for key in _DROPPED_FOR_PREFILL:
+        leg.pop(key, None)
+    leg["kv_transfer_params"] = dict(PREFILL_KV_TRANSFER_PARAMS)
+    return leg
+
+
+def decode_leg_body(
+    body: Mapping[str, Any], kv_transfer_params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The decode engine's body: the client's request plus the prefill's transfer params."""
+    leg = copy.deepcopy(dict(body))
+    leg["kv_transfer_params"] = copy.deepcopy(dict(kv_transfer_params))
+    return leg
+
+
+def kv_transfer_params_of(response_json: Mapping[str, Any]) -> dict[str, Any]:
+    """The top-level `kv_transfer_params` of a prefill response; ValueError if absent.
+
+    Absent params mean the engine has no KV connector (or refused the remote decode): the
+    decode leg would then silently recompute the prompt, which P/D must not hide.
+    """
+    params = response_json.get("kv_transfer_params")
+    if not isinstance(params, dict) or not params.get("do_remote_prefill"):
+        raise ValueError(
+            "prefill response carries no usable kv_transfer_params "
+            f"(got {params!r}); is the engine started with a KV connector?"
+        )
+    return params
+
+
+async def run_pd_request(
+    client: httpx.AsyncClient,
+    *,
+    prefill_url: str,
+    decode_url: str,
+    path: str,
+    body: Mapping[str, Any],
+    request_id: str | None = None,
+    timeout_s: float = 120.0,
+) -> dict[str, Any]:
+    """Run one non-streaming request disaggregated; return the decode engine's JSON.
+
+    `path` is the OpenAI route (`/v1/completions` or `/v1/chat/completions`). Raises
+    `PdProtocolError` when a leg answers non-200 or the prefill returns no transfer params.
+    """
+    if body.get("stream"):
+        raise ValueError("run_pd_request drives non-streaming requests only")
+    rid = request_id or new_request_id()
+    headers = {REQUEST_ID_HEADER: rid}
+
+    prefill_target = prefill_url.rstrip("/") + path
+    response = await client.post(
+        prefill_target, json=prefill_leg_body(body), headers=headers, timeout=timeout_s
+    )
+    if response.status_code != 200:
+        raise PdProtocolError("prefill", prefill_target, response.status_code, response.text)
+    try:
+        params = kv_transfer_params_of(response.json())
+    except ValueError as exc:
+        raise PdProtocolError("prefill", prefill_target, response.status_code, str(exc)) from exc
+
+    decode_target = decode_url.rstrip("/") + path
+    response = await client.post(
+        decode_target, json=decode_leg_body(body, params), headers=headers, timeout=timeout_s
+    )
+    if response.status_code != 200:
+        raise PdProtocolError("decode", decode_target, response.status_code, response.text)
+    result: dict[str, Any] = response.json()
+    return result

@@ -1,0 +1,358 @@
+"""The KV event subscriber: ZMQ SUB sockets -> :class:`SequenceTracker` -> a KV index.
+
+This is the router's one I/O edge. Two ways to meet engines (vLLM's publisher *binds* when its
+``kv_events_config.endpoint`` contains ``*`` or ``::`` or is ``ipc://``/``inproc://``, and
+*connects* otherwise):
+
+* **bind mode** -- ``KvEventSubscriber(sink, bind_endpoint="tcp://0.0.0.0:5557")``: one SUB
+  socket that many engines connect to (each engine configured with
+  ``endpoint="tcp://<coordinator-host>:5557"`` and a *unique* ``topic``); messages are told apart
+  by topic, so register each engine with ``EngineEventSource(replica_id, topic=...)`` and no
+  ``endpoint``. Messages with an unregistered topic are counted (``unknown_topic``) and dropped.
+* **connect mode** -- ``EngineEventSource(replica_id, endpoint="ipc:///tmp/e1.sock")`` (or
+  ``tcp://engine-host:P`` for an engine bound to ``tcp://*:P``): one SUB socket per engine.
+
+Per source (see :mod:`router.kv_event_sequencer` for the rules): in-order apply, gap -> replay
+from the engine's replay socket (a DEALER sends ``[b"", start_seq as 8-byte BE]``; the ROUTER
+answers ``[b"", topic, seq, payload]`` per buffered message and ends with seq ``0xff`` x 8 and
+an empty payload), restart (seq goes back) -> the replica's entries are dropped and rebuilt
+from what follows, duplicates skipped, garbage (wrong frame count, bad seq frame, payload that
+is not a KV event batch) counted and skipped -- a bad message never stops the loop.
+:meth:`KvEventSubscriber.remove_engine` closes the engine's socket and drops its entries.
+
+Counters (:meth:`KvEventSubscriber.metrics`): ``messages``, ``events``, ``blocks_stored``,
+``blocks_removed``, ``gaps``, ``replays_requested``/``_completed``/``_failed``, ``resets``,
+``duplicates``, ``missed``, ``garbage``, ``unknown_topic`` (and the sink's own counters when it
+is a :class:`router.kv_index.KvIndex`).
+
+Everything runs on the caller's asyncio loop; the sink is called from that loop only.
+
+Public API (stable): :class:`KvEventSubscriber` (``start``, ``stop``, ``async with``,
+``add_engine``, ``remove_engine``, ``reset_engine``, ``bound_endpoint``, ``metrics``,
+``counters``, ``on_frames``),
+:class:`EngineEventSource`, :class:`KvEventSink` (protocol: ``apply_batch``, ``clear_replica``,
+``remove_replica`` -- what :class:`~router.kv_index.KvIndex` offers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import zmq
+import zmq.asyncio
+
+from router.kv_event_sequencer import DEFAULT_REPLAY_TIMEOUT_S, SeqStep, SequenceTracker
+from router.kv_events import (
+    END_OF_REPLAY_SEQ,
+    BlockRemoved,
+    BlockStored,
+    KvEventBatch,
+    KvEventDecodeError,
+    KvEventDecoder,
+)
+
+log = logging.getLogger(__name__)
+
+
+class KvEventSink(Protocol):
+    """Where decoded batches go (a :class:`router.kv_index.KvIndex` is one)."""
+
+    def apply_batch(self, replica_id: str, batch: KvEventBatch) -> None: ...
+
+    def clear_replica(self, replica_id: str) -> int: ...
+
+    def remove_replica(self, replica_id: str) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEventSource:
+    """One engine's KV event publisher.
+
+    ``endpoint``: the address to *connect* to when the engine binds (``ipc://...``,
+    ``tcp://host:P``); None when the engine connects to the subscriber's bound socket.
+    ``replay_endpoint``: the engine's replay (ROUTER) address, connectable; None: no replay
+    (gaps are then only counted). ``topic``: the engine's ``kv_events_config.topic``; in bind
+    mode it must be unique per engine, in connect mode it only filters.
+    """
+
+    replica_id: str
+    endpoint: str | None = None
+    replay_endpoint: str | None = None
+    topic: str = ""
+
+
+@dataclass(slots=True)
+class SubscriberCounters:
+    garbage: int = 0
+    unknown_topic: int = 0
+    events: int = 0
+    blocks_stored: int = 0
+    blocks_removed: int = 0
+
+
+class KvEventSubscriber:
+    """Feeds KV events from many engines into one sink; see module doc."""
+
+    def __init__(
+        self,
+        sink: KvEventSink,
+        *,
+        bind_endpoint: str | None = None,
+        context: zmq.asyncio.Context | None = None,
+        replay_timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S,
+        replay_on_join: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        rcvhwm: int = 100_000,
+    ) -> None:
+        self.sink = sink
+        self.bind_endpoint = bind_endpoint
+        self.replay_timeout_s = replay_timeout_s
+        self.counters = SubscriberCounters()
+        self.tracker = SequenceTracker(
+            replay_timeout_s=replay_timeout_s, replay_on_join=replay_on_join
+        )
+        self._clock = clock
+        self._rcvhwm = rcvhwm
+        self._ctx_arg = context
+        self._ctx: zmq.asyncio.Context | None = None  # created by start()
+        self._decoder = KvEventDecoder()
+        self._sources: dict[str, EngineEventSource] = {}
+        self._by_topic: dict[str, str] = {}
+        self._bound: zmq.asyncio.Socket | None = None
+        self._bound_endpoint: str | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._replays: dict[str, asyncio.Task[None]] = {}
+        self._started = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind (bind mode) and start receiving from every registered engine."""
+        if self._started:
+            return
+        self._started = True
+        self._ctx = self._ctx_arg if self._ctx_arg is not None else zmq.asyncio.Context()
+        if self.bind_endpoint is not None:
+            sock = self._ctx.socket(zmq.SUB)
+            sock.setsockopt(zmq.RCVHWM, self._rcvhwm)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+            sock.bind(self.bind_endpoint)
+            self._bound = sock
+            self._bound_endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+            self._tasks[""] = asyncio.create_task(self._receive(sock, None))
+        for source in self._sources.values():
+            if source.endpoint is not None:
+                self._open(source)
+
+    async def stop(self) -> None:
+        """Stop all receive and replay tasks and close the sockets."""
+        tasks = list(self._tasks.values()) + list(self._replays.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        self._replays.clear()
+        self._bound = None
+        if self._ctx is not None and self._ctx_arg is None:
+            self._ctx.destroy(linger=0)
+        self._ctx = None
+        self._started = False
+
+    async def __aenter__(self) -> KvEventSubscriber:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def bound_endpoint(self) -> str | None:
+        """The address engines should connect to (port 0 resolved), in bind mode."""
+        return self._bound_endpoint
+
+    # -- engines -------------------------------------------------------------------------
+
+    def add_engine(self, source: EngineEventSource) -> None:
+        """Start following one engine (replaces an earlier registration of the same id)."""
+        if source.replica_id in self._sources:
+            self.remove_engine(source.replica_id, drop_entries=False)
+        self._sources[source.replica_id] = source
+        if source.endpoint is None:
+            if source.topic in self._by_topic:
+                raise ValueError(f"topic {source.topic!r} already belongs to another engine")
+            self._by_topic[source.topic] = source.replica_id
+        elif self._started:
+            self._open(source)
+
+    def remove_engine(self, replica_id: str, *, drop_entries: bool = True) -> None:
+        """Stop following ``replica_id``; by default also drop its index entries."""
+        source = self._sources.pop(replica_id, None)
+        if source is None:
+            return
+        if self._by_topic.get(source.topic) == replica_id:
+            del self._by_topic[source.topic]
+        for tasks in (self._tasks, self._replays):
+            task = tasks.pop(replica_id, None)
+            if task is not None:
+                task.cancel()
+        self.tracker.forget(replica_id)
+        if drop_entries:
+            self.sink.remove_replica(replica_id)
+
+    def reset_engine(self, replica_id: str) -> None:
+        """The engine restarted (seen elsewhere, e.g. a new process start time): drop its
+        entries and treat its next message as a first one (replay from 0 if its seq > 0).
+
+        Needed because a restart is only visible in the stream when the new incarnation's
+        first message we receive has a seq below the old one's; if reconnecting took long
+        enough for the new seq to pass the old, it reads as a gap instead.
+        """
+        if replica_id not in self._sources:
+            return
+        task = self._replays.pop(replica_id, None)
+        if task is not None:
+            task.cancel()
+        self.tracker.forget(replica_id)
+        self.sink.clear_replica(replica_id)
+
+    def engines(self) -> list[EngineEventSource]:
+        return list(self._sources.values())
+
+    # -- receiving -----------------------------------------------------------------------
+
+    def _open(self, source: EngineEventSource) -> None:
+        assert source.endpoint is not None
+        assert self._ctx is not None
+        sock = self._ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.RCVHWM, self._rcvhwm)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SUBSCRIBE, source.topic.encode("utf-8"))
+        sock.connect(source.endpoint)
+        self._tasks[source.replica_id] = asyncio.create_task(self._receive(sock, source.replica_id))
+
+    async def _receive(self, sock: zmq.asyncio.Socket, replica_id: str | None) -> None:
+        try:
+            while True:
+                frames = await sock.recv_multipart(copy=True)
+                try:
+                    self.on_frames(frames, replica_id)
+                except Exception:  # never let one bad message stop ingestion
+                    self.counters.garbage += 1
+                    log.exception("KV event message failed; skipped")
+        finally:
+            sock.close(linger=0)
+
+    def on_frames(self, frames: list[bytes], replica_id: str | None = None) -> None:
+        """Process one live message (``replica_id`` None: tell the engine by its topic).
+
+        Public so that benchmarks and tests can drive the subscriber without sockets.
+        """
+        if len(frames) != 3 or len(frames[1]) != 8:
+            self.counters.garbage += 1
+            return
+        if replica_id is None:
+            try:
+                topic = frames[0].decode("utf-8")
+            except UnicodeDecodeError:
+                self.counters.garbage += 1
+                return
+            found = self._by_topic.get(topic)
+            if found is None:
+                self.counters.unknown_topic += 1
+                return
+            replica_id = found
+        elif replica_id not in self._sources:
+            return
+        seq = int.from_bytes(frames[1], "big")
+        step = self.tracker.on_live(replica_id, seq, frames[2], self._clock())
+        self._do(replica_id, step)
+
+    def _do(self, replica_id: Hashable, step: SeqStep) -> None:
+        assert isinstance(replica_id, str)
+        if step.reset:
+            self.sink.clear_replica(replica_id)
+        for _seq, payload in step.apply:
+            try:
+                batch = self._decoder.decode(payload)
+            except KvEventDecodeError:
+                self.counters.garbage += 1
+                continue
+            self._count(batch)
+            self.sink.apply_batch(replica_id, batch)
+        if step.replay_from is not None:
+            source = self._sources.get(replica_id)
+            if source is None or source.replay_endpoint is None or self._ctx is None:
+                self._do(replica_id, self.tracker.on_replay_failed(replica_id))
+            else:
+                old = self._replays.pop(replica_id, None)
+                if old is not None:
+                    old.cancel()
+                self._replays[replica_id] = asyncio.create_task(
+                    self._replay(source, step.replay_from)
+                )
+
+    def _count(self, batch: KvEventBatch) -> None:
+        c = self.counters
+        c.events += len(batch.events)
+        for event in batch.events:
+            if isinstance(event, BlockStored):
+                c.blocks_stored += len(event.block_hashes)
+            elif isinstance(event, BlockRemoved):
+                c.blocks_removed += len(event.block_hashes)
+
+    async def _replay(self, source: EngineEventSource, start_seq: int) -> None:
+        rid = source.replica_id
+        assert source.replay_endpoint is not None
+        assert self._ctx is not None
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        ok = False
+        try:
+            sock.connect(source.replay_endpoint)
+            await sock.send_multipart([b"", start_seq.to_bytes(8, "big")])
+            deadline = self._clock() + self.replay_timeout_s
+            while True:
+                left = deadline - self._clock()
+                if left <= 0 or not await sock.poll(timeout=left * 1000):
+                    break
+                frames = await sock.recv_multipart()
+                if len(frames) != 4 or len(frames[2]) != 8:
+                    self.counters.garbage += 1
+                    continue
+                if frames[2] == END_OF_REPLAY_SEQ:
+                    ok = True
+                    break
+                seq = int.from_bytes(frames[2], "big")
+                self._do(rid, self.tracker.on_replay(rid, seq, frames[3]))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("replay from %s failed", source.replay_endpoint)
+        finally:
+            sock.close(linger=0)
+            if self._replays.get(rid) is asyncio.current_task():
+                del self._replays[rid]
+        if rid in self._sources:
+            step = self.tracker.on_replay_end(rid) if ok else self.tracker.on_replay_failed(rid)
+            self._do(rid, step)
+
+    # -- metrics -------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, int]:
+        """All counters, flat: the subscriber's, the tracker's, and the sink's if it has any."""
+        out: dict[str, int] = dict(asdict(self.counters))
+        out.update(self.tracker.counters.as_dict())
+        sink_counters: Any = getattr(self.sink, "counters", None)
+        if sink_counters is not None and hasattr(sink_counters, "as_dict"):
+            for name, value in sink_counters.as_dict().items():
+                out[f"index_{name}"] = value
+        return out

@@ -1,0 +1,454 @@
+"""The KV event subscriber over real ZMQ on loopback: both modes, gaps and replay, restarts,
+garbage, duplicates, engines going away -- against a scripted publisher and vLLM's own.
+
+``FakeEnginePublisher`` stands in for an engine (no engine can be told to drop a message): an
+XPUB socket (PUB on the wire; XPUB only lets the test wait for the subscription instead of
+losing the first messages to ZMQ's slow-joiner) plus a real ROUTER replay socket that answers
+exactly as vLLM's does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from router.kv_event_subscriber import EngineEventSource, KvEventSubscriber
+from router.kv_events import (
+    END_OF_REPLAY_SEQ,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KvEvent,
+    KvEventBatch,
+    encode_event_batch,
+)
+from router.kv_index import KvIndex
+from tests.waiting import async_wait_until
+
+BS = 4
+
+
+async def until(condition: Callable[[], object], deadline_s: float = 10.0, what: str = "") -> None:
+    async def check() -> bool:
+        return bool(condition())
+
+    await async_wait_until(check, deadline_s, message=what or "condition")
+
+
+def prompt(n: int, blocks: int = 2) -> list[int]:
+    return list(range(n * 1000, n * 1000 + blocks * BS))
+
+
+def store(n: int, first_hash: int, blocks: int = 2) -> BlockStored:
+    hashes: list[int | bytes] = list(range(first_hash, first_hash + blocks))
+    return BlockStored(hashes, None, prompt(n, blocks), BS, medium="GPU")
+
+
+class FakeEnginePublisher:
+    """An engine's KV event publisher, scriptable: it can skip sending a message live."""
+
+    def __init__(
+        self,
+        ctx: zmq.asyncio.Context,
+        *,
+        bind: str | None = None,
+        connect: str | None = None,
+        replay_bind: str | None = None,
+        topic: str = "kv-events",
+    ) -> None:
+        self.topic = topic.encode()
+        self.pub = ctx.socket(zmq.XPUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        if bind:
+            self.pub.bind(bind)
+        if connect:
+            self.pub.connect(connect)
+        self.buffer: list[tuple[int, bytes]] = []
+        self.seq = 0
+        self.replay: zmq.asyncio.Socket | None = None
+        self._task: asyncio.Task[None] | None = None
+        if replay_bind:
+            self.replay = ctx.socket(zmq.ROUTER)
+            self.replay.setsockopt(zmq.LINGER, 0)
+            self.replay.bind(replay_bind)
+            self._task = asyncio.create_task(self._serve_replay())
+        self.replay_requests: list[int] = []
+
+    async def wait_subscribed(self, deadline_s: float = 10.0) -> None:
+        msg = await asyncio.wait_for(self.pub.recv(), deadline_s)
+        assert msg[:1] == b"\x01"
+
+    async def publish(self, events: list[KvEvent], *, drop: bool = False) -> int:
+        seq = self.seq
+        self.seq += 1
+        payload = encode_event_batch(KvEventBatch(time.time(), events, 0))
+        self.buffer.append((seq, payload))
+        if not drop:
+            await self.pub.send_multipart([self.topic, seq.to_bytes(8, "big"), payload])
+        return seq
+
+    async def send_raw(self, frames: list[bytes]) -> None:
+        await self.pub.send_multipart(frames)
+
+    def restart(self) -> None:
+        """A new engine incarnation: seq from 0, empty replay buffer."""
+        self.seq = 0
+        self.buffer.clear()
+
+    async def _serve_replay(self) -> None:
+        assert self.replay is not None
+        while True:
+            client, _empty, start = await self.replay.recv_multipart()
+            start_seq = int.from_bytes(start, "big")
+            self.replay_requests.append(start_seq)
+            for seq, payload in list(self.buffer):
+                if seq >= start_seq:
+                    await self.replay.send_multipart(
+                        [client, b"", self.topic, seq.to_bytes(8, "big"), payload]
+                    )
+            await self.replay.send_multipart([client, b"", b"", END_OF_REPLAY_SEQ, b""])
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.pub.close(0)
+        if self.replay is not None:
+            self.replay.close(0)
+
+
+@pytest.fixture
+async def ctx() -> AsyncIterator[zmq.asyncio.Context]:
+    context = zmq.asyncio.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+@pytest.fixture
+def ipc(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="pdorch-sub-"))
+
+    def make(name: str) -> str:
+        return f"ipc://{base}/{name}"
+
+    return make
+
+
+@pytest.fixture
+async def connected(
+    ctx: zmq.asyncio.Context, ipc: Callable[[str], str]
+) -> AsyncIterator[tuple[FakeEnginePublisher, KvEventSubscriber, KvIndex]]:
+    """One engine that binds (connect mode), with a replay socket, and a running subscriber."""
+    pub = FakeEnginePublisher(ctx, bind=ipc("ev"), replay_bind=ipc("replay"))
+    idx = KvIndex("m", BS)
+    sub = KvEventSubscriber(idx, context=ctx, replay_timeout_s=5.0)
+    sub.add_engine(EngineEventSource("e1", endpoint=ipc("ev"), replay_endpoint=ipc("replay")))
+    await sub.start()
+    await pub.wait_subscribed()
+    yield pub, sub, idx
+    await sub.stop()
+    await pub.close()
+
+
+def cached(idx: KvIndex, replica: str, n: int, blocks: int = 2) -> int:
+    return idx.match(idx.keys_for(prompt(n, blocks))).get(replica, 0)
+
+
+async def test_in_order_events_reach_the_index(connected) -> None:  # type: ignore[no-untyped-def]
+    pub, sub, idx = connected
+    await pub.publish([store(1, 10)])
+    await pub.publish([store(2, 20), BlockRemoved([11], "GPU")])
+    await until(lambda: cached(idx, "e1", 2) == 2, what="second prompt indexed")
+    assert cached(idx, "e1", 1) == 1  # block 11 (second block of prompt 1) was removed
+    m = sub.metrics()
+    assert m["messages"] == 2 and m["events"] == 3
+    assert m["blocks_stored"] == 4 and m["blocks_removed"] == 1
+    assert m["gaps"] == 0 and m["garbage"] == 0
+    assert m["index_blocks_stored"] == 4
+
+
+async def test_gap_is_filled_from_the_replay_socket(connected) -> None:  # type: ignore[no-untyped-def]
+    pub, sub, idx = connected
+    await pub.publish([store(1, 10)])
+    await pub.publish([store(2, 20)], drop=True)  # lost on the wire (e.g. high-water mark)
+    await pub.publish([store(3, 30)], drop=True)
+    await pub.publish([store(4, 40)])
+    await until(lambda: sub.metrics()["replays_completed"] == 1, what="replay done")
+    for n in (1, 2, 3, 4):
+        assert cached(idx, "e1", n) == 2
+    assert pub.replay_requests == [1]
+    m = sub.metrics()
+    assert m["gaps"] == 1 and m["missed"] == 0 and m["duplicates"] == 1
+    # Later messages flow normally again.
+    await pub.publish([store(5, 50)])
+    await until(lambda: cached(idx, "e1", 5) == 2)
+    assert idx.counters.duplicate_blocks == 0
+
+
+async def test_restart_drops_the_replica_and_rebuilds(connected) -> None:  # type: ignore[no-untyped-def]
+    pub, sub, idx = connected
+    await pub.publish([store(1, 10)])
+    await pub.publish([store(2, 20)])
+    await until(lambda: cached(idx, "e1", 2) == 2)
+    pub.restart()
+    await pub.publish([store(3, 10)])  # new incarnation reuses hash numbers for other blocks
+    await until(lambda: cached(idx, "e1", 3) == 2, what="rebuilt after restart")
+    assert cached(idx, "e1", 1) == 0 and cached(idx, "e1", 2) == 0
+    assert idx.blocks("e1") == 2
+    assert sub.metrics()["resets"] == 1
+
+
+async def test_garbage_is_counted_and_skipped(connected) -> None:  # type: ignore[no-untyped-def]
+    pub, sub, idx = connected
+    await pub.publish([store(1, 10)])
+    await pub.send_raw([pub.topic, b"\x00\x01"])  # two frames
+    await pub.send_raw([pub.topic, b"\x00" * 3, b"x"])  # short seq
+    await pub.send_raw([pub.topic, (1).to_bytes(8, "big"), b"\xc1 not msgpack"])
+    pub.seq = 2  # the garbage payload used seq 1
+    await pub.publish([store(2, 20)])
+    await until(lambda: cached(idx, "e1", 2) == 2, what="good message after garbage")
+    m = sub.metrics()
+    assert m["garbage"] == 3 and m["gaps"] == 0 and m["resets"] == 0
+
+
+async def test_duplicate_stores_are_idempotent(connected) -> None:  # type: ignore[no-untyped-def]
+    pub, _sub, idx = connected
+    await pub.publish([store(1, 10)])
+    await pub.publish([store(1, 10), AllBlocksCleared(), store(1, 10), store(1, 10)])
+    await until(lambda: idx.counters.events == 5)
+    assert idx.blocks("e1") == 2 and idx.counters.duplicate_blocks == 4
+
+
+async def test_removed_engine_loses_its_entries_and_is_ignored(connected) -> None:  # type: ignore[no-untyped-def]
+    pub, sub, idx = connected
+    await pub.publish([store(1, 10)])
+    await until(lambda: cached(idx, "e1", 1) == 2)
+    sub.remove_engine("e1")
+    assert idx.replicas() == [] and cached(idx, "e1", 1) == 0
+    assert sub.engines() == []
+
+
+async def test_bind_mode_tells_engines_apart_by_topic(ctx: zmq.asyncio.Context) -> None:
+    idx = KvIndex("m", BS)
+    sub = KvEventSubscriber(idx, bind_endpoint="tcp://127.0.0.1:0", context=ctx)
+    sub.add_engine(EngineEventSource("a", topic="engine-a"))
+    sub.add_engine(EngineEventSource("b", topic="engine-b"))
+    with pytest.raises(ValueError):
+        sub.add_engine(EngineEventSource("c", topic="engine-a"))
+    await sub.start()
+    endpoint = sub.bound_endpoint
+    assert endpoint is not None and endpoint.startswith("tcp://127.0.0.1:")
+    pubs = [
+        FakeEnginePublisher(ctx, connect=endpoint, topic=t)
+        for t in ("engine-a", "engine-b", "stranger")
+    ]
+    try:
+        for p in pubs:
+            await p.wait_subscribed()
+        await pubs[0].publish([store(1, 10)])
+        await pubs[1].publish([store(2, 10)])  # same engine hash, other engine: no clash
+        await pubs[2].publish([store(3, 30)])
+        await until(lambda: cached(idx, "a", 1) == 2 and cached(idx, "b", 2) == 2)
+        await until(lambda: sub.metrics()["unknown_topic"] == 1)
+        assert cached(idx, "a", 2) == 0 and cached(idx, "b", 1) == 0
+        assert sorted(idx.replicas()) == ["a", "b"]
+        # Engine b restarts (reconnects, seq back to 0).
+        await pubs[1].publish([store(4, 40)])
+        pubs[1].restart()
+        await pubs[1].publish([store(5, 50)])
+        await until(lambda: cached(idx, "b", 5) == 2)
+        assert cached(idx, "b", 2) == 0 and cached(idx, "a", 1) == 2
+    finally:
+        await sub.stop()
+        for p in pubs:
+            await p.close()
+
+
+async def test_late_join_rebuilds_from_the_replay_buffer(
+    ctx: zmq.asyncio.Context, ipc: Callable[[str], str]
+) -> None:
+    pub = FakeEnginePublisher(ctx, bind=ipc("ev"), replay_bind=ipc("replay"))
+    for n in range(3):
+        await pub.publish([store(n, 10 * (n + 1))])  # nobody listens yet
+    idx = KvIndex("m", BS)
+    sub = KvEventSubscriber(idx, context=ctx)
+    sub.add_engine(EngineEventSource("e1", endpoint=ipc("ev"), replay_endpoint=ipc("replay")))
+    await sub.start()
+    try:
+        await pub.wait_subscribed()
+        await pub.publish([store(3, 40)])
+        await until(lambda: all(cached(idx, "e1", n) == 2 for n in range(4)))
+        assert pub.replay_requests == [0]
+        assert sub.metrics()["missed"] == 0
+    finally:
+        await sub.stop()
+        await pub.close()
+
+
+async def test_gap_without_replay_socket_is_counted(
+    ctx: zmq.asyncio.Context, ipc: Callable[[str], str]
+) -> None:
+    pub = FakeEnginePublisher(ctx, bind=ipc("ev"))
+    idx = KvIndex("m", BS)
+    sub = KvEventSubscriber(idx, context=ctx)
+    sub.add_engine(EngineEventSource("e1", endpoint=ipc("ev")))
+    await sub.start()
+    try:
+        await pub.wait_subscribed()
+        await pub.publish([store(1, 10)])
+        await pub.publish([store(2, 20)], drop=True)
+        await pub.publish([store(3, 30)])
+        await until(lambda: cached(idx, "e1", 3) == 2)
+        m = sub.metrics()
+        assert m["gaps"] == 1 and m["replays_failed"] == 1 and m["missed"] == 1
+        assert cached(idx, "e1", 2) == 0
+    finally:
+        await sub.stop()
+        await pub.close()
+
+
+async def test_vllm_publisher_late_join_and_replay(ipc: Callable[[str], str]) -> None:
+    """vLLM's own ZmqEventPublisher (binds on ipc) and its ROUTER replay socket."""
+    from vllm.distributed.kv_events import BlockStored as VllmBlockStored
+    from vllm.distributed.kv_events import KVEventBatch, ZmqEventPublisher
+
+    publisher = ZmqEventPublisher(
+        data_parallel_rank=0, endpoint=ipc("vev"), replay_endpoint=ipc("vrep"), topic="kv"
+    )
+    idx = KvIndex("m", BS)
+    sub = KvEventSubscriber(idx)
+    try:
+        for n in range(3):  # published before anyone subscribes: only replay can bring them
+            publisher.publish(
+                KVEventBatch(
+                    ts=time.time(),
+                    events=[
+                        VllmBlockStored(
+                            block_hashes=[n * 10 + 1, n * 10 + 2],
+                            parent_block_hash=None,
+                            token_ids=prompt(n),
+                            block_size=BS,
+                            lora_id=None,
+                            medium="GPU",
+                            lora_name=None,
+                        )
+                    ],
+                )
+            )
+        # Sent (into the void) and buffered for replay before the subscriber exists.
+        await until(lambda: len(publisher._buffer) == 3, what="vLLM publisher sent 3 batches")
+        sub.add_engine(
+            EngineEventSource("v", endpoint=ipc("vev"), replay_endpoint=ipc("vrep"), topic="kv")
+        )
+        await sub.start()
+        n = 3
+
+        # Publish until the subscription has propagated; then replay brings the rest.
+        def publish_more() -> bool:
+            nonlocal n
+            if all(cached(idx, "v", i) == 2 for i in range(n)):
+                return True
+            if sub.metrics()["messages"]:
+                return False  # live stream reached us; the replay is bringing the rest
+            publisher.publish(
+                KVEventBatch(
+                    ts=time.time(),
+                    events=[
+                        VllmBlockStored(
+                            block_hashes=[n * 10 + 1, n * 10 + 2],
+                            parent_block_hash=None,
+                            token_ids=prompt(n),
+                            block_size=BS,
+                            lora_id=None,
+                            medium="GPU",
+                            lora_name=None,
+                        )
+                    ],
+                )
+            )
+            n += 1
+            return False
+
+        await until(publish_more, deadline_s=20.0, what="all vLLM batches indexed")
+        m = sub.metrics()
+        assert m["replays_requested"] >= 1 and m["replays_completed"] >= 1
+        assert m["garbage"] == 0
+    finally:
+        await sub.stop()
+        publisher.shutdown()
+
+
+async def test_vllm_publisher_connects_to_a_bound_subscriber(ipc: Callable[[str], str]) -> None:
+    """Bind mode with vLLM's own publisher: endpoint ``tcp://127.0.0.1:P`` makes it connect."""
+    from vllm.distributed.kv_events import BlockStored as VllmBlockStored
+    from vllm.distributed.kv_events import KVEventBatch, ZmqEventPublisher
+
+    idx = KvIndex("m", BS)
+    sub = KvEventSubscriber(idx, bind_endpoint="tcp://127.0.0.1:0")
+    await sub.start()
+    assert sub.bound_endpoint is not None
+    sub.add_engine(EngineEventSource("v", replay_endpoint=ipc("vrep2"), topic="engine-v"))
+    publisher = ZmqEventPublisher(
+        data_parallel_rank=0,
+        endpoint=sub.bound_endpoint,
+        replay_endpoint=ipc("vrep2"),
+        topic="engine-v",
+    )
+    sent = 0
+
+    def publish_until_indexed() -> bool:
+        nonlocal sent
+        if sent and all(cached(idx, "v", i) == 2 for i in range(sent)):
+            return True
+        if sent and sub.metrics()["messages"]:
+            return False  # connected; replay or the live stream brings the rest
+        publisher.publish(
+            KVEventBatch(
+                ts=time.time(),
+                events=[
+                    VllmBlockStored(
+                        block_hashes=[sent * 10 + 1, sent * 10 + 2],
+                        parent_block_hash=None,
+                        token_ids=prompt(sent),
+                        block_size=BS,
+                        lora_id=None,
+                        medium="GPU",
+                        lora_name=None,
+                    )
+                ],
+            )
+        )
+        sent += 1
+        return False
+
+    try:
+        await until(publish_until_indexed, deadline_s=20.0, what="vLLM batches indexed")
+        assert sub.metrics()["garbage"] == 0 and sub.metrics()["unknown_topic"] == 0
+    finally:
+        await sub.stop()
+        publisher.shutdown()
+
+
+async def test_reset_engine_drops_entries_and_rejoins(connected) -> None:  # type: ignore[no-untyped-def]
+    """A restart noticed elsewhere: the next message (seq > old expected) rebuilds by replay."""
+    pub, sub, idx = connected
+    await pub.publish([store(1, 10)])
+    await until(lambda: cached(idx, "e1", 1) == 2)
+    pub.restart()
+    sub.reset_engine("e1")
+    assert idx.blocks("e1") == 0
+    for n in range(2, 5):
+        await pub.publish([store(n, 10 * n)], drop=n < 4)  # new incarnation: 0, 1 lost
+    await until(lambda: all(cached(idx, "e1", n) == 2 for n in range(2, 5)))
+    assert cached(idx, "e1", 1) == 0
+    assert pub.replay_requests == [0]

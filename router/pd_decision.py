@@ -1,0 +1,102 @@
+"""The per-request P/D decision: disaggregate, or let the decode replica prefill locally.
+
+Rule (pure; `now` is passed for symmetry with the other decision code and is not read):
+
+    uncached_local = max(0, prompt_tokens - local_overlap_blocks * block_size)
+    queue_s(p)     = prefill_tokens_queued(p) / tps(p)          for healthy prefill replicas p
+    saturated      = no healthy prefill replica, or min_p queue_s(p) > max_prefill_queue_s
+
+    disaggregate   = enabled and uncached_local >= min_uncached_tokens and not saturated
+
+`local_overlap_blocks` is what the decode replica that would prefill locally already caches
+(0 when not known yet). This is Dynamo's conditional disaggregation, in token-load terms: a
+short uncached prompt costs the decode batch little and saves a KV transfer; a long one stalls
+every sequence decoding beside it, so it goes to the prefill pool, unless that pool is so
+backed up that even its least-loaded replica would start this prefill later than the budget.
+`tps(p)` is the replica's profiled prefill tokens/s, else `default_prefill_tokens_per_s`.
+
+Parameters (defaults): `enabled` true, `min_uncached_tokens` 512, `max_prefill_queue_s` 1.0,
+`default_prefill_tokens_per_s` 10000.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from router.replica_state import ReplicaSnapshot, RoutingRequest
+
+
+class PdDecisionParams(BaseModel):
+    """Parameters of the P/D decision."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = True
+    min_uncached_tokens: int = Field(default=512, ge=0)
+    max_prefill_queue_s: float = Field(default=1.0, ge=0.0)
+    default_prefill_tokens_per_s: float = Field(default=10_000.0, gt=0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PdDecision:
+    """The decision with the numbers it was made from."""
+
+    disaggregate: bool
+    reason: str
+    uncached_tokens: int
+    min_uncached_tokens: int
+    min_prefill_queue_s: float | None
+    max_prefill_queue_s: float
+    healthy_prefill_replicas: int
+
+
+def decide_pd(
+    request: RoutingRequest,
+    prefill_replicas: Sequence[ReplicaSnapshot],
+    params: PdDecisionParams,
+    now: float,
+    local_overlap_blocks: int = 0,
+) -> PdDecision:
+    """Decide whether `request` is prefilled remotely (see module docstring)."""
+    uncached = request.uncached_tokens(local_overlap_blocks)
+    healthy = [p for p in prefill_replicas if p.healthy]
+    queue_s = [
+        p.prefill_tokens_queued / (p.prefill_tokens_per_s or params.default_prefill_tokens_per_s)
+        for p in healthy
+    ]
+    min_queue = min(queue_s) if queue_s else None
+
+    def decision(disaggregate: bool, reason: str) -> PdDecision:
+        return PdDecision(
+            disaggregate=disaggregate,
+            reason=reason,
+            uncached_tokens=uncached,
+            min_uncached_tokens=params.min_uncached_tokens,
+            min_prefill_queue_s=min_queue,
+            max_prefill_queue_s=params.max_prefill_queue_s,
+            healthy_prefill_replicas=len(healthy),
+        )
+
+    if not params.enabled:
+        return decision(False, "disaggregation disabled: decode prefills locally")
+    if uncached < params.min_uncached_tokens:
+        return decision(
+            False,
+            f"uncached prompt {uncached} < {params.min_uncached_tokens} tokens: "
+            "decode prefills locally",
+        )
+    if min_queue is None:
+        return decision(False, "no healthy prefill replica: decode prefills locally")
+    if min_queue > params.max_prefill_queue_s:
+        return decision(
+            False,
+            f"prefill pool saturated (min queue {min_queue:.3f} s > "
+            f"{params.max_prefill_queue_s:g} s): decode prefills locally",
+        )
+    return decision(
+        True,
+        f"uncached prompt {uncached} >= {params.min_uncached_tokens} tokens and min prefill "
+        f"queue {min_queue:.3f} s <= {params.max_prefill_queue_s:g} s: disaggregate",
+    )

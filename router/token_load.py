@@ -1,0 +1,450 @@
+"""Token load: the work left on each replica, tracked through every request's lifecycle.
+
+A replica's remaining work is (a) the prefill tokens admitted to it that are not cached and not
+yet prefilled, and (b) the KV blocks of the sequences it is decoding. Cache overlap only matters
+because it shrinks (a); this tracker is what lets a policy see (a) and (b) instead of request
+counts (DESIGN.md, "Routing").
+
+Lifecycle, per (request, replica) entry; every call is idempotent and takes `now`:
+
+    on_admitted(prompt_tokens, uncached_tokens, decodes)  prefill_tokens = uncached_tokens
+    on_prefill_done                                        prefill_tokens = 0
+                                                           decode_blocks = ceil(prompt / bs)
+                                                           (a prefill-only leg ends here)
+    on_tokens(generated_total)                             decode_blocks =
+                                                           ceil((prompt + generated) / bs)
+    on_finished / on_aborted                               entry removed (tombstoned)
+
+`generated_total` is cumulative, so a duplicated or reordered token event never double counts;
+`on_tokens`/`on_prefill_done` for an unknown entry are ignored, and a tombstone keeps a late
+delta from another coordinator from resurrecting a finished request.
+Per-replica sums are kept incrementally and are never negative.
+
+Reconciliation with scraped `/metrics` (`observe_metrics`), the documented rule:
+
+1. **Idle engine drops stale entries.** When a scrape reports `vllm:num_requests_running == 0`
+   and `vllm:num_requests_waiting == 0`, every entry on that replica whose last update is older
+   than `stale_after_s` (default 30 s) is dropped: its finish was lost (client gone, coordinator
+   restarted). Younger entries stay, because the scrape may predate their admission.
+2. **KV usage bounds the decode estimate.** When the last scrape is at least as new as the last
+   tracked change on the replica and the KV capacity is known, the reported decode blocks are
+   `min(tracked, ceil(kv_usage * kv_capacity_blocks))`: the engine cannot be decoding more KV
+   than it holds (tracked blocks double count prefixes shared between sequences).
+3. Tombstones older than `tombstone_ttl_s` (default 300 s) are forgotten on every scrape.
+
+Sharing between coordinator replicas: entries learned from another coordinator change only
+through its deltas (local `on_prefill_done`/`on_tokens` ignore them); every local change marks
+its entry dirty;
+`export_deltas()` drains one `TokenLoadDelta` per dirty entry carrying the entry's *absolute*
+state and a per-origin version, and `apply_delta()` on another coordinator keeps the highest
+version per entry. Absolute state + versions make the exchange idempotent and tolerant of
+duplicates and reordering, so replicas converge (eventual consistency).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from router.replica_state import ReplicaLoad
+
+_Key = tuple[str, str]  # (request_id, replica_id)
+
+
+class TokenLoadDelta(BaseModel):
+    """One entry's absolute state, as shared between coordinator replicas.
+
+    `origin` names the coordinator that owns the request; `version` is that coordinator's
+    monotonic change counter. `removed` marks a finished/aborted entry (a tombstone).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    origin: str
+    version: int = Field(ge=0)
+    request_id: str
+    replica_id: str
+    removed: bool = False
+    prefill_tokens: int = Field(default=0, ge=0)
+    decode_blocks: int = Field(default=0, ge=0)
+    updated_at: float = 0.0
+
+
+@dataclass(slots=True)
+class _Entry:
+    prompt_tokens: int
+    block_size: int
+    prefill_tokens: int
+    decodes: bool
+    generated: int
+    decode_blocks: int
+    updated_at: float
+    origin: str
+    version: int
+
+
+@dataclass(slots=True)
+class _Totals:
+    prefill_tokens: int = 0
+    decode_blocks: int = 0
+    requests: int = 0
+    last_change: float = float("-inf")
+
+
+@dataclass(slots=True)
+class _Metrics:
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    kv_capacity_blocks: int
+    sampled_at: float
+
+
+def _blocks(tokens: int, block_size: int) -> int:
+    return -(-tokens // block_size) if block_size > 0 else 0
+
+
+class TokenLoad:
+    """Per-replica token load from request lifecycles, reconciled with engine metrics."""
+
+    def __init__(
+        self,
+        origin: str = "local",
+        stale_after_s: float = 30.0,
+        tombstone_ttl_s: float = 300.0,
+    ) -> None:
+        self.origin = origin
+        self.stale_after_s = stale_after_s
+        self.tombstone_ttl_s = tombstone_ttl_s
+        self._entries: dict[_Key, _Entry] = {}
+        self._by_replica: dict[str, set[_Key]] = {}
+        self._by_request: dict[str, set[_Key]] = {}
+        self._totals: dict[str, _Totals] = {}
+        self._metrics: dict[str, _Metrics] = {}
+        self._tombstones: dict[_Key, tuple[float, str, int]] = {}
+        # Loads change only on events, so each replica's `ReplicaLoad` is built once per change,
+        # not once per routing decision (a decision reads every candidate's).
+        self._load_cache: dict[str, ReplicaLoad] = {}
+        # (time, key) of every tombstone set, so expiry pops the old ones instead of scanning
+        # all of them on every scrape; entries no longer current are skipped.
+        self._tombstone_heap: list[tuple[float, _Key]] = []
+        self._version = 0
+        self._dirty: set[_Key] = set()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def on_admitted(
+        self,
+        request_id: str,
+        replica_id: str,
+        now: float,
+        *,
+        prompt_tokens: int,
+        uncached_tokens: int,
+        block_size: int,
+        decodes: bool = True,
+    ) -> None:
+        """The request was sent to `replica_id`; `uncached_tokens` of its prompt need prefill.
+
+        `decodes=False` for a prefill-only leg (disaggregated), whose entry ends at prefill.
+        """
+        key = (request_id, replica_id)
+        if key in self._entries:
+            return
+        # A retry of a finished/aborted request on the same replica is a new life of the entry.
+        self._tombstones.pop(key, None)
+        uncached = min(max(0, uncached_tokens), max(0, prompt_tokens))
+        entry = _Entry(
+            prompt_tokens=max(0, prompt_tokens),
+            block_size=block_size,
+            prefill_tokens=uncached,
+            decodes=decodes,
+            generated=0,
+            decode_blocks=0,
+            updated_at=now,
+            origin=self.origin,
+            version=self._next_version(),
+        )
+        self._insert(key, entry, now)
+        self._dirty.add(key)
+
+    def on_prefill_done(self, request_id: str, replica_id: str, now: float) -> None:
+        """The prompt is in the replica's KV (first token seen, or the prefill leg returned)."""
+        key = (request_id, replica_id)
+        entry = self._entries.get(key)
+        if entry is None or entry.origin != self.origin:
+            return
+        if not entry.decodes:
+            self._remove(key, now)
+            return
+        self._set(key, entry, now, prefill_tokens=0, generated=entry.generated)
+
+    def on_tokens(self, request_id: str, replica_id: str, now: float, generated_total: int) -> None:
+        """`generated_total` output tokens exist so far (cumulative, so duplicates are harmless)."""
+        key = (request_id, replica_id)
+        entry = self._entries.get(key)
+        if entry is None or not entry.decodes or entry.origin != self.origin:
+            return
+        generated = max(entry.generated, generated_total)
+        if entry.prefill_tokens == 0 and generated == entry.generated and entry.decode_blocks:
+            return
+        self._set(key, entry, now, prefill_tokens=0, generated=generated)
+
+    def on_finished(self, request_id: str, now: float, replica_id: str | None = None) -> None:
+        """The request completed; its load leaves `replica_id` (or every replica it was on)."""
+        for key in self._keys_of(request_id, replica_id):
+            self._remove(key, now)
+
+    def on_aborted(self, request_id: str, now: float, replica_id: str | None = None) -> None:
+        """The request was cancelled or failed: release everything it held."""
+        self.on_finished(request_id, now, replica_id)
+
+    def remove_replica(self, replica_id: str, now: float) -> None:
+        """The replica went away: forget its entries and metrics."""
+        for key in list(self._by_replica.get(replica_id, ())):
+            self._remove(key, now)
+        self._by_replica.pop(replica_id, None)
+        self._totals.pop(replica_id, None)
+        self._metrics.pop(replica_id, None)
+        self._load_cache.pop(replica_id, None)
+
+    # ---- metrics reconciliation --------------------------------------------------------------
+
+    def observe_metrics(
+        self,
+        replica_id: str,
+        now: float,
+        *,
+        num_running: int,
+        num_waiting: int,
+        kv_usage: float,
+        kv_capacity_blocks: int = 0,
+    ) -> int:
+        """Record one `/metrics` scrape and apply the reconciliation rule (module docstring).
+
+        Returns the number of stale entries dropped.
+        """
+        capacity = kv_capacity_blocks
+        previous = self._metrics.get(replica_id)
+        if capacity <= 0 and previous is not None:
+            capacity = previous.kv_capacity_blocks
+        self._load_cache.pop(replica_id, None)
+        self._metrics[replica_id] = _Metrics(
+            num_running=max(0, num_running),
+            num_waiting=max(0, num_waiting),
+            kv_usage=min(1.0, max(0.0, kv_usage)),
+            kv_capacity_blocks=max(0, capacity),
+            sampled_at=now,
+        )
+        dropped = 0
+        if num_running == 0 and num_waiting == 0:
+            horizon = now - self.stale_after_s
+            for key in list(self._by_replica.get(replica_id, ())):
+                if self._entries[key].updated_at < horizon:
+                    self._remove(key, now)
+                    dropped += 1
+        self._forget_old_tombstones(now)
+        return dropped
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def load(self, replica_id: str, now: float) -> ReplicaLoad:
+        """The replica's load as policies see it (decode blocks bounded by fresh KV usage).
+
+        The returned object is shared until the replica's load next changes: read it only.
+        """
+        cached = self._load_cache.get(replica_id)
+        if cached is not None:
+            return cached
+        load = self._compute_load(replica_id)
+        self._load_cache[replica_id] = load
+        return load
+
+    def _compute_load(self, replica_id: str) -> ReplicaLoad:
+        totals = self._totals.get(replica_id)
+        metrics = self._metrics.get(replica_id)
+        prefill = totals.prefill_tokens if totals else 0
+        decode = totals.decode_blocks if totals else 0
+        requests = totals.requests if totals else 0
+        if metrics is None:
+            return ReplicaLoad(prefill, decode, requests)
+        last_change = totals.last_change if totals else float("-inf")
+        if metrics.kv_capacity_blocks > 0 and metrics.sampled_at >= last_change:
+            decode = min(decode, math.ceil(metrics.kv_usage * metrics.kv_capacity_blocks - 1e-9))
+        return ReplicaLoad(
+            prefill,
+            decode,
+            requests,
+            metrics.kv_usage,
+            metrics.num_running,
+            metrics.num_waiting,
+            metrics.kv_capacity_blocks,
+        )
+
+    def tracked_requests(self, replica_id: str | None = None) -> int:
+        """Live entries (on one replica, or overall)."""
+        if replica_id is None:
+            return len(self._entries)
+        return len(self._by_replica.get(replica_id, ()))
+
+    # ---- sharing between coordinators --------------------------------------------------------
+
+    def export_deltas(self) -> list[TokenLoadDelta]:
+        """Drain the local changes since the last export, one absolute-state record per entry."""
+        deltas: list[TokenLoadDelta] = []
+        for key in sorted(self._dirty):
+            request_id, replica_id = key
+            entry = self._entries.get(key)
+            if entry is not None:
+                if entry.origin != self.origin:
+                    continue
+                deltas.append(
+                    TokenLoadDelta(
+                        origin=entry.origin,
+                        version=entry.version,
+                        request_id=request_id,
+                        replica_id=replica_id,
+                        prefill_tokens=entry.prefill_tokens,
+                        decode_blocks=entry.decode_blocks,
+                        updated_at=entry.updated_at,
+                    )
+                )
+                continue
+            tomb = self._tombstones.get(key)
+            if tomb is not None and tomb[1] == self.origin:
+                deltas.append(
+                    TokenLoadDelta(
+                        origin=tomb[1],
+                        version=tomb[2],
+                        request_id=request_id,
+                        replica_id=replica_id,
+                        removed=True,
+                        updated_at=tomb[0],
+                    )
+                )
+        self._dirty.clear()
+        return deltas
+
+    def apply_delta(self, delta: TokenLoadDelta, now: float) -> bool:
+        """Merge another coordinator's record; returns whether it changed anything.
+
+        Records from this coordinator's own origin are ignored (it already has them); for each
+        entry the highest version from its origin wins.
+        """
+        if delta.origin == self.origin:
+            return False
+        key = (delta.request_id, delta.replica_id)
+        tomb = self._tombstones.get(key)
+        if tomb is not None and tomb[1] == delta.origin and tomb[2] >= delta.version:
+            return False
+        entry = self._entries.get(key)
+        if entry is not None and entry.origin == delta.origin and entry.version >= delta.version:
+            return False
+        if delta.removed:
+            if entry is not None:
+                self._drop(key, now)
+            self._tombstones[key] = (delta.updated_at, delta.origin, delta.version)
+            heapq.heappush(self._tombstone_heap, (delta.updated_at, key))
+            return True
+        new = _Entry(
+            prompt_tokens=0,
+            block_size=0,
+            prefill_tokens=delta.prefill_tokens,
+            decodes=True,
+            generated=0,
+            decode_blocks=delta.decode_blocks,
+            updated_at=max(delta.updated_at, now),
+            origin=delta.origin,
+            version=delta.version,
+        )
+        if entry is not None:
+            self._drop(key, now)
+        self._insert(key, new, now)
+        return True
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _next_version(self) -> int:
+        self._version += 1
+        return self._version
+
+    def _keys_of(self, request_id: str, replica_id: str | None) -> list[_Key]:
+        if replica_id is not None:
+            return [(request_id, replica_id)]
+        return list(self._by_request.get(request_id, ()))
+
+    def _insert(self, key: _Key, entry: _Entry, now: float) -> None:
+        self._entries[key] = entry
+        self._by_replica.setdefault(key[1], set()).add(key)
+        self._by_request.setdefault(key[0], set()).add(key)
+        totals = self._totals.setdefault(key[1], _Totals())
+        totals.prefill_tokens += entry.prefill_tokens
+        totals.decode_blocks += entry.decode_blocks
+        totals.requests += 1
+        totals.last_change = now
+        self._load_cache.pop(key[1], None)
+
+    def _set(
+        self, key: _Key, entry: _Entry, now: float, *, prefill_tokens: int, generated: int
+    ) -> None:
+        decode_blocks = _blocks(entry.prompt_tokens + generated, entry.block_size)
+        totals = self._totals.setdefault(key[1], _Totals())
+        totals.prefill_tokens = max(
+            0, totals.prefill_tokens + prefill_tokens - entry.prefill_tokens
+        )
+        totals.decode_blocks = max(0, totals.decode_blocks + decode_blocks - entry.decode_blocks)
+        totals.last_change = now
+        self._load_cache.pop(key[1], None)
+        entry.prefill_tokens = prefill_tokens
+        entry.generated = generated
+        entry.decode_blocks = decode_blocks
+        entry.updated_at = now
+        if entry.origin == self.origin:
+            entry.version = self._next_version()
+            self._dirty.add(key)
+
+    def _drop(self, key: _Key, now: float) -> _Entry | None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return None
+        keys = self._by_replica.get(key[1])
+        if keys is not None:
+            keys.discard(key)
+        same_request = self._by_request.get(key[0])
+        if same_request is not None:
+            same_request.discard(key)
+            if not same_request:
+                del self._by_request[key[0]]
+        totals = self._totals.get(key[1])
+        if totals is not None:
+            totals.prefill_tokens = max(0, totals.prefill_tokens - entry.prefill_tokens)
+            totals.decode_blocks = max(0, totals.decode_blocks - entry.decode_blocks)
+            totals.requests = max(0, totals.requests - 1)
+            totals.last_change = now
+        self._load_cache.pop(key[1], None)
+        return entry
+
+    def _remove(self, key: _Key, now: float) -> None:
+        entry = self._drop(key, now)
+        if entry is None:
+            return
+        origin = entry.origin
+        version = self._next_version() if origin == self.origin else entry.version
+        self._tombstones[key] = (now, origin, version)
+        heapq.heappush(self._tombstone_heap, (now, key))
+        if origin == self.origin:
+            self._dirty.add(key)
+
+    def _forget_old_tombstones(self, now: float) -> None:
+        horizon = now - self.tombstone_ttl_s
+        heap = self._tombstone_heap
+        tombstones = self._tombstones
+        while heap and heap[0][0] < horizon:
+            at, key = heapq.heappop(heap)
+            tomb = tombstones.get(key)
+            if tomb is not None and tomb[0] == at:
+                del tombstones[key]
+                self._dirty.discard(key)

@@ -1,0 +1,1 @@
+"""The live load generator behind `pdorch bench live` (OpenAI streaming, real time)."""

@@ -1,0 +1,1 @@
+"""Configuration schemas of the coordinator (fleet files, SLO policies)."""

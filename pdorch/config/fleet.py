@@ -1,0 +1,480 @@
+"""The fleet file: which engines serve which pool, how requests are routed between them.
+
+```yaml
+served_model_name: llama-3.1-8b
+block_size: 16
+pools:
+  prefill: {policy: {name: token_load}, launch: [{kind: sim, count: 2, model_profile: ...}]}
+  decode:  {policy: {name: token_load_decode}, endpoints: [{url: http://10.0.0.7:8000}]}
+pd: {min_uncached_tokens: 512}
+tokenizer: {mode: engine}
+coordinator: {request_timeout_s: 600, api_keys: [...], admin_token: ...}
+```
+
+Every section is a pydantic model with `extra="forbid"`, so a typo is an error, and every
+error names its field path (`pools.decode.endpoints[1].url`); `load_fleet_config` adds the file
+and line. Cross-field rules (policy names/params/weights, a vLLM spec's block size on CPU,
+unique replica ids, at least one pool that can serve) are checked at load time too, so a bad
+file fails before any engine starts. Full reference: `pools/FLEET_API.md`; examples:
+`deploy/examples/fleet-*.yaml`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+
+from pdorch.sync.settings import SyncSettings
+from pools.health import HealthSettings
+from pools.launch_spec import (
+    LaunchSettings,
+    PoolMembers,
+    SimLaunchSpec,
+    VllmLaunchSpec,
+    replica_ids,
+)
+from pools.metrics_scrape import MetricsSettings
+from router.pd_decision import PdDecisionParams
+from router.policies.config import PolicyConfig, PolicyConfigError, RouterPolicyConfig, build_policy
+from router.tokenization import TokenizationConfig, TokenizerMode
+
+POOL_NAMES = ("prefill", "decode", "colocated")
+DEFAULT_POLICIES = {
+    "prefill": "token_load",
+    "decode": "token_load_decode",
+    "colocated": "token_load",
+}
+
+
+class FleetFieldError(ValueError):
+    """A cross-field rule failed at `path` (kept so the error can name the field and line)."""
+
+    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True)
+class FleetConfigIssue:
+    """One problem in a fleet file: field path (`pools.decode.endpoints[1].url`), line, why."""
+
+    path: str
+    message: str
+    line: int | None = None
+
+
+class FleetConfigError(ValueError):
+    """The fleet file is invalid; `issues` lists every problem, the message one per line."""
+
+    def __init__(self, issues: list[FleetConfigIssue], source: str | None = None) -> None:
+        self.issues = issues
+        self.source = source
+        lines = []
+        for issue in issues:
+            where = source or "fleet config"
+            if issue.line is not None:
+                where = f"{where}:{issue.line}"
+            field = f"{issue.path}: " if issue.path else ""
+            lines.append(f"{where}: {field}{issue.message}")
+        super().__init__("\n".join(lines))
+
+
+class PoolConfig(PoolMembers):
+    """One pool: its members (`endpoints`, `launch`) and the policy that picks among them."""
+
+    policy: PolicyConfig | None = Field(
+        default=None,
+        description="Routing policy for this pool (router/README.md); default per pool: "
+        "prefill token_load, decode token_load_decode, colocated token_load.",
+    )
+
+
+class PoolsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prefill: PoolConfig = Field(default_factory=PoolConfig)
+    decode: PoolConfig = Field(default_factory=PoolConfig)
+    colocated: PoolConfig | None = None
+
+    def items(self) -> list[tuple[str, PoolConfig]]:
+        """(pool name, config) of every configured pool, in prefill, decode, colocated order."""
+        pools = [("prefill", self.prefill), ("decode", self.decode)]
+        if self.colocated is not None:
+            pools.append(("colocated", self.colocated))
+        return pools
+
+    def policy(self, pool: str) -> PolicyConfig:
+        """The pool's policy, or its default."""
+        config = dict(self.items()).get(pool)
+        if config is not None and config.policy is not None:
+            return config.policy
+        return PolicyConfig(name=DEFAULT_POLICIES[pool])
+
+
+class FleetTokenizerConfig(TokenizationConfig):
+    """`router.tokenization.TokenizationConfig`, default mode `engine`; in that mode
+    `engine_url` may be left out: the coordinator then asks one of the fleet's replicas."""
+
+    mode: TokenizerMode = Field(default=TokenizerMode.ENGINE, description="hf | engine | chars")
+
+    @model_validator(mode="after")
+    def _check_mode(self) -> FleetTokenizerConfig:
+        if self.mode is TokenizerMode.HF and self.model_dir is None:
+            raise ValueError("model_dir: required when mode is 'hf'")
+        return self
+
+    def tokenization_config(self, default_engine_url: str | None = None) -> TokenizationConfig:
+        """The router's config, with `default_engine_url` filled in where none is set."""
+        data = self.model_dump()
+        if self.mode is TokenizerMode.ENGINE and self.engine_url is None:
+            data["engine_url"] = default_engine_url
+        if self.mode is TokenizerMode.ENGINE and data["model"] is None:
+            data.pop("model")
+        return TokenizationConfig.model_validate(data)
+
+
+class CoordinatorSettings(BaseModel):
+    """Options of the coordinator app (read by `pdorch serve`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field(default="127.0.0.1", description="Address the OpenAI endpoint listens on.")
+    port: int = Field(default=8000, ge=0, le=65535, description="Port of the OpenAI endpoint.")
+    request_timeout_s: float = Field(default=600.0, gt=0, description="Whole-request deadline.")
+    prefill_timeout_s: float = Field(
+        default=30.0, gt=0, description="Prefill leg deadline; past it decode prefills locally."
+    )
+    connect_timeout_s: float = Field(default=2.0, gt=0, description="TCP connect timeout per leg.")
+    decode_retries: int = Field(
+        default=1, ge=0, le=10, description="Other decode replicas tried before the first byte."
+    )
+    api_keys: list[str] = Field(
+        default_factory=list, description="Accepted client keys (Bearer); empty: no auth."
+    )
+    admin_token: str | None = Field(
+        default=None, min_length=1, description="Token the /admin endpoints require, if set."
+    )
+
+
+class FleetConfig(BaseModel):
+    """A whole fleet file (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    served_model_name: str = Field(
+        min_length=1, description="The model name clients send; engines are started with it."
+    )
+    block_size: int = Field(
+        default=16,
+        ge=1,
+        le=4096,
+        description="Tokens per KV block (router keys and engines agree).",
+    )
+    pools: PoolsConfig
+    pd: PdDecisionParams = Field(default_factory=PdDecisionParams)
+    tokenizer: FleetTokenizerConfig = Field(default_factory=FleetTokenizerConfig)
+    coordinator: CoordinatorSettings = Field(default_factory=CoordinatorSettings)
+    health: HealthSettings = Field(default_factory=HealthSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    launch: LaunchSettings = Field(default_factory=LaunchSettings)
+    sync: SyncSettings | None = Field(
+        default=None, description="Several coordinators: token-load sharing (pdorch/SYNC.md)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_relative_paths(cls, data: Any, info: ValidationInfo) -> Any:
+        base = (info.context or {}).get("base_dir")
+        if base is None or not isinstance(data, dict):
+            return data
+        data = dict(data)
+        tokenizer = data.get("tokenizer")
+        if isinstance(tokenizer, dict) and isinstance(tokenizer.get("model_dir"), str):
+            path = Path(tokenizer["model_dir"])
+            if not path.is_absolute():
+                data["tokenizer"] = {**tokenizer, "model_dir": str((Path(base) / path).resolve())}
+        pools = data.get("pools")
+        if isinstance(pools, dict):
+            data["pools"] = {
+                name: _resolve_pool_paths(pool, Path(base)) for name, pool in pools.items()
+            }
+        return data
+
+    @model_validator(mode="after")
+    def _check_fleet(self) -> FleetConfig:
+        for name, pool in self.pools.items():
+            if pool.policy is not None:
+                try:
+                    build_policy(pool.policy)
+                except PolicyConfigError as err:
+                    # the router names the field inside the policy: "params.x: why"
+                    where, _, why = str(err).partition(": ")
+                    sub = tuple(where.split(".")) if why else ()
+                    raise FleetFieldError(
+                        ("pools", name, "policy", *sub), why or str(err)
+                    ) from None
+            for i, spec in enumerate(pool.launch):
+                if isinstance(spec, VllmLaunchSpec):
+                    _check_vllm_spec(spec, ("pools", name, "launch", i), self)
+        serving = self.pools.decode.size() + (
+            self.pools.colocated.size() if self.pools.colocated is not None else 0
+        )
+        if serving == 0:
+            raise FleetFieldError(
+                ("pools", "decode"),
+                "no replica can serve requests: give pools.decode (or pools.colocated) at "
+                "least one endpoint or launch spec",
+            )
+        seen: dict[str, tuple[str | int, ...]] = {}
+        for name, pool in self.pools.items():
+            for i, (replica_id, _) in enumerate(replica_ids(name, pool)):
+                path: tuple[str | int, ...] = ("pools", name, "endpoints", i)
+                if replica_id in seen:
+                    raise FleetFieldError(
+                        (*path, "id") if i < len(pool.endpoints) else ("pools", name),
+                        f"replica id {replica_id!r} is used twice",
+                    )
+                seen[replica_id] = path
+        return self
+
+    # ---- views the coordinator uses ----------------------------------------------------------
+
+    def router_policy_config(self) -> RouterPolicyConfig:
+        """Prefill and decode policies plus the P/D parameters, as `router` takes them."""
+        return RouterPolicyConfig(
+            prefill=self.pools.policy("prefill"), decode=self.pools.policy("decode"), pd=self.pd
+        )
+
+    def tokenization_config(self, default_engine_url: str | None = None) -> TokenizationConfig:
+        return self.tokenizer.tokenization_config(default_engine_url)
+
+    def pool_members(self) -> dict[str, PoolMembers]:
+        """Pool name → members, for `pools.launch.launch_fleet`."""
+        return dict(self.pools.items())
+
+    def with_sim_time_scale(self, time_scale: float) -> FleetConfig:
+        """A copy whose simulated engines all run at `time_scale` (tests run fleets fast)."""
+        data = self.model_dump(mode="python")
+        for pool in data["pools"].values():
+            if pool is None:
+                continue
+            for spec in pool["launch"]:
+                if spec["kind"] == "sim":
+                    spec["time_scale"] = time_scale
+        return FleetConfig.model_validate(data)
+
+
+def demo_fleet_config(time_scale: float = 1.0) -> FleetConfig:
+    """The embedded demo (`pdorch serve` without `--config`), identical to
+    `deploy/examples/fleet-sim.yaml`: 2 prefill + 2 decode simulated engines, Llama-3.1-8B on
+    one H100 each, in process, real time unless `time_scale` says otherwise."""
+    sim = {
+        "kind": "sim",
+        "count": 2,
+        "model_profile": "llama-3.1-8b",
+        "gpu": "h100",
+        "tp": 1,
+        "time_scale": time_scale,
+        "kv_transport": "tcp",
+    }
+    return FleetConfig.model_validate(
+        {
+            "served_model_name": "llama-3.1-8b",
+            "block_size": 16,
+            "pools": {
+                "prefill": {"policy": {"name": "token_load"}, "launch": [sim]},
+                "decode": {
+                    "policy": {
+                        "name": "token_load_decode",
+                        "params": {"expected_output_tokens": 256},
+                    },
+                    "launch": [sim],
+                },
+            },
+            "pd": {"min_uncached_tokens": 512, "max_prefill_queue_s": 1.0},
+            "tokenizer": {"mode": "engine"},
+            "coordinator": {"host": "127.0.0.1", "port": 8000},
+        }
+    )
+
+
+def _resolve_pool_paths(pool: Any, base: Path) -> Any:
+    if not isinstance(pool, dict) or not isinstance(pool.get("launch"), list):
+        return pool
+    launch = []
+    for spec in pool["launch"]:
+        if isinstance(spec, dict):
+            key = {"vllm": "model", "sim": "tokenizer"}.get(str(spec.get("kind")))
+            value = spec.get(key) if key else None
+            if key and isinstance(value, str) and not Path(value).is_absolute():
+                spec = {**spec, key: str((base / value).resolve())}
+        launch.append(spec)
+    return {**pool, "launch": launch}
+
+
+def _check_vllm_spec(spec: VllmLaunchSpec, path: tuple[str | int, ...], fleet: FleetConfig) -> None:
+    """Build the engine spec with placeholder ports so A's rules (block size on CPU, block
+    count vs max_model_len, ...) fail at load time, naming the launch spec's field."""
+    try:
+        spec.engine_spec(
+            role="both",
+            port=1,
+            side_channel_port=2,
+            served_model_name=fleet.served_model_name,
+            block_size=fleet.block_size,
+        )
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = tuple(first["loc"])
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        if "block_size" in msg and not loc:
+            raise FleetFieldError(("block_size",), f"{msg} (needed by {_dotted(path)})") from None
+        raise FleetFieldError((*path, *loc), msg) from None
+
+
+# ---- loading and error formatting ------------------------------------------------------------
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _data_path(loc: tuple[str | int, ...], data: Any) -> tuple[str | int, ...]:
+    """`loc` without the union tags pydantic adds (a launch spec's `sim`), by walking `data`."""
+    path: list[str | int] = []
+    node = data
+    for part in loc:
+        key: Any = part
+        if (isinstance(node, dict) and key in node) or (
+            isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node)
+        ):
+            node = node[key]
+            path.append(part)
+        elif isinstance(node, dict) and node.get("kind") == part:
+            continue  # the tag pydantic adds for a discriminated union (a launch kind)
+        else:
+            path.append(part)
+            node = None
+    return tuple(path)
+
+
+def _line_map(
+    node: yaml.Node, path: tuple[str | int, ...] = ()
+) -> dict[tuple[str | int, ...], int]:
+    lines = {path: node.start_mark.line + 1}
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            child = (*path, str(key.value))
+            lines[child] = key.start_mark.line + 1
+            for sub, line in _line_map(value, child).items():
+                lines.setdefault(sub, line)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            for sub, line in _line_map(item, (*path, i)).items():
+                lines.setdefault(sub, line)
+    return lines
+
+
+def _issues(
+    err: ValidationError, data: Any, lines: Mapping[tuple[str | int, ...], int]
+) -> list[FleetConfigIssue]:
+    issues = []
+    for e in err.errors():
+        loc: tuple[str | int, ...] = tuple(e["loc"])
+        message = str(e["msg"]).removeprefix("Value error, ")
+        cause = (e.get("ctx") or {}).get("error")
+        if isinstance(cause, FleetFieldError):
+            loc = (*loc, *cause.path)
+            message = cause.message
+        path = _data_path(loc, data)
+        line = None
+        for n in range(len(path), -1, -1):
+            if path[:n] in lines:
+                line = lines[path[:n]]
+                break
+        issues.append(FleetConfigIssue(_dotted(path), message, line))
+    return issues
+
+
+def parse_fleet_config(
+    data: Any,
+    *,
+    base_dir: Path | None = None,
+    source: str | None = None,
+    lines: Mapping[tuple[str | int, ...], int] | None = None,
+) -> FleetConfig:
+    """Validate a mapping; FleetConfigError names every bad field (and line, given `lines`)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise FleetConfigError(
+            [FleetConfigIssue("", "expected a mapping at the top level", 1 if lines else None)],
+            source,
+        )
+    context = {"base_dir": base_dir} if base_dir is not None else None
+    try:
+        return FleetConfig.model_validate(data, context=context)
+    except ValidationError as err:
+        raise FleetConfigError(_issues(err, data, lines or {}), source) from None
+
+
+def load_fleet_config(path: str | Path) -> FleetConfig:
+    """Read and validate a fleet YAML file; relative paths in it are relative to its directory.
+
+    Raises FleetConfigError (`file:line: field.path: why`), also for YAML syntax errors, and
+    FileNotFoundError for a missing file.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(err, "problem", None) or str(err)
+        raise FleetConfigError(
+            [FleetConfigIssue("", f"YAML: {problem}", line)], str(path)
+        ) from None
+    lines = _line_map(node) if node is not None else {}
+    return parse_fleet_config(data, base_dir=path.parent.resolve(), source=str(path), lines=lines)
+
+
+__all__ = [
+    "POOL_NAMES",
+    "CoordinatorSettings",
+    "FleetConfig",
+    "FleetConfigError",
+    "FleetConfigIssue",
+    "FleetTokenizerConfig",
+    "HealthSettings",
+    "LaunchSettings",
+    "MetricsSettings",
+    "PoolConfig",
+    "PoolsConfig",
+    "SimLaunchSpec",
+    "VllmLaunchSpec",
+    "demo_fleet_config",
+    "load_fleet_config",
+    "parse_fleet_config",
+    "replica_ids",
+]

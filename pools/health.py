@@ -1,0 +1,142 @@
+"""The health checker: probes every replica's `/health` and feeds `Fleet.observe_probe`.
+
+A probe is one GET with a short timeout (default 0.5 s) every `interval_s` (default 0.25 s),
+all replicas concurrently on one shared `httpx.AsyncClient`. A stopped engine refuses the
+connection at once, so it leaves routing on the next round (≤ `interval_s` + a round's time);
+a hung one after `timeout_s`. Both stay well within the 1 s budget, and the replica returns as
+soon as `HealthPolicy.probe_successes_to_restore` probes pass. The ejection rules themselves
+live in `pools.fleet` (pure); this module only does the I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from pools.fleet import FailureKind, Fleet, HealthPolicy
+from pools.replica import Replica
+
+
+class HealthSettings(BaseModel):
+    """Probe loop timing and the ejection thresholds (the fleet config's `health:` block)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    interval_s: float = Field(
+        default=0.25, gt=0, le=60, description="Seconds between probe rounds."
+    )
+    timeout_s: float = Field(default=0.5, gt=0, le=60, description="Timeout of one /health probe.")
+    connection_failures_to_eject: int = Field(
+        default=1, ge=1, description="Consecutive connection errors (request path) that eject."
+    )
+    timeout_failures_to_eject: int = Field(
+        default=2, ge=1, description="Consecutive timeouts (request path) that eject."
+    )
+    http_failures_to_eject: int = Field(
+        default=3, ge=1, description="Consecutive HTTP 5xx answers (request path) that eject."
+    )
+    probe_failures_to_eject: int = Field(
+        default=1, ge=1, description="Consecutive failed /health probes that eject."
+    )
+    probe_successes_to_restore: int = Field(
+        default=1, ge=1, description="Consecutive good /health probes that bring a replica back."
+    )
+
+    def policy(self) -> HealthPolicy:
+        return HealthPolicy(
+            connection_failures_to_eject=self.connection_failures_to_eject,
+            timeout_failures_to_eject=self.timeout_failures_to_eject,
+            http_failures_to_eject=self.http_failures_to_eject,
+            probe_failures_to_eject=self.probe_failures_to_eject,
+            probe_successes_to_restore=self.probe_successes_to_restore,
+        )
+
+
+def classify_error(exc: BaseException) -> FailureKind:
+    """Map an httpx error to the failure kind the ejection rules count."""
+    if isinstance(exc, httpx.TimeoutException):
+        return FailureKind.TIMEOUT
+    return FailureKind.CONNECTION
+
+
+class HealthChecker:
+    """Runs `/health` probes over the fleet every `interval_s` until stopped."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        client: httpx.AsyncClient,
+        interval_s: float = 0.25,
+        timeout_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.fleet = fleet
+        self.client = client
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.rounds = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_config(
+        cls, fleet: Fleet, client: httpx.AsyncClient, settings: HealthSettings
+    ) -> HealthChecker:
+        return cls(fleet, client, interval_s=settings.interval_s, timeout_s=settings.timeout_s)
+
+    async def probe(self, replica: Replica) -> tuple[bool, FailureKind | None, str]:
+        """One probe: (ok, failure kind, detail). HTTP 200 is healthy, anything else is not."""
+        try:
+            response = await self.client.get(
+                replica.endpoint.health_endpoint, timeout=self.timeout_s
+            )
+        except httpx.HTTPError as exc:
+            return False, classify_error(exc), type(exc).__name__
+        if response.status_code == 200:
+            return True, None, ""
+        return False, FailureKind.HTTP_5XX, f"/health answered {response.status_code}"
+
+    async def check_once(self) -> None:
+        """Probe every replica once, concurrently, and record the results."""
+        replicas = self.fleet.replicas()
+        results = await asyncio.gather(*(self.probe(r) for r in replicas))
+        now = self.clock()
+        for replica, (ok, kind, detail) in zip(replicas, results, strict=True):
+            self.fleet.observe_probe(replica.replica_id, ok, now, kind=kind, detail=detail)
+        self.rounds += 1
+
+    async def _run(self) -> None:
+        while True:
+            started = self.clock()
+            with contextlib.suppress(Exception):
+                await self.check_once()
+            await asyncio.sleep(max(0.0, self.interval_s - (self.clock() - started)))
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def __aenter__(self) -> HealthChecker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()

@@ -1,0 +1,67 @@
+"""Fixtures for the mover tests: owners in their own processes, a puller in the test's loop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+
+from tests.transfer.owner_process import OwnerProcess
+from transfer import BlockMover, KvBlockPool, make_block_mover, nixl_available
+
+BLOCK_BYTES = 64 * 1024
+OWNER_BLOCKS = 64
+PULLER_BLOCKS = 48
+SEED = 1234
+
+KINDS = [
+    pytest.param(
+        "nixl", marks=pytest.mark.skipif(not nixl_available(), reason="nixl not importable")
+    ),
+    "tcp",
+]
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def start_owner(kind: str) -> Iterator[Callable[..., OwnerProcess]]:
+    """Start owners of `kind` (each a real process); all are stopped at teardown."""
+    owners: list[OwnerProcess] = []
+
+    def start(
+        seed: int = SEED,
+        num_blocks: int = OWNER_BLOCKS,
+        block_bytes: int = BLOCK_BYTES,
+        **kw: object,
+    ) -> OwnerProcess:
+        owner = OwnerProcess(kind, num_blocks, block_bytes, seed, **kw)  # type: ignore[arg-type]
+        owners.append(owner)
+        return owner
+
+    yield start
+    for owner in owners:
+        owner.close()
+
+
+@pytest.fixture(scope="module")
+def shared_owner(kind: str) -> Iterator[OwnerProcess]:
+    """One owner per kind for the tests that neither kill nor stop it (unique request ids)."""
+    owner = OwnerProcess(kind, OWNER_BLOCKS, BLOCK_BYTES, SEED)
+    try:
+        yield owner
+    finally:
+        owner.close()
+
+
+@pytest.fixture
+async def puller(kind: str) -> AsyncIterator[BlockMover]:
+    mover = make_block_mover(KvBlockPool(PULLER_BLOCKS, BLOCK_BYTES), kind)  # type: ignore[arg-type]
+    await mover.start()
+    try:
+        yield mover
+    finally:
+        await mover.close()

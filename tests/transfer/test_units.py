@@ -1,0 +1,75 @@
+"""Pure parts of transfer/: lease table (clock passed in), address schema, pool checks."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from transfer import BadBlockIds, KvBlockPool, KvTransferParams, LeaseTable, PeerAddress
+
+
+def test_lease_table_expires_in_order_and_extends() -> None:
+    table = LeaseTable()
+    table.hold("a", [1, 2], expires_at=10.0)
+    table.hold("b", [3], expires_at=5.0)
+    assert table.next_expiry() == 5.0
+    assert table.blocks_held == 3
+    assert table.pop_expired(4.9) == []
+    assert [lease.request_id for lease in table.pop_expired(5.0)] == ["b"]
+    assert table.extend("a", 20.0) is not None
+    assert table.extend("a", 15.0).expires_at == 20.0  # type: ignore[union-attr]  # never shortens
+    assert table.pop_expired(10.0) == []  # the stale heap entry is skipped
+    assert table.next_expiry() == 20.0
+    assert table.extend("missing", 30.0) is None
+
+
+def test_lease_table_release_and_duplicates() -> None:
+    table = LeaseTable()
+    table.hold("a", [1], expires_at=1.0)
+    with pytest.raises(ValueError, match="already holds"):
+        table.hold("a", [2], expires_at=2.0)
+    lease = table.release("a")
+    assert lease is not None and lease.block_ids == (1,)
+    assert table.release("a") is None
+    assert table.pop_expired(100.0) == []
+    assert table.next_expiry() is None
+    assert len(table) == 0
+
+
+def test_peer_address_round_trips_through_kv_transfer_params() -> None:
+    peer = PeerAddress(engine_id="e1", host="10.0.0.7", port=18600)
+    params = peer.kv_transfer_params([4, 5, 9], "req-1", remote_num_tokens=40)
+    assert params["remote_block_ids"] == [[4, 5, 9]]
+    assert params["do_remote_prefill"] is True
+    assert PeerAddress.from_kv_transfer_params(params) == peer
+    parsed = KvTransferParams.model_validate(params)
+    assert parsed.block_ids() == [4, 5, 9]
+    assert parsed.model_extra == {"remote_num_tokens": 40}
+    assert KvTransferParams(remote_block_ids=[1, 2]).block_ids() == [1, 2]
+
+
+def test_kv_transfer_params_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="remote_host"):
+        KvTransferParams(remote_engine_id="e", remote_port=1).peer()
+    with pytest.raises(pydantic.ValidationError, match="remote_port"):
+        KvTransferParams.model_validate({"remote_port": "not-a-port"})
+    with pytest.raises(ValueError, match="2 KV-cache groups"):
+        KvTransferParams(remote_block_ids=[[1], [2]]).block_ids()
+
+
+def test_pool_layout_and_id_checks() -> None:
+    pool = KvBlockPool(4, 4096)
+    assert pool.nbytes == 4 * 4096
+    assert pool.block_address(3) == pool.base_address + 3 * 4096
+    rows = pool.descriptors()
+    assert rows.shape == (4, 3) and int(rows[2, 0]) == pool.block_address(2)
+    pool.block(1)[:] = 7
+    assert int(pool.blocks_array()[1].sum()) == 7 * 4096
+    with pytest.raises(BadBlockIds, match="out of range"):
+        pool.check_ids([4])
+    with pytest.raises(BadBlockIds, match="appears twice"):
+        pool.check_ids([1, 1])
+    with pytest.raises(BadBlockIds, match="not an int"):
+        pool.check_ids([True])
+    with pytest.raises(ValueError):
+        KvBlockPool(0, 16)

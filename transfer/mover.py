@@ -1,0 +1,637 @@
+"""The block mover contract and the logic both movers share (owner leases, side channel, pulls).
+
+A mover is both sides at once, like a vLLM engine in `kv_both` role: it owns one `KvBlockPool`,
+holds blocks of finished prefills under leases for others to pull, and pulls other owners'
+blocks into its own pool. Subclasses only supply the data path (`_transfer`) and the backend's
+own setup/teardown; validation, leases, handshakes, deadlines and peer death are handled here, so
+NIXL and the TCP fallback behave identically to callers.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, Protocol, Self
+
+import zmq
+import zmq.asyncio
+
+from transfer.errors import (
+    BadBlockIds,
+    LayoutMismatch,
+    LeaseNotFound,
+    PeerGone,
+    TransferError,
+    TransferFailed,
+)
+from transfer.lease import LeaseTable
+from transfer.params import PeerAddress
+from transfer.pool import KvBlockPool
+from transfer.side_channel import (
+    BeginPull,
+    Extend,
+    Fail,
+    Hello,
+    HelloReply,
+    Notify,
+    Ok,
+    PeerLink,
+    Read,
+    Reply,
+    Request,
+    SideChannelServer,
+)
+
+log = logging.getLogger(__name__)
+
+ReleaseReason = Literal["notified", "expired", "released"]
+
+DEFAULT_TIMEOUT_S = 10.0
+"""Deadline of a pull (or notify/extend) when the caller gives none."""
+
+DEFAULT_LEASE_S = 30.0
+"""How long an owner keeps unclaimed blocks by default (vLLM's `kv_lease_duration` default)."""
+
+PULL_HOLD_MARGIN_S = 1.0
+"""A lease check extends the lease to the puller's deadline plus this, so the blocks cannot be
+freed and reused while the puller may still be reading them."""
+
+
+@dataclass(frozen=True)
+class Released:
+    """Blocks the owner no longer holds for `request_id` (free to reuse)."""
+
+    request_id: str
+    block_ids: tuple[int, ...]
+    reason: ReleaseReason
+
+
+@dataclass(frozen=True)
+class PullResult:
+    request_id: str
+    num_blocks: int
+    nbytes: int
+    seconds: float
+    kind: str
+
+    @property
+    def gbps(self) -> float:
+        return self.nbytes / self.seconds / 1e9 if self.seconds > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class MoverStats:
+    """Counters; the `*_live` ones and `leases_held` return to their baseline when nothing
+    leaks (tests assert it)."""
+
+    leases_held: int
+    blocks_held: int
+    pulls_ok: int
+    pulls_failed: int
+    bytes_pulled: int
+    inflight_pulls: int
+    xfer_handles_live: int
+    dlists_live: int
+    remote_agents_live: int
+    registrations_live: int
+    peers_cached: int
+    released_notified: int
+    released_expired: int
+    released_owner: int
+
+
+class BlockMover(Protocol):
+    """What `pools/` codes against; `NixlBlockMover` and `TcpBlockMover` implement it."""
+
+    kind: str
+    pool: KvBlockPool
+
+    @property
+    def address(self) -> PeerAddress: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    def hold(
+        self,
+        request_id: str,
+        block_ids: Sequence[int],
+        lease_s: float = ...,
+        now: float | None = None,
+    ) -> None: ...
+
+    def extend_lease(self, request_id: str, lease_s: float, now: float | None = None) -> bool: ...
+
+    def release(self, request_id: str) -> bool: ...
+
+    def held(self) -> dict[str, list[int]]: ...
+
+    async def pull(
+        self,
+        peer: PeerAddress,
+        remote_block_ids: Sequence[int],
+        local_block_ids: Sequence[int],
+        request_id: str,
+        deadline: float | None = None,
+        *,
+        notify: bool = True,
+    ) -> PullResult: ...
+
+    async def notify(
+        self, peer: PeerAddress, request_id: str, deadline: float | None = None
+    ) -> None: ...
+
+    async def extend_remote_lease(
+        self, peer: PeerAddress, request_id: str, lease_s: float, deadline: float | None = None
+    ) -> None: ...
+
+    def stats(self) -> MoverStats: ...
+
+
+def _raise_fail(reply: Fail, peer: PeerAddress, request_id: str) -> None:
+    if reply.code == "lease_not_found":
+        raise LeaseNotFound(reply.message, peer=str(peer), request_id=request_id)
+    if reply.code == "bad_block_ids":
+        raise BadBlockIds(reply.message, peer=str(peer), request_id=request_id)
+    raise TransferFailed(f"{reply.code}: {reply.message}", peer=str(peer), request_id=request_id)
+
+
+class MoverBase(abc.ABC):
+    """Shared owner + puller logic; see the module docstring."""
+
+    kind: str = "?"
+
+    def __init__(
+        self,
+        pool: KvBlockPool,
+        *,
+        engine_id: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        on_release: Callable[[Released], None] | None = None,
+        default_timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.pool = pool
+        self.engine_id = engine_id or uuid.uuid4().hex
+        self.host = host
+        self._port = port
+        self.on_release = on_release
+        self.default_timeout_s = default_timeout_s
+        self.leases = LeaseTable()
+        self._ctx: zmq.asyncio.Context | None = None
+        self._server: SideChannelServer | None = None
+        self._links: dict[PeerAddress, PeerLink] = {}
+        self._closing_links: set[asyncio.Task[None]] = set()
+        self._tick_task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._address: PeerAddress | None = None
+        # Request ids with a pull announced (BeginPull/Read) and not yet notified: while there
+        # are any, the owner polls its backend hot (see NixlBlockMover).
+        self._active_pulls: dict[str, float] = {}
+        self._counters = {
+            "pulls_ok": 0,
+            "pulls_failed": 0,
+            "bytes_pulled": 0,
+            "inflight_pulls": 0,
+            "released_notified": 0,
+            "released_expired": 0,
+            "released_released": 0,
+        }
+
+    # --- lifecycle -------------------------------------------------------------------------
+    @property
+    def address(self) -> PeerAddress:
+        if self._address is None:
+            raise RuntimeError("mover not started")
+        return self._address
+
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        self._ctx = zmq.asyncio.Context.instance()
+        self._wake = asyncio.Event()
+        await self._start_backend()
+        self._server = SideChannelServer(self._ctx, self.host, self._port, self._handle)
+        self._server.start()
+        self._address = PeerAddress(
+            engine_id=self.engine_id, host=self.host, port=self._server.port
+        )
+        self._tick_task = asyncio.create_task(self._tick_loop(), name=f"mover-tick-{self.kind}")
+
+    async def close(self) -> None:
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tick_task
+            self._tick_task = None
+        for link in list(self._links.values()):
+            self._drop_link(link)
+        if self._closing_links:
+            await asyncio.gather(*self._closing_links, return_exceptions=True)
+        if self._server is not None:
+            await self._server.close()
+            self._server = None
+        await self._close_backend()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- owner side (pure bookkeeping; `now` defaults to the monotonic clock) ---------------
+    def hold(
+        self,
+        request_id: str,
+        block_ids: Sequence[int],
+        lease_s: float = DEFAULT_LEASE_S,
+        now: float | None = None,
+    ) -> None:
+        """Keep `block_ids` for `request_id` until notified or `lease_s` from `now`."""
+        ids = self.pool.check_ids(block_ids, "block_ids")
+        if not ids:
+            raise BadBlockIds("hold needs at least one block", request_id=request_id)
+        now = time.monotonic() if now is None else now
+        try:
+            self.leases.hold(request_id, ids, now + lease_s)
+        except ValueError as exc:
+            raise BadBlockIds(str(exc), request_id=request_id) from None
+        self._poke()
+
+    def extend_lease(self, request_id: str, lease_s: float, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        return self.leases.extend(request_id, now + lease_s) is not None
+
+    def release(self, request_id: str) -> bool:
+        """Owner-initiated free (e.g. the request was aborted)."""
+        return self._end_lease(request_id, "released")
+
+    def held(self) -> dict[str, list[int]]:
+        return self.leases.snapshot()
+
+    def _end_lease(self, request_id: str, reason: ReleaseReason) -> bool:
+        lease = self.leases.release(request_id)
+        self._active_pulls.pop(request_id, None)
+        if lease is None:
+            return False
+        self._emit(Released(request_id, lease.block_ids, reason))
+        return True
+
+    def _emit(self, released: Released) -> None:
+        self._counters[f"released_{released.reason}"] += 1
+        if self.on_release is not None:
+            try:
+                self.on_release(released)
+            except Exception:
+                log.exception("on_release callback failed for %s", released.request_id)
+
+    def _expire(self, now: float) -> None:
+        for lease in self.leases.pop_expired(now):
+            self._active_pulls.pop(lease.request_id, None)
+            self._emit(Released(lease.request_id, lease.block_ids, "expired"))
+        for request_id, until in list(self._active_pulls.items()):
+            if until <= now:
+                del self._active_pulls[request_id]
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _tick_loop(self) -> None:
+        """Expire leases on time and give the backend its periodic poll."""
+        assert self._wake is not None
+        while True:
+            now = time.monotonic()
+            self._expire(now)
+            try:
+                await self._backend_tick()
+            except Exception:  # keep expiring leases even if one backend poll fails
+                log.exception("%s mover: backend poll failed", self.kind)
+            interval = self._tick_interval()
+            next_expiry = self.leases.next_expiry()
+            if next_expiry is not None:
+                interval = min(interval, max(0.0, next_expiry - time.monotonic()))
+            if interval <= 0.002:
+                await asyncio.sleep(interval)
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval)
+
+    def _check_held(self, request_id: str, block_ids: list[int]) -> Fail | None:
+        lease = self.leases.get(request_id)
+        if lease is None:
+            return Fail(
+                seq=0,
+                code="lease_not_found",
+                message=f"{self.engine_id} holds no blocks for request {request_id!r} "
+                "(lease expired, already freed, or never held)",
+            )
+        held = set(lease.block_ids)
+        missing = [i for i in block_ids if i not in held]
+        if missing:
+            return Fail(
+                seq=0,
+                code="bad_block_ids",
+                message=f"blocks {missing[:8]} are not held for request {request_id!r} "
+                f"(held: {len(lease.block_ids)} blocks)",
+            )
+        return None
+
+    def _handle(self, request: Request) -> tuple[Reply, Sequence[Any]]:
+        now = time.monotonic()
+        if isinstance(request, Hello):
+            return self._hello(request.seq), ()
+        if isinstance(request, BeginPull | Read):
+            fail = self._check_held(request.request_id, request.block_ids)
+            if fail is not None:
+                fail.seq = request.seq
+                return fail, ()
+            hold_s = max(0.0, min(request.hold_s, 3600.0))
+            self.leases.extend(request.request_id, now + hold_s)
+            self._active_pulls[request.request_id] = now + hold_s
+            self._poke()
+            if isinstance(request, Read):
+                return self._serve_read(request)
+            return Ok(seq=request.seq), ()
+        if isinstance(request, Extend):
+            if self.extend_lease(request.request_id, request.lease_s, now):
+                return Ok(seq=request.seq), ()
+            fail = self._check_held(request.request_id, [])
+            assert fail is not None
+            fail.seq = request.seq
+            return fail, ()
+        if isinstance(request, Notify):
+            self._end_lease(request.request_id, "notified")
+            return Ok(seq=request.seq), ()
+        raise AssertionError(f"unhandled request {request!r}")
+
+    def _hello(self, seq: int) -> HelloReply:
+        return HelloReply(
+            seq=seq,
+            engine_id=self.engine_id,
+            kind=self.kind,
+            num_blocks=self.pool.num_blocks,
+            block_bytes=self.pool.block_bytes,
+            base_address=self.pool.base_address,
+            mem_type=self.pool.mem_type,
+            device_id=self.pool.device_id,
+            agent_metadata=self._agent_metadata(),
+        )
+
+    # --- puller side ----------------------------------------------------------------------
+    def _deadline(self, deadline: float | None) -> float:
+        return time.monotonic() + self.default_timeout_s if deadline is None else deadline
+
+    async def _link(self, peer: PeerAddress, deadline: float, request_id: str) -> PeerLink:
+        """The cached, handshaken link to `peer` (handshake on first use)."""
+        assert self._ctx is not None, "mover not started"
+        link = self._links.get(peer)
+        if link is None or link.gone is not None:
+            link = PeerLink(self._ctx, peer, self._drop_link)
+            self._links[peer] = link
+        if link.handshake is not None:
+            return link
+        async with link.handshake_lock:
+            if link.handshake is not None:
+                return link
+            reply, _ = await link.request(Hello(seq=0), deadline, request_id)
+            if not isinstance(reply, HelloReply):
+                raise TransferFailed(f"bad handshake reply {reply!r}", peer=str(peer))
+            if reply.engine_id != peer.engine_id:
+                self._drop_link(link)
+                raise PeerGone(
+                    f"{peer.host}:{peer.port} is engine {reply.engine_id!r}, not "
+                    f"{peer.engine_id!r} (restarted?)",
+                    peer=str(peer),
+                    request_id=request_id,
+                )
+            if reply.kind != self.kind:
+                raise LayoutMismatch(
+                    f"peer {peer} runs a {reply.kind!r} mover, this one is {self.kind!r}",
+                    peer=str(peer),
+                )
+            await self._connect_backend(link, reply)
+            link.handshake = reply
+        return link
+
+    def _drop_link(self, link: PeerLink) -> None:
+        """Forget a peer: backend state first (NIXL remote agent), then the sockets."""
+        if self._links.get(link.peer) is link:
+            del self._links[link.peer]
+        self._disconnect_backend(link)
+        task = asyncio.get_running_loop().create_task(link.close())
+        self._closing_links.add(task)
+        task.add_done_callback(self._closing_links.discard)
+
+    def _check_pull_ids(
+        self,
+        peer: PeerAddress,
+        remote_block_ids: Sequence[int],
+        local_block_ids: Sequence[int],
+        request_id: str,
+    ) -> tuple[list[int], list[int]]:
+        if len(remote_block_ids) != len(local_block_ids):
+            raise BadBlockIds(
+                f"remote_block_ids has {len(remote_block_ids)} ids, local_block_ids "
+                f"{len(local_block_ids)}",
+                peer=str(peer),
+                request_id=request_id,
+            )
+        if not local_block_ids:
+            raise BadBlockIds("nothing to pull: no block ids", request_id=request_id)
+        try:
+            local = self.pool.check_ids(local_block_ids, "local_block_ids")
+        except BadBlockIds as exc:
+            raise BadBlockIds(str(exc), peer=str(peer), request_id=request_id) from None
+        remote: list[int] = []
+        seen: set[int] = set()
+        for pos, raw in enumerate(remote_block_ids):
+            if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0 or raw in seen:
+                raise BadBlockIds(
+                    f"remote_block_ids[{pos}] = {raw!r} is not a new non-negative int",
+                    peer=str(peer),
+                    request_id=request_id,
+                )
+            seen.add(raw)
+            remote.append(int(raw))
+        return remote, local
+
+    async def pull(
+        self,
+        peer: PeerAddress,
+        remote_block_ids: Sequence[int],
+        local_block_ids: Sequence[int],
+        request_id: str,
+        deadline: float | None = None,
+        *,
+        notify: bool = True,
+    ) -> PullResult:
+        """Copy the owner's `remote_block_ids` into this pool's `local_block_ids` (pairwise).
+
+        One batched transfer; then (with `notify`) the owner is told to free the blocks.
+        Raises a `TransferError` subclass; on any error nothing stays posted.
+        """
+        deadline = self._deadline(deadline)
+        started = time.perf_counter()
+        self._counters["inflight_pulls"] += 1
+        try:
+            remote, local = self._check_pull_ids(
+                peer, remote_block_ids, local_block_ids, request_id
+            )
+            link = await self._link(peer, deadline, request_id)
+            hello = link.handshake
+            assert hello is not None
+            if hello.block_bytes != self.pool.block_bytes:
+                raise LayoutMismatch(
+                    f"peer blocks are {hello.block_bytes} bytes, local {self.pool.block_bytes}",
+                    peer=str(peer),
+                    request_id=request_id,
+                )
+            too_big = [i for i in remote if i >= hello.num_blocks]
+            if too_big:
+                raise BadBlockIds(
+                    f"remote_block_ids {too_big[:8]} out of range: peer has "
+                    f"{hello.num_blocks} blocks",
+                    peer=str(peer),
+                    request_id=request_id,
+                )
+            await self._transfer(link, remote, local, request_id, deadline, notify)
+        except TransferError as exc:
+            self._counters["pulls_failed"] += 1
+            if exc.request_id is None:
+                exc.request_id = request_id
+            raise
+        except BaseException:
+            self._counters["pulls_failed"] += 1
+            raise
+        finally:
+            self._counters["inflight_pulls"] -= 1
+        seconds = time.perf_counter() - started
+        nbytes = len(local) * self.pool.block_bytes
+        self._counters["pulls_ok"] += 1
+        self._counters["bytes_pulled"] += nbytes
+        return PullResult(request_id, len(local), nbytes, seconds, self.kind)
+
+    async def _begin_pull(
+        self, link: PeerLink, remote: list[int], request_id: str, deadline: float
+    ) -> None:
+        hold_s = max(0.0, deadline - time.monotonic()) + PULL_HOLD_MARGIN_S
+        reply, _ = await link.request(
+            BeginPull(seq=0, request_id=request_id, block_ids=remote, hold_s=hold_s),
+            deadline,
+            request_id,
+        )
+        if isinstance(reply, Fail):
+            _raise_fail(reply, link.peer, request_id)
+
+    async def notify(
+        self, peer: PeerAddress, request_id: str, deadline: float | None = None
+    ) -> None:
+        """Tell the owner it may free `request_id`'s blocks (e.g. decode gave up on them)."""
+        deadline = self._deadline(deadline)
+        link = await self._link(peer, deadline, request_id)
+        reply, _ = await link.request(Notify(seq=0, request_id=request_id), deadline, request_id)
+        if isinstance(reply, Fail):
+            _raise_fail(reply, peer, request_id)
+
+    async def extend_remote_lease(
+        self, peer: PeerAddress, request_id: str, lease_s: float, deadline: float | None = None
+    ) -> None:
+        """Heartbeat: keep the owner's blocks for `request_id` `lease_s` more seconds."""
+        deadline = self._deadline(deadline)
+        link = await self._link(peer, deadline, request_id)
+        reply, _ = await link.request(
+            Extend(seq=0, request_id=request_id, lease_s=lease_s), deadline, request_id
+        )
+        if isinstance(reply, Fail):
+            _raise_fail(reply, peer, request_id)
+        if not isinstance(reply, Ok):
+            raise TransferFailed(f"bad reply {reply!r}", peer=str(peer), request_id=request_id)
+
+    def stats(self) -> MoverStats:
+        backend = self._backend_counters()
+        return MoverStats(
+            leases_held=len(self.leases),
+            blocks_held=self.leases.blocks_held,
+            pulls_ok=self._counters["pulls_ok"],
+            pulls_failed=self._counters["pulls_failed"],
+            bytes_pulled=self._counters["bytes_pulled"],
+            inflight_pulls=self._counters["inflight_pulls"],
+            xfer_handles_live=backend.get("xfer_handles_live", 0),
+            dlists_live=backend.get("dlists_live", 0),
+            remote_agents_live=backend.get("remote_agents_live", 0),
+            registrations_live=backend.get("registrations_live", 0),
+            peers_cached=sum(1 for link in self._links.values() if link.handshake is not None),
+            released_notified=self._counters["released_notified"],
+            released_expired=self._counters["released_expired"],
+            released_owner=self._counters["released_released"],
+        )
+
+    # --- backend hooks ----------------------------------------------------------------------
+    async def _start_backend(self) -> None:
+        """Create agents, register the pool."""
+        return None
+
+    async def _close_backend(self) -> None:
+        """Undo `_start_backend` (after all links are dropped)."""
+        return None
+
+    def _agent_metadata(self) -> bytes:
+        return b""
+
+    async def _connect_backend(self, link: PeerLink, hello: HelloReply) -> None:
+        """Per-peer setup after the handshake (NIXL: add the remote agent)."""
+        return None
+
+    def _disconnect_backend(self, link: PeerLink) -> None:
+        """Undo `_connect_backend`; must not raise."""
+        return None
+
+    async def _backend_tick(self) -> None:
+        """Periodic backend poll (NIXL: notifications, transfer states)."""
+        return None
+
+    def _tick_interval(self) -> float:
+        return 0.5
+
+    def _backend_counters(self) -> dict[str, int]:
+        return {}
+
+    def _serve_read(self, request: Read) -> tuple[Reply, Sequence[Any]]:
+        return Fail(seq=request.seq, code="unsupported", message=f"{self.kind} mover"), ()
+
+    @abc.abstractmethod
+    async def _transfer(
+        self,
+        link: PeerLink,
+        remote: list[int],
+        local: list[int],
+        request_id: str,
+        deadline: float,
+        notify: bool,
+    ) -> None:
+        """Move the (validated) blocks and, with `notify`, tell the owner."""

@@ -1,0 +1,524 @@
+"""The simulated engine's HTTP server: vLLM's OpenAI-compatible API, byte for byte where it counts.
+
+Routes (as vLLM 0.32's `api_server`): `POST /v1/completions`, `POST /v1/chat/completions`
+(plain and SSE streaming with `stream_options.include_usage`), `GET /v1/models`, `GET /health`,
+`POST /tokenize`, `GET /metrics`, `POST /reset_prefix_cache` (vLLM dev mode); plus
+`GET /sim/info` (role, engine id, profiles, KV side channel) for pools.
+
+Wire rules copied from vLLM's behaviour (read from its source, re-implemented):
+- errors are `{"error": {"message", "type", "param", "code"}}` with the HTTP status in `code`:
+  unknown model 404 `NotFoundError` (param `model`); a prompt longer than `max_model_len` 400
+  `BadRequestError` (param `input_tokens`); invalid fields 400 `Bad Request` (FastAPI validation,
+  param = dotted field path); a failed KV load on a decode leg 500 `InternalServerError`.
+- SSE: every chunk is `data: <json>\\n\\n`; the stream ends with `data: [DONE]\\n\\n`; with
+  `include_usage` a last chunk has `choices: []` and the usage; errors after the stream started
+  are sent as a `data: {"error": ...}` chunk.
+- P/D: a request whose `kv_transfer_params.do_remote_decode` is true is prefilled and its
+  response carries top-level `kv_transfer_params` for the decode engine (NixlConnector shape).
+
+Simulated, not modelled: sampling. Generated tokens are a pure function of (prompt, `seed`,
+position) (`pools.sim.token_gen`), so `temperature`, `top_p`, `stop`, `logprobs`, ... are
+accepted (and validated where vLLM validates them) but do not change the output; output ends by
+length (`finish_reason` "length"). One choice per request (`n` = 1), one prompt per request.
+
+The handlers keep per-token work to a dict build and one `msgspec.json.encode`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+from starlette.responses import Response, StreamingResponse
+
+from pools.sim.api_schemas import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    TokenizeRequest,
+)
+from pools.sim.runner import EngineUnavailable
+
+if TYPE_CHECKING:
+    from pools.sim.runner import SimEngine
+    from pools.sim.tokenization import SimTokenizer
+
+_json = msgspec.json.Encoder()
+
+
+class ApiError(Exception):
+    """An OpenAI-shaped error with its HTTP status."""
+
+    def __init__(
+        self,
+        message: str,
+        status: HTTPStatus,
+        err_type: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.err_type = err_type or _default_type(status)
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.status, self.err_type, self.param)
+
+
+def _default_type(status: HTTPStatus) -> str:
+    return {
+        HTTPStatus.BAD_REQUEST: "BadRequestError",
+        HTTPStatus.NOT_FOUND: "NotFoundError",
+        HTTPStatus.INTERNAL_SERVER_ERROR: "InternalServerError",
+        HTTPStatus.SERVICE_UNAVAILABLE: "ServiceUnavailableError",
+    }.get(status, status.phrase)
+
+
+def error_body(
+    message: str, status: HTTPStatus, err_type: str, param: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": err_type, "param": param, "code": int(status)}}
+
+
+def validation_error(exc: ValidationError) -> ApiError:
+    """vLLM's validation handler: "N validation error(s):" + one line per error, param = loc."""
+    errors = exc.errors(include_url=False)
+    label = "error" if len(errors) == 1 else "errors"
+    lines = [f"{len(errors)} validation {label}:"]
+    for err in errors[:10]:
+        shown = {k: err[k] for k in ("type", "loc", "msg", "input") if k in err}
+        shown["loc"] = "body." + ".".join(str(p) for p in err["loc"])
+        if isinstance(shown.get("input"), (list, dict, tuple)):
+            shown["input"] = f"<{type(shown['input']).__name__} of {len(shown['input'])} items>"
+        lines.append(f"  {shown}")
+    param = "body." + ".".join(str(p) for p in errors[0]["loc"]) if errors else None
+    return ApiError("\n".join(lines), HTTPStatus.BAD_REQUEST, HTTPStatus.BAD_REQUEST.phrase, param)
+
+
+def _json_response(body: Any, status: int = 200) -> Response:
+    return Response(_json.encode(body), status_code=status, media_type="application/json")
+
+
+async def _parse(request: Request, model: type[BaseModel]) -> Any:
+    raw = await request.body()
+    try:
+        data = msgspec.json.decode(raw) if raw else {}
+    except msgspec.DecodeError as exc:
+        raise ApiError(
+            f"JSON decode error: {exc}", HTTPStatus.BAD_REQUEST, HTTPStatus.BAD_REQUEST.phrase
+        ) from exc
+    if not isinstance(data, dict):
+        raise ApiError(
+            "Input should be a valid dictionary", HTTPStatus.BAD_REQUEST, "Bad Request", "body"
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from exc
+
+
+def _messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Chat messages as plain dicts with string content (text parts joined, as vLLM does)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        content = m.content
+        if isinstance(content, list):
+            content = "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+        out.append({"role": m.role, "content": content or ""})
+    return out
+
+
+def create_app(engine: SimEngine) -> FastAPI:
+    """The FastAPI app serving `engine` (one simulated engine; many can share a process)."""
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
+    from starlette.responses import Response
+
+    app = FastAPI(title="pdorch simulated engine", docs_url=None, redoc_url=None)
+    served = engine.served_model_names
+    max_model_len = engine.max_model_len
+    tokenizer = engine.tokenizer
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> Response:
+        return _json_response(exc.body(), int(exc.status))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> Response:
+        body = error_body(str(exc), HTTPStatus.BAD_REQUEST, HTTPStatus.BAD_REQUEST.phrase)
+        return _json_response(body, 400)
+
+    def check_model(name: str | None) -> str:
+        if name is None or name in served:
+            return served[0]
+        raise ApiError(
+            f"The model `{name}` does not exist. Valid aliases: {', '.join(served)}.",
+            HTTPStatus.NOT_FOUND,
+            "NotFoundError",
+            "model",
+        )
+
+    def check_length(prompt_len: int, max_tokens: int | None, param: str) -> int:
+        if prompt_len > max_model_len:
+            raise ApiError(
+                f"This model's maximum context length is {max_model_len} tokens. However, your "
+                f"prompt contains {prompt_len} input tokens, which exceeds this limit even "
+                "without any output tokens. Please reduce the length of the input prompt.",
+                HTTPStatus.BAD_REQUEST,
+                param="input_tokens",
+            )
+        if max_tokens is not None and max_tokens > max_model_len:
+            raise ApiError(
+                f"{param}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+                "Please request fewer output tokens.",
+                HTTPStatus.BAD_REQUEST,
+                param=param,
+            )
+        limit = max_model_len - prompt_len
+        budget = limit if max_tokens is None else min(max_tokens, limit)
+        if budget < 1:
+            raise ApiError(
+                f"This model's maximum context length is {max_model_len} tokens. However, your "
+                f"prompt contains {prompt_len} input tokens, leaving no room for output tokens.",
+                HTTPStatus.BAD_REQUEST,
+                param="input_tokens",
+            )
+        return budget
+
+    def request_id(raw: Request, prefix: str) -> str:
+        header = raw.headers.get("x-request-id")
+        return f"{prefix}-{header}" if header else f"{prefix}-{uuid.uuid4().hex}"
+
+    @app.get("/health")
+    async def health() -> Response:
+        if not engine.healthy:
+            return Response(status_code=503)
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        created = int(time.time())
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": engine.model_root,
+                "parent": None,
+                "max_model_len": max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{uuid.uuid4().hex}",
+                        "object": "model_permission",
+                        "created": created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+            for name in served
+        ]
+        return _json_response({"object": "list", "data": data})
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> Response:
+        # vLLM (dev mode) answers 200 either way; AllBlocksCleared goes out with the next step
+        engine.reset_prefix_cache()
+        return Response(status_code=200)
+
+    @app.get("/sim/info")
+    async def sim_info() -> Response:
+        return _json_response(engine.info())
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        engine.refresh_gauges()
+        return Response(
+            engine.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+    @app.post("/tokenize")
+    async def tokenize(raw: Request) -> Response:
+        req: TokenizeRequest = await _parse(raw, TokenizeRequest)
+        check_model(req.model)
+        if req.messages is not None:
+            tokens = tokenizer.encode_chat(_messages(req.messages), req.add_generation_prompt)
+        elif req.prompt is not None:
+            add = True if req.add_special_tokens is None else req.add_special_tokens
+            tokens = tokenizer.encode_prompt(req.prompt, add_special_tokens=add)
+        else:
+            raise ApiError("Either `prompt` or `messages` is required.", HTTPStatus.BAD_REQUEST)
+        body: dict[str, Any] = {
+            "count": len(tokens),
+            "max_model_len": max_model_len,
+            "tokens": tokens,
+            "token_strs": [tokenizer.token_text(t) for t in tokens]
+            if req.return_token_strs
+            else None,
+        }
+        return _json_response(body)
+
+    @app.post("/v1/completions", response_model=None)
+    async def completions(raw: Request) -> Response:
+        req: CompletionRequest = await _parse(raw, CompletionRequest)
+        model = check_model(req.model)
+        tokens = _prompt_tokens(req.prompt, tokenizer)
+        if not tokens:
+            raise ApiError("Prompt cannot be empty", HTTPStatus.BAD_REQUEST, param="prompt")
+        max_tokens = check_length(len(tokens), req.max_tokens, "max_tokens")
+        rid = request_id(raw, "cmpl")
+        return await _run(raw, req, rid, model, tokens, max_tokens, chat=False, echo_text=None)
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(raw: Request) -> Response:
+        req: ChatCompletionRequest = await _parse(raw, ChatCompletionRequest)
+        model = check_model(req.model)
+        if not req.messages:
+            raise ApiError("messages must not be empty", HTTPStatus.BAD_REQUEST, param="messages")
+        tokens = tokenizer.encode_chat(_messages(req.messages), req.add_generation_prompt)
+        limit = (
+            req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        )
+        param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+        max_tokens = check_length(len(tokens), limit, param)
+        rid = request_id(raw, "chatcmpl")
+        return await _run(raw, req, rid, model, tokens, max_tokens, chat=True, echo_text=None)
+
+    async def _run(
+        raw: Request,
+        req: CompletionRequest | ChatCompletionRequest,
+        rid: str,
+        model: str,
+        tokens: list[int],
+        max_tokens: int,
+        *,
+        chat: bool,
+        echo_text: str | None,
+    ) -> Response:
+        kv_params = req.kv_transfer_params
+        try:
+            stream = engine.submit(
+                request_id=rid,
+                prompt_token_ids=tokens,
+                max_tokens=max_tokens,
+                seed=req.seed,
+                kv_transfer_params=kv_params,
+            )
+        except ValueError as exc:  # the core names the field it refused
+            raise ApiError(str(exc), HTTPStatus.BAD_REQUEST) from exc
+        except EngineUnavailable as exc:
+            raise ApiError(str(exc), HTTPStatus.SERVICE_UNAVAILABLE) from exc
+        created = int(time.time())
+        if not req.stream:
+            text_parts: list[str] = []
+            n_out = 0
+            try:
+                async for out in stream:
+                    if out.error is not None:
+                        raise ApiError(out.error, HTTPStatus.INTERNAL_SERVER_ERROR)
+                    for t in out.token_ids:
+                        text_parts.append(tokenizer.token_text(t))
+                    n_out += len(out.token_ids)
+            finally:
+                stream.close()
+            final = stream.final
+            text = "".join(text_parts)
+            usage = _usage(len(tokens), n_out)
+            finish = final.finish_reason if final else "abort"
+            body: dict[str, Any]
+            if chat:
+                body = {
+                    "id": rid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {
+                                "role": "assistant",
+                                "content": text,
+                                "refusal": None,
+                                "annotations": None,
+                                "audio": None,
+                                "function_call": None,
+                                "tool_calls": [],
+                                "reasoning": None,
+                            },
+                            "logprobs": None,
+                            "finish_reason": finish,
+                            "stop_reason": None,
+                            "token_ids": None,
+                        }
+                    ],
+                    "service_tier": None,
+                    "system_fingerprint": None,
+                    "usage": usage,
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": None,
+                    "kv_transfer_params": final.kv_transfer_params if final else None,
+                }
+            else:
+                body = {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": text,
+                            "logprobs": None,
+                            "finish_reason": finish,
+                            "stop_reason": None,
+                            "prompt_logprobs": None,
+                        }
+                    ],
+                    "service_tier": None,
+                    "system_fingerprint": None,
+                    "usage": usage,
+                    "kv_transfer_params": final.kv_transfer_params if final else None,
+                }
+            return _json_response(body)
+
+        opts = req.stream_options
+        include_usage = bool(opts and opts.include_usage)
+        continuous = include_usage and bool(opts and opts.continuous_usage_stats)
+        return StreamingResponse(
+            _sse(stream, rid, model, created, len(tokens), chat, include_usage, continuous),
+            media_type="text/event-stream",
+        )
+
+    async def _sse(
+        stream: Any,
+        rid: str,
+        model: str,
+        created: int,
+        prompt_len: int,
+        chat: bool,
+        include_usage: bool,
+        continuous: bool,
+    ) -> AsyncIterator[bytes]:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        n_out = 0
+
+        def chunk(choice: dict[str, Any]) -> bytes:
+            body: dict[str, Any] = {
+                "id": rid,
+                "object": obj,
+                "created": created,
+                "model": model,
+                "choices": [choice],
+            }
+            if continuous:
+                body["usage"] = _usage(prompt_len, n_out, streaming=True)
+            return b"data: " + _json.encode(body) + b"\n\n"
+
+        try:
+            if chat:
+                yield chunk(
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                )
+            async for out in stream:
+                if out.error is not None:
+                    err = error_body(
+                        out.error, HTTPStatus.INTERNAL_SERVER_ERROR, "InternalServerError"
+                    )
+                    yield b"data: " + _json.encode(err) + b"\n\n"
+                    break
+                n_out += len(out.token_ids)
+                text = "".join(tokenizer.token_text(t) for t in out.token_ids)
+                finish = out.finish_reason
+                if not out.token_ids and finish is None:
+                    continue
+                if chat:
+                    delta: dict[str, Any] = {"content": text} if out.token_ids else {}
+                    yield chunk(
+                        {
+                            "index": 0,
+                            "delta": delta,
+                            "logprobs": None,
+                            "finish_reason": finish,
+                            "stop_reason": None,
+                        }
+                    )
+                else:
+                    yield chunk(
+                        {
+                            "index": 0,
+                            "text": text,
+                            "logprobs": None,
+                            "finish_reason": finish,
+                            "stop_reason": None,
+                        }
+                    )
+            else:
+                if include_usage:
+                    usage = _usage(prompt_len, n_out, streaming=True)
+                    body = {
+                        "id": rid,
+                        "object": obj,
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                    yield b"data: " + _json.encode(body) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        finally:
+            stream.close()
+
+    app.state.engine = engine
+    return app
+
+
+def _prompt_tokens(
+    prompt: str | list[int] | list[str] | list[list[int]], tokenizer: SimTokenizer
+) -> list[int]:
+    """One prompt (text or token ids) as token ids; a batch of one is unwrapped."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+        if len(prompt) != 1:
+            raise ApiError(
+                "The simulated engine serves one prompt per request.",
+                HTTPStatus.BAD_REQUEST,
+                param="prompt",
+            )
+        first = prompt[0]
+        return _prompt_tokens(first, tokenizer)
+    if isinstance(prompt, str):
+        return tokenizer.encode_prompt(prompt, add_special_tokens=True)
+    return [int(t) for t in prompt]  # type: ignore[arg-type]
+
+
+def _usage(prompt: int, completion: int, streaming: bool = False) -> dict[str, Any]:
+    """vLLM's UsageInfo; streamed chunks drop null fields (vLLM dumps them with exclude_none).
+    `prompt_tokens_details` stays null: vLLM fills it only with --enable-prompt-tokens-details."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+    }
+    if not streaming:
+        usage["prompt_tokens_details"] = None
+    return usage

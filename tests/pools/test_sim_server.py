@@ -1,0 +1,281 @@
+"""The simulated engine server in-process: P/D failure paths, leases, aborts, the CLI, many
+engines in one process. (Behaviour shared with vLLM is in tests/conformance/.)"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from pools.sim.server import SimServer
+from pools.sim.settings import SimEngineSettings
+from tests.waiting import async_wait_until, wait_until
+
+PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False}
+
+
+def settings(**overrides: Any) -> SimEngineSettings:
+    base: dict[str, Any] = {
+        "port": 0,
+        "time_scale": 0.01,
+        "block_size": 32,
+        "num_blocks": 128,
+        "max_model_len": 2048,
+        "served_model_name": "tiny",
+        "kv_transport": "tcp",
+    }
+    base.update(overrides)
+    return SimEngineSettings(**base)
+
+
+@pytest.fixture
+async def pd() -> AsyncIterator[tuple[SimServer, SimServer, httpx.AsyncClient]]:
+    prefill, decode = SimServer(settings(role="prefill")), SimServer(settings(role="decode"))
+    await prefill.start()
+    await decode.start()
+    try:
+        async with httpx.AsyncClient(timeout=30.0) as client:
+            yield prefill, decode, client
+    finally:
+        await decode.stop()
+        await prefill.stop()
+
+
+def prompt() -> str:
+    return f"{uuid.uuid4().hex} " + "the quick brown fox jumps over the lazy dog " * 20
+
+
+async def metric(client: httpx.AsyncClient, url: str, name: str) -> float:
+    text = (await client.get(f"{url}/metrics")).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+async def prefill_leg(
+    client: httpx.AsyncClient, url: str, text: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    body = {"model": "tiny", "prompt": text, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS}
+    r = await client.post(f"{url}/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    params: dict[str, Any] = r.json()["kv_transfer_params"]
+    return body, params
+
+
+async def test_disaggregated_equals_colocated_and_frees_prefill_blocks(pd: Any) -> None:
+    prefill, decode, client = pd
+    text = prompt()
+    body, params = await prefill_leg(client, prefill.url, text)
+    assert prefill.engine.core.stats().num_held_blocks == len(params["remote_block_ids"][0])
+    r = await client.post(
+        f"{decode.url}/v1/completions",
+        json={**body, "max_tokens": 10, "kv_transfer_params": params},
+    )
+    assert r.status_code == 200, r.text
+    colocated = await client.post(
+        f"{prefill.url}/v1/completions", json={**body, "max_tokens": 10, "kv_transfer_params": None}
+    )
+    assert r.json()["choices"][0]["text"] == colocated.json()["choices"][0]["text"]
+
+    async def freed() -> bool:
+        return prefill.engine.core.stats().num_held_blocks == 0
+
+    await async_wait_until(freed, 10.0, message="prefill blocks released after the pull")
+    ext = 'vllm:prompt_tokens_by_source_total{engine="0",model_name="tiny",source="external'
+    assert await metric(client, decode.url, ext) >= r.json()["usage"]["prompt_tokens"] - 32
+
+
+async def test_corrupted_block_fails_verification_with_500(pd: Any) -> None:
+    prefill, decode, client = pd
+    body, params = await prefill_leg(client, prefill.url, prompt())
+    # damage one held block's bytes on the owner: the decode side must notice
+    prefill.engine._kv.blocks[params["remote_block_ids"][0][1], :8] ^= 0xFF
+    r = await client.post(
+        f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params}
+    )
+    assert r.status_code == 500
+    assert r.json()["error"]["type"] == "InternalServerError"
+    assert await metric(client, decode.url, "pdorch_sim:kv_block_verify_failures_total") == 1
+    assert (await client.get(f"{decode.url}/health")).status_code == 200
+
+
+async def test_dead_prefill_side_gives_500_and_decode_stays_healthy(pd: Any) -> None:
+    prefill, decode, client = pd
+    body, params = await prefill_leg(client, prefill.url, prompt())
+    await prefill.stop()
+    r = await client.post(
+        f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params}
+    )
+    assert r.status_code == 500
+    assert r.json()["error"]["code"] == 500
+    assert await metric(client, decode.url, "vllm:nixl_num_failed_transfers_total") == 1
+    assert (await client.get(f"{decode.url}/health")).status_code == 200
+    ok = await client.post(f"{decode.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+    assert ok.status_code == 200
+
+
+async def test_unpulled_blocks_are_freed_when_the_lease_expires() -> None:
+    prefill = SimServer(settings(kv_lease_s=0.3))
+    await prefill.start()
+    try:
+        async with httpx.AsyncClient(timeout=30.0) as client:
+            _, params = await prefill_leg(client, prefill.url, prompt())
+            assert prefill.engine.core.stats().num_held_blocks == len(params["remote_block_ids"][0])
+
+            async def freed() -> bool:
+                return prefill.engine.core.stats().num_held_blocks == 0
+
+            await async_wait_until(freed, 10.0, message="lease expiry to free the blocks")
+            usage = 'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"}'
+            assert await metric(client, prefill.url, usage) == 0.0
+    finally:
+        await prefill.stop()
+
+
+async def test_client_disconnect_aborts_the_request() -> None:
+    server = SimServer(settings(kv_transport="none", time_scale=1.0, gpu="cpu"))
+    await server.start()
+    try:
+        async with httpx.AsyncClient(timeout=30.0) as client:
+            body = {"prompt": "hello", "max_tokens": 1000, "stream": True, "ignore_eos": True}
+            async with client.stream("POST", f"{server.url}/v1/completions", json=body) as r:
+                async for _ in r.aiter_lines():
+                    break  # first chunk, then hang up
+
+            async def idle() -> bool:
+                return server.engine.core.stats().num_running == 0
+
+            await async_wait_until(idle, 10.0, message="the aborted request to leave the engine")
+            abort = 'vllm:request_success_total{engine="0",finished_reason="abort"'
+            assert await metric(client, server.url, abort) == 1
+    finally:
+        await server.stop()
+
+
+async def test_many_engines_share_one_process() -> None:
+    servers = [SimServer(settings(kv_transport="none", num_blocks=64)) for _ in range(12)]
+    try:
+        urls = await asyncio.gather(*(s.start() for s in servers))
+        async with httpx.AsyncClient(timeout=30.0) as client:
+            rs = await asyncio.gather(
+                *(
+                    client.post(f"{u}/v1/completions", json={"prompt": "hi", "max_tokens": 3})
+                    for u in urls
+                )
+            )
+        assert [r.status_code for r in rs] == [200] * len(servers)
+        assert len({r.json()["choices"][0]["text"] for r in rs}) == 1  # same prompt, same text
+    finally:
+        await asyncio.gather(*(s.stop() for s in servers))
+
+
+def test_cli_prints_one_ready_line_and_stops_on_sigint() -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from pdorch.cli import main; main()",
+            "engine",
+            "sim",
+            "--port",
+            "0",
+            "--kv-transport",
+            "none",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        assert line.startswith("ready http://127.0.0.1:") and line.endswith("\n")
+        url = line.split()[1]
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 10.0, message="health")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
+        assert proc.stdout.read() == b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_reset_prefix_cache_publishes_all_blocks_cleared_at_next_step(tmp_path: Any) -> None:
+    import msgspec
+    import zmq
+    import zmq.asyncio
+
+    endpoint = f"ipc://{tmp_path}/ev"
+    server = SimServer(settings(kv_transport="none", kv_events_endpoint=endpoint))
+    await server.start()
+    ctx = zmq.asyncio.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(endpoint)
+    try:
+        async with httpx.AsyncClient(timeout=30.0) as client:
+            seen: list[str] = []
+
+            async def got(kind: str) -> bool:
+                await client.post(
+                    f"{server.url}/v1/completions", json={"prompt": prompt(), "max_tokens": 1}
+                )
+                while await sub.poll(10):
+                    _, _, payload = await sub.recv_multipart()
+                    seen.extend(e["type"] for e in msgspec.msgpack.decode(payload)[1])
+                return kind in seen
+
+            await async_wait_until(lambda: got("BlockStored"), 10.0, message="BlockStored")
+            assert (await client.post(f"{server.url}/reset_prefix_cache")).status_code == 200
+            await async_wait_until(
+                lambda: got("AllBlocksCleared"), 10.0, message="AllBlocksCleared"
+            )
+    finally:
+        sub.close(0)
+        ctx.term()
+        await server.stop()
+
+
+def start_sim_process(*args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", "from pdorch.cli import main; main()", "engine", "sim", "--port",
+         "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def test_hung_prefill_side_gives_500_within_the_load_timeout() -> None:
+    """A SIGSTOPped prefill engine (a real process) neither answers nor disconnects: the decode
+    leg must still end, with 500, after `kv_load_timeout_s`."""
+    proc = start_sim_process("--kv-transport", "tcp", "--block-size", "32", "--time-scale", "0.01")
+    decode = SimServer(settings(kv_load_timeout_s=1.0))
+    try:
+        assert proc.stdout is not None
+        prefill_url = (await asyncio.to_thread(proc.stdout.readline)).decode().split()[1]
+        await decode.start()
+        async with httpx.AsyncClient(timeout=30.0) as client:
+            body, params = await prefill_leg(client, prefill_url, prompt())
+            proc.send_signal(signal.SIGSTOP)
+            started = asyncio.get_running_loop().time()
+            r = await client.post(
+                f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params}
+            )
+            waited = asyncio.get_running_loop().time() - started
+            assert r.status_code == 500, r.text
+            assert 0.9 <= waited < 10.0
+            assert (await client.get(f"{decode.url}/health")).status_code == 200
+    finally:
+        await decode.stop()
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

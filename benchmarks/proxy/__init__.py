@@ -1,0 +1,1 @@
+"""Parts of `pdorch bench proxy` (entry point: `benchmarks/proxy_bench.py`)."""

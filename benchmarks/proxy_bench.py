@@ -1,0 +1,406 @@
+"""Proxy overhead: P/D req/s and added latency through pdorch vs vllm-router vs no proxy.
+
+Setup (one run, one set of engines): a prefill and a decode simulated engine (`pdorch engine
+sim`, separate processes, `--time-scale` tiny so they answer almost at once and the proxy is
+the bottleneck), then for every concurrency C and every target, `requests` non-streaming
+completions (short unique prompt, `max_tokens` small) from C workers, each on its own
+keep-alive connection (`benchmarks/proxy/raw_http.py`, a lean client so the generator is not
+the bottleneck):
+
+- `direct`: no proxy. The client does the two legs itself, exactly as a P/D proxy must: the
+  prefill leg to the prefill engine (`max_tokens: 1`, `kv_transfer_params.do_remote_decode`),
+  then the decode leg to the decode engine with the returned `kv_transfer_params` and the same
+  `X-Request-Id`. This is the floor every proxy adds to.
+- `vllm-router`: `vllm-router --vllm-pd-disaggregation --prefill P --decode D` (Rust; NIXL mode).
+- `pdorch`: `pdorch serve --config` over the same two engines, every request disaggregated.
+
+Measured per (target, C): req/s = ok requests / wall time; latency percentiles (client-side,
+whole request); added latency = the target's percentile - direct's at the same C; CPU spent per
+request by the client, the proxy process and the engines (psutil): on a small machine all of
+them share the cores, so CPU per request says which proxy is cheaper even when req/s is
+limited by the machine. `remote_prefill_frac` = the decode engine's prompt tokens pulled over
+KV transfer / all its prompt tokens in that run (1.0 proves every request really was P/D).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import re
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+
+from benchmarks.proxy.processes import (
+    RunningProcess,
+    pdorch_serve_available,
+    start_pdorch,
+    start_sim,
+    start_vllm_router,
+    stop_process,
+    write_pdorch_fleet,
+)
+from benchmarks.proxy.raw_http import RawHttpConnection, split_url
+from pools.ports import free_port
+
+TARGETS = ("direct", "vllm-router", "pdorch")
+_PREFILL_KV = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+@dataclass(frozen=True)
+class ProxyBenchConfig:
+    requests: int = 2000
+    concurrency: tuple[int, ...] = (1, 32)
+    targets: tuple[str, ...] = TARGETS
+    max_tokens: int = 4
+    warmup: int = 50
+    time_scale: float = 0.0001
+    model_profile: str = "tiny"
+    served_model_name: str = "bench-model"
+    log_dir: Path | None = None
+
+
+@dataclass
+class _RunResult:
+    latencies_s: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of an ascending list."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, min(len(sorted_values), round(q / 100 * len(sorted_values) + 0.5)))
+    return sorted_values[rank - 1]
+
+
+class _Worker:
+    """One concurrent client: its own keep-alive connection(s) to the target."""
+
+    def __init__(self, target: str, urls: dict[str, str], model: str, max_tokens: int) -> None:
+        self.target = target
+        self.model = model
+        self.max_tokens = max_tokens
+        self.conns = {name: RawHttpConnection(*split_url(url)[:2]) for name, url in urls.items()}
+
+    async def request(self, prompt: str) -> str | None:
+        """One P/D completion; None when it succeeded, else the error."""
+        if self.target != "direct":
+            body = _encode({"model": self.model, "prompt": prompt, "max_tokens": self.max_tokens})
+            status, data = await self.conns["proxy"].post_json("/v1/completions", body)
+            return None if status == 200 else f"HTTP {status}: {data[:200]!r}"
+        rid = {"X-Request-Id": f"bench-{uuid.uuid4().hex}"}
+        prefill = _encode(
+            {
+                "model": self.model,
+                "prompt": prompt,
+                "max_tokens": 1,
+                "stream": False,
+                "kv_transfer_params": _PREFILL_KV,
+            }
+        )
+        status, data = await self.conns["prefill"].post_json("/v1/completions", prefill, rid)
+        if status != 200:
+            return f"prefill HTTP {status}: {data[:200]!r}"
+        params = _decode(data).get("kv_transfer_params")
+        if not params:
+            return "prefill response without kv_transfer_params"
+        decode = _encode(
+            {
+                "model": self.model,
+                "prompt": prompt,
+                "max_tokens": self.max_tokens,
+                "kv_transfer_params": params,
+            }
+        )
+        status, data = await self.conns["decode"].post_json("/v1/completions", decode, rid)
+        return None if status == 200 else f"decode HTTP {status}: {data[:200]!r}"
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()
+
+
+async def _drive(
+    target: str,
+    urls: dict[str, str],
+    config: ProxyBenchConfig,
+    concurrency: int,
+    count: int,
+    tag: str,
+    on_done: Callable[[], None] | None,
+) -> _RunResult:
+    result = _RunResult()
+    counter = itertools.count()
+    workers = [
+        _Worker(target, urls, config.served_model_name, config.max_tokens)
+        for _ in range(concurrency)
+    ]
+
+    async def loop(worker: _Worker) -> None:
+        while (i := next(counter)) < count:
+            # Unique prompts: no prefix-cache hit makes one target's engines do less work.
+            prompt = f"{i} {tag}: say something short about the sea."
+            start = time.perf_counter()
+            try:
+                error = await worker.request(prompt)
+            except (OSError, asyncio.IncompleteReadError, RuntimeError, ValueError) as err:
+                error = f"{type(err).__name__}: {err}"
+                worker.close()
+            if error is None:
+                result.latencies_s.append(time.perf_counter() - start)
+            else:
+                result.errors.append(error)
+            if on_done is not None:
+                on_done()
+
+    start = time.perf_counter()
+    try:
+        await asyncio.gather(*(loop(w) for w in workers))
+    finally:
+        for worker in workers:
+            worker.close()
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def _cpu_s(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of the processes (and their children) so far."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            for p in (proc, *proc.children(recursive=True)):
+                times = p.cpu_times()
+                total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
+_SOURCE_RE = re.compile(r"^vllm:prompt_tokens_by_source_total\{([^}]*)\}\s+(\S+)", re.M)
+
+
+async def _decode_prompt_sources(client: httpx.AsyncClient, decode_url: str) -> dict[str, float]:
+    """source label → prompt tokens so far, from the decode engine's `/metrics`."""
+    text = (await client.get(decode_url + "/metrics")).text
+    out: dict[str, float] = {}
+    for labels, value in _SOURCE_RE.findall(text):
+        source = re.search(r'source="([^"]*)"', labels)
+        if source:
+            out[source.group(1)] = out.get(source.group(1), 0.0) + float(value)
+    return out
+
+
+async def run_proxy_bench(
+    config: ProxyBenchConfig,
+    *,
+    on_progress: Callable[[], None] | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Start engines and proxies, run every (C, target), stop everything; the JSON report."""
+    say = on_status or (lambda _msg: None)
+    log_dir = config.log_dir or Path(tempfile.mkdtemp(prefix="pdorch-bench-proxy-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    skipped: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    load_before = os.getloadavg()[0]
+    started: list[RunningProcess] = []
+    rows: list[dict[str, Any]] = []
+    try:
+        say("starting simulated engines (prefill, decode)")
+        sims = await asyncio.gather(
+            *(
+                start_sim(
+                    role,
+                    log_dir,
+                    time_scale=config.time_scale,
+                    model_profile=config.model_profile,
+                    served_model_name=config.served_model_name,
+                    kv_events_port=free_port(),
+                )
+                for role in ("prefill", "decode")
+            ),
+            return_exceptions=True,
+        )
+        started += [sim for sim in sims if isinstance(sim, RunningProcess)]
+        for sim in sims:
+            if isinstance(sim, BaseException):
+                raise sim
+        prefill, decode = (sim for sim in sims if isinstance(sim, RunningProcess))
+        targets: dict[str, tuple[dict[str, str], RunningProcess | None]] = {}
+        if "direct" in config.targets:
+            targets["direct"] = ({"prefill": prefill.url, "decode": decode.url}, None)
+        if "vllm-router" in config.targets:
+            say("starting vllm-router")
+            try:
+                router = await start_vllm_router(prefill.url, decode.url, log_dir)
+                started.append(router)
+                targets["vllm-router"] = ({"proxy": router.url}, router)
+            except (OSError, RuntimeError) as err:
+                skipped["vllm-router"] = str(err)
+        if "pdorch" in config.targets:
+            # `pdorch serve` when this checkout has it, else the same app path without the CLI
+            launcher = "pdorch serve" if pdorch_serve_available() is None else "pdorch_runner"
+            say(f"starting pdorch ({launcher})")
+            port = free_port()
+            fleet = log_dir / "fleet-bench.yaml"
+            write_pdorch_fleet(
+                fleet,
+                served_model_name=config.served_model_name,
+                prefill=prefill,
+                decode=decode,
+                port=port,
+            )
+            try:
+                coordinator = await start_pdorch(
+                    fleet, port, log_dir, use_serve=launcher == "pdorch serve"
+                )
+                started.append(coordinator)
+                targets["pdorch"] = ({"proxy": coordinator.url}, coordinator)
+                notes["pdorch_launcher"] = launcher
+            except (OSError, RuntimeError) as err:
+                skipped["pdorch"] = str(err)
+        engine_pids = [prefill.pid, decode.pid]
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            for concurrency in config.concurrency:
+                for name in [t for t in TARGETS if t in targets]:
+                    urls, proc = targets[name]
+                    say(f"{name} at concurrency {concurrency}")
+                    tag = uuid.uuid4().hex[:8]
+                    if config.warmup:
+                        await _drive(
+                            name, urls, config, concurrency, config.warmup, f"warm{tag}", None
+                        )
+                    sources0 = await _decode_prompt_sources(http, decode.url)
+                    client0 = time.process_time()
+                    proxy0 = _cpu_s([proc.pid]) if proc else 0.0
+                    engines0 = _cpu_s(engine_pids)
+                    run = await _drive(
+                        name, urls, config, concurrency, config.requests, tag, on_progress
+                    )
+                    client_cpu = time.process_time() - client0
+                    proxy_cpu = _cpu_s([proc.pid]) - proxy0 if proc else None
+                    engines_cpu = _cpu_s(engine_pids) - engines0
+                    sources1 = await _decode_prompt_sources(http, decode.url)
+                    rows.append(
+                        _row(
+                            name,
+                            concurrency,
+                            run,
+                            client_cpu,
+                            proxy_cpu,
+                            engines_cpu,
+                            sources0,
+                            sources1,
+                        )
+                    )
+    finally:
+        for proc in reversed(started):
+            stop_process(proc)
+    _add_comparisons(rows)
+    return {
+        "rows": rows,
+        "skipped": skipped,
+        "config": {
+            "requests": config.requests,
+            "concurrency": list(config.concurrency),
+            "max_tokens": config.max_tokens,
+            "warmup": config.warmup,
+            "time_scale": config.time_scale,
+            "model_profile": config.model_profile,
+            "cpus": os.cpu_count(),
+            # other work on the machine skews req/s; CPU µs per request much less so
+            "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        },
+        "versions": _versions(),
+        "notes": notes,
+        "log_dir": str(log_dir),
+    }
+
+
+def _row(
+    target: str,
+    concurrency: int,
+    run: _RunResult,
+    client_cpu: float,
+    proxy_cpu: float | None,
+    engines_cpu: float,
+    sources0: dict[str, float],
+    sources1: dict[str, float],
+) -> dict[str, Any]:
+    lat = sorted(run.latencies_s)
+    ok = len(lat)
+    done = max(1, ok + len(run.errors))
+    delta = {k: sources1.get(k, 0.0) - sources0.get(k, 0.0) for k in sources1}
+    prompt_total = sum(delta.values())
+    remote = delta.get("external_kv_transfer", 0.0)
+
+    def per_req_us(cpu: float | None) -> float | None:
+        return None if cpu is None else round(cpu / done * 1e6, 1)
+
+    return {
+        "target": target,
+        "concurrency": concurrency,
+        "requests": ok + len(run.errors),
+        "ok": ok,
+        "errors": len(run.errors),
+        "first_error": run.errors[0] if run.errors else None,
+        "rps": round(ok / run.wall_s, 1) if run.wall_s > 0 else 0.0,
+        "p50_ms": round(_percentile(lat, 50) * 1e3, 3),
+        "p99_ms": round(_percentile(lat, 99) * 1e3, 3),
+        "mean_ms": round(sum(lat) / ok * 1e3, 3) if ok else float("nan"),
+        "client_cpu_us_per_req": per_req_us(client_cpu),
+        "proxy_cpu_us_per_req": per_req_us(proxy_cpu),
+        "engines_cpu_us_per_req": per_req_us(engines_cpu),
+        "remote_prefill_frac": round(remote / prompt_total, 3) if prompt_total else None,
+    }
+
+
+def _add_comparisons(rows: list[dict[str, Any]]) -> None:
+    """Added latency vs `direct` and req/s ratio vs `vllm-router` at the same concurrency."""
+    by = {(r["target"], r["concurrency"]): r for r in rows}
+    for row in rows:
+        direct = by.get(("direct", row["concurrency"]))
+        router = by.get(("vllm-router", row["concurrency"]))
+        row["added_p50_ms"] = (
+            round(row["p50_ms"] - direct["p50_ms"], 3) if direct is not None else None
+        )
+        row["added_p99_ms"] = (
+            round(row["p99_ms"] - direct["p99_ms"], 3) if direct is not None else None
+        )
+        row["rps_vs_vllm_router"] = (
+            round(row["rps"] / router["rps"], 3) if router is not None and router["rps"] else None
+        )
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for dist in ("vllm-router", "pdorch"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    return out

@@ -1,0 +1,109 @@
+"""The coordinator's HTTP app: OpenAI routes, health, metrics, admin.
+
+`create_app(coordinator)` builds the FastAPI app; the coordinator's lifecycle (start/stop)
+belongs to whoever owns it (`pdorch.app.server`, tests, the proxy benchmark), so the same app
+factory serves all of them.
+
+Routes: `POST /v1/completions`, `POST /v1/chat/completions` (stream or not; the P/D flow in
+`flow.py`), `GET /v1/models` (the served model), `GET /health` (200 when a decode or colocated
+replica is routable, else 503), `GET /metrics` (Prometheus, `metrics.py`), `/admin/*`
+(`admin.py`). Every error is OpenAI-shaped (`errors.py`), including unknown routes (404),
+wrong methods (405) and request validation (400: pdorch never answers 422).
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from pdorch.app.admin import admin_router
+from pdorch.app.auth import check_client
+from pdorch.app.errors import ApiError
+from pdorch.app.flow import RequestFlow
+from pdorch.app.metrics import CONTENT_TYPE
+from pdorch.app.state import Coordinator
+
+_encode = msgspec.json.Encoder().encode
+
+
+def create_app(coordinator: Coordinator) -> FastAPI:
+    """The coordinator's ASGI app (see the module docstring)."""
+    c = coordinator
+    app = FastAPI(
+        title="pdorch coordinator",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.coordinator = c
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        if exc.status in (401, 403):
+            c.metrics.rejected("auth")
+        return exc.response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        message = {404: "Not found.", 405: "Method not allowed."}.get(
+            exc.status_code, str(exc.detail)
+        )
+        return ApiError(exc.status_code, f"{message}", code=None).response(dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return ApiError(400, f"{where}: {first.get('msg')}", param=where or None).response()
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        check_client(request.headers, c.api_keys)
+        return await RequestFlow(c, "completion", request).run()
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        check_client(request.headers, c.api_keys)
+        return await RequestFlow(c, "chat", request).run()
+
+    created = int(time.time())
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        check_client(request.headers, c.api_keys)
+        body = {
+            "object": "list",
+            "data": [
+                {
+                    "id": c.served_model,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "pdorch",
+                    "root": c.served_model,
+                    "parent": None,
+                }
+            ],
+        }
+        return Response(_encode(body), media_type="application/json")
+
+    @app.get("/health")
+    async def health() -> Response:
+        if c.can_serve():
+            return Response(status_code=200)
+        unavailable = ApiError(503, "No routable decode or colocated replica.", code="no_replica")
+        return unavailable.response()
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(c.metrics.render(), media_type=CONTENT_TYPE)
+
+    app.include_router(admin_router(c))
+    return app

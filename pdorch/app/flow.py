@@ -1,0 +1,489 @@
+"""The P/D request flow of one client request (the contract: RUNTIME-FACTS.md, "Protocol").
+
+```
+admit (429) → read body (413) → validate (400/404) → tokenize → block keys
+→ PdRouter: decode pick, P/D decision, prefill pick (503 when nobody can serve)
+→ [disaggregated] prefill leg: max_tokens=1, stream false, do_remote_decode   (X-Request-Id)
+      failure (connection, timeout > prefill_timeout_s, 5xx, no params)
+      → report_failure, decode prefills locally (the decode leg carries no kv_transfer_params)
+→ decode leg with the prefill's kv_transfer_params, same X-Request-Id; wait for its first byte
+      failure before the first byte → report_failure, another decode replica (decode_retries);
+      the retry reuses kv_transfer_params only when the failed engine never got the request
+→ stream the decode engine's bytes unchanged; a failure after the first byte ends the stream
+  with an OpenAI error event and `data: [DONE]`
+```
+
+Everything up to the decode leg's first byte runs in one task raced against the client's
+disconnect and the whole-request deadline (`request_timeout_s`, 504): a client that leaves
+cancels the legs (httpx closes the connections, the engines abort the requests) and releases
+the token load. After the first byte, `ProxyStream` does the same on disconnect.
+
+Token load (`TokenLoad`) per route:
+- disaggregated: prefill replica admitted with its uncached tokens (`decodes=False`, ends when
+  the prefill leg returns); decode replica admitted with 0 uncached, its KV counted from the
+  prefill's return;
+- local prefill: decode replica admitted with its own uncached tokens, prefill done at the
+  first byte;
+- streamed tokens: one per SSE `data:` event (vLLM sends one event per step), cumulative;
+- finished at the last byte, aborted on any failure or disconnect (always exactly once).
+
+Response headers: `x-request-id` (both legs' id), `x-pdorch-prefill` (the replica that
+prefilled: the prefill replica, or the decode replica when it prefilled locally),
+`x-pdorch-decode`, `x-pdorch-route` (`pd`, `local`, `colocated`, `fallback`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from pdorch.app.errors import ApiError, error_event
+from pdorch.app.legs import (
+    DecodeStream,
+    LegFailure,
+    UpstreamAnswer,
+    decode_whole,
+    open_decode_stream,
+    prefill_leg,
+)
+from pdorch.app.openai_schema import ParsedRequest, RequestKind, parse_request
+from pdorch.app.state import Coordinator, RouteResult
+from pools.fleet import FailureKind
+from pools.pd_protocol import REQUEST_ID_HEADER, decode_leg_body, prefill_leg_body
+from router.pd_router import NoReplicaError
+from router.replica_state import RoutingRequest
+
+log = logging.getLogger(__name__)
+
+_encode = msgspec.json.Encoder().encode
+PATHS: dict[RequestKind, str] = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
+ENDPOINTS: dict[RequestKind, str] = {"completion": "completions", "chat": "chat"}
+SESSION_HEADER = "x-session-id"
+_DONE = b"data: [DONE]\n\n"
+
+
+class ClientGone(Exception):
+    """The client disconnected while the legs ran."""
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, 413 past `limit` bytes (checked on Content-Length and while reading)."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class RequestFlow:
+    """One client request through the coordinator (see the module docstring)."""
+
+    def __init__(self, coordinator: Coordinator, kind: RequestKind, request: Request) -> None:
+        self.c = coordinator
+        self.kind = kind
+        self.http = request
+        self.started = time.monotonic()
+        self.request_id = f"pdorch-{uuid.uuid4().hex}"
+        self.headers = {REQUEST_ID_HEADER: self.request_id, "content-type": "application/json"}
+        self.path = PATHS[kind]
+        self.endpoint = ENDPOINTS[kind]
+        self.parsed: ParsedRequest | None = None
+        self.decode_replica: str | None = None
+        self.prefill_replica: str | None = None
+        self.route_label = "local"
+        self._closed = False
+        self._admitted = False
+
+    # ---- entry -------------------------------------------------------------------------------
+
+    async def run(self) -> Response:
+        """Serve the request; never raises (errors become OpenAI-shaped answers)."""
+        status = 500
+        streaming = False
+        try:
+            self.c.admit()
+            self._admitted = True
+            raw = await read_body(self.http, self.c.limits.max_body_bytes)
+            self.parsed = parse_request(raw, self.kind, self.c.served_model)
+            response = await self._race(self._legs())
+            status = response.status_code
+            streaming = isinstance(response, ProxyStream)
+            return response
+        except ApiError as err:
+            status = err.status
+            if status == 413:
+                self.c.metrics.rejected("body_size")
+            return err.response({"x-request-id": self.request_id})
+        except ClientGone:
+            status = 499
+            self.c.metrics.disconnects.inc()
+            return Response(status_code=499)
+        except Exception as exc:  # a bug must still answer JSON, not a bare 500 page
+            log.exception("request %s failed", self.request_id)
+            failed = ApiError(502, f"pdorch could not serve the request: {exc!r}")
+            status = failed.status
+            return failed.response({"x-request-id": self.request_id})
+        finally:
+            if not streaming:
+                self._finish(ok=200 <= status < 300, status=status)
+
+    async def _race(self, work: Awaitable[Response]) -> Response:
+        """Run `work` until done, the client leaves (ClientGone) or the deadline (504)."""
+        task = asyncio.ensure_future(work)
+        watcher = asyncio.ensure_future(_wait_disconnect(self.http.receive))
+        try:
+            done, _ = await asyncio.wait(
+                (task, watcher),
+                timeout=self.c.settings.request_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        except BaseException:
+            task.cancel()
+            watcher.cancel()
+            raise
+        watcher.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if watcher in done:
+            raise ClientGone()
+        raise ApiError(
+            504,
+            f"No answer within request_timeout_s={self.c.settings.request_timeout_s:g} s.",
+            code="timeout",
+        )
+
+    # ---- the legs ----------------------------------------------------------------------------
+
+    async def _legs(self) -> Response:
+        c = self.c
+        parsed = self.parsed
+        assert parsed is not None
+        tokens = await c.tokens.tokens(parsed)
+        now = c.now()
+        if tokens:
+            keys: list[int] = c.index.keys_for(tokens)
+            prompt_tokens = len(tokens)
+        else:
+            keys = []
+            prompt_tokens = max(1, len(parsed.prompt_text) // 4)
+        request = RoutingRequest(
+            self.request_id,
+            prompt_tokens,
+            c.block_size,
+            keys,
+            self.http.headers.get(SESSION_HEADER),
+            parsed.prompt_text,
+            parsed.max_tokens,
+        )
+        try:
+            result = c.route(request, now)
+        except NoReplicaError as err:
+            raise ApiError(
+                503, f"No healthy replica can serve the request: {err}", code="no_replica"
+            ) from None
+        route = result.route
+        decode = route.decode_replica
+        kv_params: dict[str, Any] | None = None
+        tl = c.token_load
+        bs = c.block_size
+        if route.disaggregate and route.prefill_replica is not None:
+            prefill = route.prefill_replica
+            self.prefill_replica = prefill
+            self.route_label = "pd"
+            tl.on_admitted(
+                self.request_id,
+                prefill,
+                now,
+                prompt_tokens=prompt_tokens,
+                uncached_tokens=request.uncached_tokens(result.overlap.get(prefill, 0)),
+                block_size=bs,
+                decodes=False,
+            )
+            tl.on_admitted(
+                self.request_id,
+                decode,
+                now,
+                prompt_tokens=prompt_tokens,
+                uncached_tokens=0,
+                block_size=bs,
+            )
+            c.record_routed(prefill, keys, now)
+            c.record_routed(decode, keys, now)
+            kv_params = await self._prefill(prefill, parsed)
+            now = c.now()
+            if kv_params is not None:
+                c.report_success(prefill)
+                tl.on_prefill_done(self.request_id, prefill, now)
+                tl.on_prefill_done(self.request_id, decode, now)
+            else:
+                tl.on_aborted(self.request_id, now, prefill)
+                self._readmit(decode, request, result, now)
+                self.prefill_replica = decode
+                self.route_label = "fallback"
+        else:
+            self.prefill_replica = decode
+            self.route_label = "colocated" if route.pool == "colocated" else "local"
+            tl.on_admitted(
+                self.request_id,
+                decode,
+                now,
+                prompt_tokens=prompt_tokens,
+                uncached_tokens=request.uncached_tokens(result.overlap.get(decode, 0)),
+                block_size=bs,
+            )
+            c.record_routed(decode, keys, now)
+        c.metrics.routes.labels(self.route_label).inc()
+        c.token_load_changed()
+        return await self._decode(decode, parsed, kv_params, request, result)
+
+    def _readmit(
+        self, replica: str, request: RoutingRequest, result: RouteResult, now: float
+    ) -> None:
+        """The replica now prefills the prompt itself: count its uncached tokens."""
+        tl = self.c.token_load
+        tl.on_aborted(self.request_id, now, replica)
+        tl.on_admitted(
+            self.request_id,
+            replica,
+            now,
+            prompt_tokens=request.prompt_tokens,
+            uncached_tokens=request.uncached_tokens(result.overlap.get(replica, 0)),
+            block_size=request.block_size,
+        )
+
+    async def _prefill(self, replica_id: str, parsed: ParsedRequest) -> dict[str, Any] | None:
+        """The prefill leg; None (after reporting) when the decode side must prefill."""
+        c = self.c
+        replica = c.replica(replica_id)
+        if replica is None:
+            return None
+        body = _encode(prefill_leg_body(parsed.body))
+        try:
+            async with asyncio.timeout(c.settings.prefill_timeout_s):
+                return await prefill_leg(c.client, replica.url + self.path, body, self.headers)
+        except TimeoutError:
+            failure = LegFailure(
+                FailureKind.TIMEOUT,
+                f"no prefill answer within prefill_timeout_s={c.settings.prefill_timeout_s:g}",
+            )
+        except LegFailure as exc:
+            failure = exc
+        c.metrics.prefill_failures.labels(failure.label).inc()
+        if failure.kind is not None:
+            c.report_failure(replica_id, failure.kind, failure.detail)
+        log.info(
+            "request %s: prefill on %s failed (%s); decode prefills locally",
+            self.request_id,
+            replica_id,
+            failure.detail,
+        )
+        return None
+
+    async def _decode(
+        self,
+        decode: str,
+        parsed: ParsedRequest,
+        kv_params: dict[str, Any] | None,
+        request: RoutingRequest,
+        result: RouteResult,
+    ) -> Response:
+        c = self.c
+        tried: list[str] = []
+        last = "no decode replica"
+        for attempt in range(1 + c.settings.decode_retries):
+            if attempt:
+                now = c.now()
+                nxt = c.repick(result, tried, now)
+                if nxt is None:
+                    break
+                c.metrics.decode_retries.inc()
+                decode = nxt
+                if kv_params is None:
+                    self._readmit(decode, request, result, now)
+                else:
+                    c.token_load.on_admitted(
+                        self.request_id,
+                        decode,
+                        now,
+                        prompt_tokens=request.prompt_tokens,
+                        uncached_tokens=0,
+                        block_size=request.block_size,
+                    )
+                    c.token_load.on_prefill_done(self.request_id, decode, now)
+                if self.route_label != "pd":
+                    self.prefill_replica = decode
+            tried.append(decode)
+            self.decode_replica = decode
+            replica = c.replica(decode)
+            if replica is None:
+                last = f"{decode}: removed from the fleet"
+                continue
+            body = _encode(
+                decode_leg_body(parsed.body, kv_params) if kv_params is not None else parsed.body
+            )
+            url = replica.url + self.path
+            try:
+                if parsed.stream:
+                    stream = await open_decode_stream(c.client, url, body, self.headers)
+                else:
+                    content, ctype = await decode_whole(c.client, url, body, self.headers)
+            except UpstreamAnswer as answer:
+                return Response(
+                    answer.content,
+                    status_code=answer.status,
+                    media_type=answer.content_type,
+                    headers=self._route_headers(),
+                )
+            except LegFailure as failure:
+                last = f"{decode}: {failure.detail}"
+                if failure.kind is not None:
+                    c.report_failure(decode, failure.kind, failure.detail)
+                c.token_load.on_aborted(self.request_id, c.now(), decode)
+                if failure.reached:
+                    kv_params = None  # the blocks may have been claimed: prefill locally
+                    if self.route_label == "pd":
+                        self.route_label = "fallback"
+                        self.prefill_replica = None
+                log.info("request %s: decode on %s failed: %s", self.request_id, decode, last)
+                continue
+            c.report_success(decode)
+            c.metrics.first_byte.labels(self.endpoint).observe(time.monotonic() - self.started)
+            if parsed.stream:
+                return ProxyStream(self, stream, decode)
+            headers = self._route_headers()
+            return Response(content, status_code=200, media_type=ctype, headers=headers)
+        raise ApiError(
+            502, f"Every decode attempt failed ({len(tried)}); last: {last}", code="decode_failed"
+        )
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+
+    def _route_headers(self) -> dict[str, str]:
+        return {
+            "x-request-id": self.request_id,
+            "x-pdorch-prefill": self.prefill_replica or self.decode_replica or "",
+            "x-pdorch-decode": self.decode_replica or "",
+            "x-pdorch-route": self.route_label,
+        }
+
+    def _finish(self, ok: bool, status: int) -> None:
+        """Release the request (exactly once): token load, admission slot, metrics."""
+        if self._closed:
+            return
+        self._closed = True
+        now = self.c.now()
+        if ok:
+            self.c.token_load.on_finished(self.request_id, now)
+        else:
+            self.c.token_load.on_aborted(self.request_id, now)
+        self.c.token_load_changed()
+        if self._admitted:
+            self.c.release()
+        self.c.metrics.requests.labels(self.endpoint, str(status)).inc()
+        self.c.metrics.duration.labels(self.endpoint).observe(time.monotonic() - self.started)
+
+
+class ProxyStream(StreamingResponse):
+    """The decode engine's SSE bytes, unchanged, then release; see `RequestFlow`.
+
+    Ends with an OpenAI error event + `[DONE]` when the engine fails mid-stream (or closes
+    without `[DONE]`), so a client never hangs or gets a silently truncated stream. Whatever
+    ends it (last byte, failure, client disconnect), `__call__`'s `finally` closes the
+    upstream answer and releases the request.
+    """
+
+    def __init__(self, flow: RequestFlow, stream: DecodeStream, replica_id: str) -> None:
+        self.flow = flow
+        self.stream = stream
+        self.replica_id = replica_id
+        self.completed = False
+        self.errored = False
+        super().__init__(
+            self._body(),
+            status_code=200,
+            media_type="text/event-stream",
+            headers={**flow._route_headers(), "cache-control": "no-cache"},
+        )
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        flow = self.flow
+        c = flow.c
+        rid = flow.request_id
+        tl = c.token_load
+        chunk = self.stream.first
+        tl.on_prefill_done(rid, self.replica_id, c.now())
+        events = chunk.count(b"data: ")
+        tail = chunk[-32:]
+        yield chunk
+        try:
+            async for chunk in self.stream.rest:
+                if not chunk:
+                    continue
+                events += chunk.count(b"data: ")
+                tl.on_tokens(rid, self.replica_id, c.now(), events)
+                tail = (tail + chunk)[-32:]
+                yield chunk
+        except Exception as exc:  # httpx read/protocol errors: the engine died or hung
+            kind = (
+                FailureKind.TIMEOUT if "Timeout" in type(exc).__name__ else FailureKind.CONNECTION
+            )
+            c.report_failure(self.replica_id, kind, f"mid-stream: {type(exc).__name__}")
+            c.metrics.stream_errors.inc()
+            self.errored = True
+            yield self._error_end(
+                tail, f"decode replica {self.replica_id} failed mid-stream: {exc!r}"
+            )
+            return
+        if tail.endswith(_DONE):
+            self.completed = True
+            return
+        c.metrics.stream_errors.inc()
+        self.errored = True
+        yield self._error_end(tail, f"decode replica {self.replica_id} ended the stream early")
+
+    @staticmethod
+    def _error_end(tail: bytes, message: str) -> bytes:
+        sep = b"" if tail.endswith(b"\n\n") or not tail else b"\n\n"
+        return sep + error_event(message)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
+        body = self.body_iterator
+        aclose: Callable[[], Awaitable[Any]] | None = getattr(body, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+        await self.stream.aclose()
+        if not self.completed and not self.errored:
+            self.flow.c.metrics.disconnects.inc()
+        self.flow._finish(ok=self.completed, status=200)

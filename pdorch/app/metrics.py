@@ -1,0 +1,134 @@
+"""The coordinator's own Prometheus metrics (`GET /metrics`), one registry per coordinator.
+
+Counters and histograms are updated on the request path (one labelled increment each);
+per-replica gauges (health, token load, KV usage) are read from the coordinator's state when
+`/metrics` is scraped, so they cost nothing per request.
+
+Metrics (type; labels):
+- `pdorch_requests_total` (counter; `endpoint` completions|chat, `status` HTTP code)
+- `pdorch_routes_total` (counter; `route`: `pd` disaggregated, `local` decode prefilled,
+  `colocated`, `fallback` prefill failed so decode prefilled)
+- `pdorch_prefill_failures_total` (counter; `kind`: connection, timeout, http_5xx, bad_answer)
+- `pdorch_decode_retries_total`, `pdorch_stream_errors_total` (streams ended with an error
+  event), `pdorch_client_disconnects_total` (counters)
+- `pdorch_rejected_total` (counter; `reason`: concurrency, body_size, auth)
+- `pdorch_request_duration_seconds`, `pdorch_first_byte_seconds` (histograms; `endpoint`)
+- `pdorch_requests_in_flight` (gauge)
+- `pdorch_replica_healthy`, `pdorch_replica_prefill_tokens_queued`,
+  `pdorch_replica_decode_blocks`, `pdorch_replica_requests_in_flight`,
+  `pdorch_replica_kv_usage` (gauges; `pool`, `replica`)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from pdorch.app.state import Coordinator
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class _StateCollector(Collector):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    def collect(self) -> Iterator[Metric]:
+        c = self.coordinator
+        now = c.clock()
+        in_flight = GaugeMetricFamily(
+            "pdorch_requests_in_flight", "Client requests being served now."
+        )
+        in_flight.add_metric([], c.in_flight)
+        yield in_flight
+        labels = ["pool", "replica"]
+        healthy = GaugeMetricFamily(
+            "pdorch_replica_healthy", "1 when the replica is routable.", labels=labels
+        )
+        prefill = GaugeMetricFamily(
+            "pdorch_replica_prefill_tokens_queued",
+            "Uncached prefill tokens sent to the replica and not yet prefilled (token load).",
+            labels=labels,
+        )
+        decode = GaugeMetricFamily(
+            "pdorch_replica_decode_blocks",
+            "KV blocks of the sequences the replica decodes (token load).",
+            labels=labels,
+        )
+        requests = GaugeMetricFamily(
+            "pdorch_replica_requests_in_flight",
+            "Requests this coordinator sent to the replica and has not seen finish.",
+            labels=labels,
+        )
+        kv = GaugeMetricFamily(
+            "pdorch_replica_kv_usage", "KV cache usage at the last scrape (0..1).", labels=labels
+        )
+        for r in c.fleet.replicas():
+            key = [r.pool, r.replica_id]
+            load = c.token_load.load(r.replica_id, now)
+            healthy.add_metric(key, 1.0 if r.routable else 0.0)
+            prefill.add_metric(key, load.prefill_tokens_queued)
+            decode.add_metric(key, load.decode_blocks)
+            requests.add_metric(key, load.requests_in_flight)
+            if r.metrics is not None:
+                kv.add_metric(key, r.metrics.kv_usage)
+        yield from (healthy, prefill, decode, requests, kv)
+
+
+class CoordinatorMetrics:
+    """The metric objects of one coordinator (see the module docstring)."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        r = self.registry
+        self.requests = Counter(
+            "pdorch_requests", "Client requests answered.", ["endpoint", "status"], registry=r
+        )
+        self.routes = Counter("pdorch_routes", "Requests by route taken.", ["route"], registry=r)
+        self.prefill_failures = Counter(
+            "pdorch_prefill_failures",
+            "Prefill legs that failed (the decode replica then prefilled locally).",
+            ["kind"],
+            registry=r,
+        )
+        self.decode_retries = Counter(
+            "pdorch_decode_retries", "Decode legs retried on another replica.", registry=r
+        )
+        self.stream_errors = Counter(
+            "pdorch_stream_errors",
+            "Streams that ended with an error event after their first byte.",
+            registry=r,
+        )
+        self.disconnects = Counter(
+            "pdorch_client_disconnects", "Clients that left before the answer ended.", registry=r
+        )
+        self._rejected = Counter(
+            "pdorch_rejected", "Requests refused at admission.", ["reason"], registry=r
+        )
+        self.duration = Histogram(
+            "pdorch_request_duration_seconds",
+            "Seconds from request to the last byte.",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.first_byte = Histogram(
+            "pdorch_first_byte_seconds",
+            "Seconds from request to the decode leg's first byte.",
+            ["endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        r.register(_StateCollector(coordinator))
+
+    def rejected(self, reason: str) -> None:
+        self._rejected.labels(reason).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,508 @@
+"""`Coordinator`: the router state of one coordinator process, wired to the fleet.
+
+It owns, per process:
+- the fleet view (`pools.fleet.Fleet`), its health checker and metrics scraper;
+- the routing state: `PdRouter` (prefill pick → P/D decision → decode pick, the same code the
+  fleet simulator runs), `TokenLoad`, the precise `KvIndex` fed by a `KvEventSubscriber`, and an
+  `ApproxKvIndex` for replicas that publish no KV events (recorded when we route there);
+- one shared `httpx.AsyncClient` (keep-alive pools) for legs, probes, scrapes and `/tokenize`;
+- the prompt tokenizer and the coordinator's Prometheus metrics.
+
+Fleet events drive the router state (listener `_on_fleet_event`):
+`ReplicaAdded` → follow its KV events, make it a candidate; `ReplicaRemoved` → stop following,
+drop its index entries, token load and policy state; `ReplicaHealthChanged` → candidate health;
+`ReplicaMetricsUpdated` → `TokenLoad.observe_metrics` (reconciliation).
+
+Several coordinators (issue 6 item 6) plug in through `export_token_load_deltas()` and
+`apply_token_load_deltas()`: a transport (e.g. ZMQ pub/sub) drains the first periodically and
+feeds the second with what the peers sent; `TokenLoad` makes the exchange idempotent. Each
+coordinator started on the same fleet file follows every engine's KV events itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from pdorch.app.errors import ApiError
+from pdorch.app.metrics import CoordinatorMetrics
+from pdorch.app.prompt_tokens import PromptTokens
+from pdorch.config.fleet import FleetConfig
+from pdorch.sync import PeerSync
+from pools.fleet import (
+    FailureKind,
+    Fleet,
+    FleetEvent,
+    ReplicaAdded,
+    ReplicaHealthChanged,
+    ReplicaMetricsUpdated,
+    ReplicaRemoved,
+)
+from pools.health import HealthChecker
+from pools.metrics_scrape import MetricsScraper
+from pools.replica import Replica
+from router.approx_index import ApproxKvIndex
+from router.hash_match_monitor import HashMatchMonitor
+from router.kv_event_subscriber import EngineEventSource, KvEventSubscriber
+from router.kv_index import KvIndex
+from router.pd_router import PdRoute, PdRouter
+from router.replica_state import (
+    ReplicaSnapshot,
+    ReplicaStatic,
+    RoutingRequest,
+    build_snapshots,
+)
+from router.token_load import TokenLoad, TokenLoadDelta
+from router.tokenization import TokenizerMode
+
+log = logging.getLogger(__name__)
+
+POOLS = ("prefill", "decode", "colocated")
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorLimits:
+    """Request admission limits.
+
+    `max_body_bytes`: larger bodies get 413 (default 32 MiB: a 128k-token prompt as text is
+    ~0.5 MB, so this only stops abuse). `max_concurrent_requests`: requests in flight beyond
+    it get 429 at once instead of queueing (None: unlimited). Read from the fleet file's
+    `coordinator:` block when it has these fields, else the defaults.
+    """
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_concurrent_requests: int | None = None
+
+    @classmethod
+    def from_settings(cls, settings: object) -> CoordinatorLimits:
+        body = getattr(settings, "max_body_bytes", None)
+        concurrent = getattr(settings, "max_concurrent_requests", None)
+        return cls(
+            max_body_bytes=int(body) if body else DEFAULT_MAX_BODY_BYTES,
+            max_concurrent_requests=int(concurrent) if concurrent else None,
+        )
+
+
+@dataclass(slots=True)
+class RouteResult:
+    """A routed request: the route and the snapshots it was made from (for explain)."""
+
+    request: RoutingRequest
+    route: PdRoute
+    overlap: dict[str, int]
+    prefill: list[ReplicaSnapshot]
+    decode: list[ReplicaSnapshot]
+    colocated: list[ReplicaSnapshot]
+
+
+class Coordinator:
+    """Router state + fleet wiring of one coordinator (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: FleetConfig,
+        fleet: Fleet,
+        *,
+        client: httpx.AsyncClient | None = None,
+        origin: str | None = None,
+        limits: CoordinatorLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        seed: int = 0,
+        run_health_checks: bool = True,
+        scrape_metrics: bool = True,
+    ) -> None:
+        self.config = config
+        self.settings = config.coordinator
+        self.fleet = fleet
+        self.clock = clock
+        self.origin = origin or f"coordinator-{uuid.uuid4().hex[:8]}"
+        self.served_model = config.served_model_name
+        self.block_size = config.block_size
+        self.limits = limits or CoordinatorLimits.from_settings(config.coordinator)
+        self.api_keys = tuple(self.settings.api_keys)
+        self.admin_token = self.settings.admin_token
+        self.router = PdRouter(config.router_policy_config(), seed=seed)
+        self.token_load = TokenLoad(origin=self.origin)
+        self.index = KvIndex(self.served_model, self.block_size)
+        self.approx = ApproxKvIndex()
+        self.subscriber = KvEventSubscriber(self.index)
+        # checks that our block keys match what engines report storing (tokenizer drift)
+        self.hash_monitor = HashMatchMonitor()
+        self._hash_checked_at = float("-inf")
+        self._own_client = client is None
+        self.client = client or httpx.AsyncClient(
+            limits=httpx.Limits(
+                max_connections=None, max_keepalive_connections=1024, keepalive_expiry=60.0
+            ),
+            timeout=httpx.Timeout(
+                self.settings.request_timeout_s, connect=self.settings.connect_timeout_s
+            ),
+        )
+        tokenizer = config.tokenizer
+        fixed = None
+        if tokenizer.mode is not TokenizerMode.ENGINE or tokenizer.engine_url is not None:
+            fixed = config.tokenization_config(None)
+        self.tokens = PromptTokens(
+            fixed,
+            self.client,
+            self._tokenize_urls,
+            engine_cache_size=tokenizer.cache_size,
+            engine_timeout_s=tokenizer.timeout_s,
+            model=tokenizer.model,
+        )
+        self.health = (
+            HealthChecker.from_config(fleet, self.client, config.health)
+            if run_health_checks
+            else None
+        )
+        self.scraper = (
+            MetricsScraper.from_config(fleet, self.client, config.metrics)
+            if scrape_metrics
+            else None
+        )
+        self.metrics = CoordinatorMetrics(self)
+        self.in_flight = 0
+        self._pool_ids: dict[str, list[str]] = {pool: [] for pool in POOLS}
+        self._static: dict[str, ReplicaStatic] = {}
+        self._approx_replicas: set[str] = set()
+        self._unsubscribe: Callable[[], None] | None = None
+        self._started = False
+        self.delta_listeners: list[Callable[[list[TokenLoadDelta]], None]] = []
+        # several coordinators: token-load deltas over ZMQ pub/sub (pdorch/SYNC.md)
+        self.sync: PeerSync | None = None
+        if config.sync is not None:
+            self.sync = PeerSync.for_token_load(
+                self.token_load,
+                config.sync,
+                source=self.export_token_load_deltas,
+                clock=self.clock,
+            )
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Follow the fleet (every replica already in it, then its changes) and start loops."""
+        if self._started:
+            return
+        self._started = True
+        self._unsubscribe = self.fleet.subscribe(self._on_fleet_event)
+        now = self.clock()
+        for replica in self.fleet.replicas():
+            self._on_fleet_event(ReplicaAdded(replica, now))
+        await self.subscriber.start()
+        if self.sync is not None:
+            await self.sync.start()
+        if self.health is not None:
+            await self.health.start()
+        if self.scraper is not None:
+            await self.scraper.start()
+
+    async def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        if self.sync is not None:  # first: peers get our last deltas and our `bye`
+            with contextlib.suppress(Exception):
+                await self.sync.stop()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        for loop in (self.scraper, self.health):
+            if loop is not None:
+                with contextlib.suppress(Exception):
+                    await loop.stop()
+        with contextlib.suppress(Exception):
+            await self.subscriber.stop()
+        await self.tokens.aclose()
+        if self._own_client:
+            await self.client.aclose()
+
+    async def __aenter__(self) -> Coordinator:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def now(self) -> float:
+        return self.clock()
+
+    # ---- fleet → router state ----------------------------------------------------------------
+
+    def _on_fleet_event(self, event: FleetEvent) -> None:
+        replica = event.replica
+        rid = replica.replica_id
+        if isinstance(event, ReplicaAdded):
+            ids = self._pool_ids.setdefault(replica.pool, [])
+            if rid not in ids:
+                ids.append(rid)
+                ids.sort()
+            self._static[rid] = ReplicaStatic(healthy=replica.routable)
+            ep = replica.endpoint
+            if ep.kv_events_endpoint is not None:
+                self.subscriber.add_engine(
+                    EngineEventSource(
+                        rid, ep.kv_events_endpoint, ep.kv_events_replay_endpoint, ep.kv_events_topic
+                    )
+                )
+            else:
+                self._approx_replicas.add(rid)
+        elif isinstance(event, ReplicaRemoved):
+            ids = self._pool_ids.get(replica.pool, [])
+            if rid in ids:
+                ids.remove(rid)
+            self._static.pop(rid, None)
+            self._approx_replicas.discard(rid)
+            self.subscriber.remove_engine(rid)
+            self.index.remove_replica(rid)
+            self.approx.remove_replica(rid)
+            self.token_load.remove_replica(rid, event.now)
+            for policy in (
+                self.router.prefill_policy,
+                self.router.decode_policy,
+                self.router.colocated_policy,
+            ):
+                policy.on_replica_removed(rid, event.now)
+            self.tokens.forget(replica.url)
+        elif isinstance(event, ReplicaHealthChanged):
+            if rid in self._static:
+                self._static[rid] = ReplicaStatic(healthy=replica.routable)
+            log.info("replica %s: %s → %s (%s)", rid, event.old, event.new, event.reason)
+        elif isinstance(event, ReplicaMetricsUpdated):
+            if event.now - self._hash_checked_at >= 1.0:  # piggy-backs on the scrape loop
+                self._hash_checked_at = event.now
+                self.hash_monitor.evaluate(self.index, event.now)
+            m = event.metrics
+            self.token_load.observe_metrics(
+                rid,
+                event.now,
+                num_running=m.num_running,
+                num_waiting=m.num_waiting,
+                kv_usage=m.kv_usage,
+                kv_capacity_blocks=m.num_gpu_blocks or replica.endpoint.num_gpu_blocks or 0,
+            )
+
+    def _tokenize_urls(self) -> list[str]:
+        return [r.url for pool in ("decode", "colocated", "prefill") for r in self.routable(pool)]
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def replica(self, replica_id: str) -> Replica | None:
+        return self.fleet.get(replica_id)
+
+    def routable(self, pool: str) -> list[Replica]:
+        return self.fleet.routable(pool)
+
+    def can_serve(self) -> bool:
+        """True when some replica can serve a whole request (a decode or colocated one)."""
+        return bool(self.fleet.routable("decode") or self.fleet.routable("colocated"))
+
+    def overlap(self, keys: Sequence[int], now: float) -> dict[str, int]:
+        """Leading cached blocks per replica: the precise index, plus the approximate one for
+        replicas without KV events."""
+        if not keys:
+            return {}
+        overlap = self.index.match(keys)
+        if self._approx_replicas:
+            for rid, blocks in self.approx.match(keys, now).items():
+                if rid in self._approx_replicas and blocks > overlap.get(rid, 0):
+                    overlap[rid] = blocks
+        return overlap
+
+    def snapshots(
+        self, pool: str, overlap: Mapping[str, int], now: float, exclude: Iterable[str] = ()
+    ) -> list[ReplicaSnapshot]:
+        """Candidates of `pool` (unhealthy ones included, marked, so explain shows them)."""
+        snaps = build_snapshots(
+            self._pool_ids.get(pool, ()), overlap, self.token_load, now, static=self._static
+        )
+        excluded = set(exclude)
+        if excluded:
+            for snap in snaps:
+                if snap.replica_id in excluded:
+                    snap.healthy = False
+        return snaps
+
+    # ---- routing -----------------------------------------------------------------------------
+
+    def route(self, request: RoutingRequest, now: float, commit: bool = True) -> RouteResult:
+        """Run `PdRouter` over the current snapshots; `NoReplicaError` when nobody can serve."""
+        overlap = self.overlap(request.block_keys, now)
+        prefill = self.snapshots("prefill", overlap, now)
+        decode = self.snapshots("decode", overlap, now)
+        colocated = self.snapshots("colocated", overlap, now)
+        route = self.router.route(request, prefill, decode, now, colocated=colocated, commit=commit)
+        return RouteResult(request, route, overlap, prefill, decode, colocated)
+
+    def repick(self, result: RouteResult, exclude: Iterable[str], now: float) -> str | None:
+        """Another replica to serve the whole request after `exclude` failed (decode retry)."""
+        pool = "colocated" if result.route.pool == "colocated" else "decode"
+        policy = self.router.colocated_policy if pool == "colocated" else self.router.decode_policy
+        snaps = self.snapshots(pool, result.overlap, now, exclude=exclude)
+        pick = policy.pick(result.request, snaps, now)
+        if pick.chosen is None and pool == "decode" and self._pool_ids.get("colocated"):
+            snaps = self.snapshots("colocated", result.overlap, now, exclude=exclude)
+            pick = self.router.colocated_policy.pick(result.request, snaps, now)
+        return pick.chosen
+
+    def record_routed(self, replica_id: str, keys: Sequence[int], now: float) -> None:
+        """`replica_id` will hold `keys`: remember it (replicas without KV events), or expect
+        its KV events to say so (the hash-match monitor warns when they do not)."""
+        if not keys:
+            return
+        if replica_id in self._approx_replicas:
+            self.approx.record(replica_id, keys, now)
+        elif self.tokens.mode != TokenizerMode.CHARS.value:
+            self.hash_monitor.on_routed(replica_id, keys, now)
+
+    # ---- request-path health feedback --------------------------------------------------------
+
+    def report_failure(self, replica_id: str, kind: FailureKind, detail: str = "") -> None:
+        if self.fleet.report_failure(replica_id, self.clock(), kind, detail):
+            log.warning("replica %s ejected after a %s failure: %s", replica_id, kind, detail)
+
+    def report_success(self, replica_id: str) -> None:
+        self.fleet.report_success(replica_id, self.clock())
+
+    # ---- admission ---------------------------------------------------------------------------
+
+    def admit(self) -> None:
+        """Count one request in; 429 beyond `max_concurrent_requests`."""
+        limit = self.limits.max_concurrent_requests
+        if limit is not None and self.in_flight >= limit:
+            self.metrics.rejected("concurrency")
+            raise ApiError(
+                429,
+                f"Too many concurrent requests (limit {limit}); retry later.",
+                code="concurrency_limit",
+                headers={"Retry-After": "1"},
+            )
+        self.in_flight += 1
+
+    def release(self) -> None:
+        self.in_flight = max(0, self.in_flight - 1)
+
+    # ---- several coordinators (issue 6 item 6 plugs in here) ---------------------------------
+
+    def export_token_load_deltas(self) -> list[TokenLoadDelta]:
+        """Drain this coordinator's token-load changes (absolute state per entry) and hand
+        them to every `delta_listeners` callback; returns them too."""
+        deltas = self.token_load.export_deltas()
+        if deltas:
+            for listener in list(self.delta_listeners):
+                try:
+                    listener(deltas)
+                except Exception:
+                    log.exception("token-load delta listener failed")
+        return deltas
+
+    def token_load_changed(self) -> None:
+        """A request's load changed: let the peers know soon (coalesced by `PeerSync`)."""
+        if self.sync is not None:
+            self.sync.flush_soon()
+
+    def apply_token_load_deltas(self, deltas: Iterable[TokenLoadDelta]) -> int:
+        """Apply deltas a peer coordinator published; returns how many changed our view."""
+        now = self.clock()
+        return sum(1 for d in deltas if self.token_load.apply_delta(d, now))
+
+    # ---- views -------------------------------------------------------------------------------
+
+    def pools_view(self) -> dict[str, Any]:
+        """`GET /admin/pools`: every pool's replicas with health, load, KV usage and hit rate."""
+        now = self.clock()
+        pools: dict[str, Any] = {}
+        for pool in sorted(set(self.fleet.pools()) | {"prefill", "decode"}):
+            replicas = []
+            for r in self.fleet.replicas(pool):
+                load = self.token_load.load(r.replica_id, now)
+                m = r.metrics
+                replicas.append(
+                    {
+                        "id": r.replica_id,
+                        "url": r.url,
+                        "kind": r.endpoint.kind,
+                        "launched": r.endpoint.launched,
+                        "state": r.state.value,
+                        "routable": r.routable,
+                        "state_since_s": round(now - r.state_since, 3),
+                        "consecutive_failures": r.consecutive_failures,
+                        "last_error": r.last_error,
+                        "load": {
+                            "prefill_tokens_queued": load.prefill_tokens_queued,
+                            "decode_blocks": load.decode_blocks,
+                            "requests_in_flight": load.requests_in_flight,
+                        },
+                        "kv_usage": m.kv_usage if m else None,
+                        "num_running": m.num_running if m else None,
+                        "num_waiting": m.num_waiting if m else None,
+                        "kv_capacity_blocks": (m.num_gpu_blocks if m else None)
+                        or r.endpoint.num_gpu_blocks,
+                        "prefix_hit_rate": m.prefix_hit_rate if m else None,
+                        "metrics_age_s": round(now - m.scraped_at, 3) if m else None,
+                        "kv_events": r.endpoint.kv_events_endpoint,
+                        "indexed_blocks": self.index.blocks(r.replica_id)
+                        if r.replica_id not in self._approx_replicas
+                        else self.approx.blocks(r.replica_id),
+                    }
+                )
+            pools[pool] = {
+                "policy": self._policy_name(pool),
+                "routable": sum(1 for r in replicas if r["routable"]),
+                "replicas": replicas,
+            }
+        return {
+            "served_model_name": self.served_model,
+            "block_size": self.block_size,
+            "origin": self.origin,
+            "requests_in_flight": self.in_flight,
+            "tracked_requests": self.token_load.tracked_requests(),
+            "tokenizer": self.tokens.mode,
+            "pools": pools,
+            "kv_events": self.subscriber.metrics(),
+            "sync": self._sync_view(),
+            "hash_match": {
+                "ratio": self.hash_monitor.match_ratio,
+                "healthy": self.hash_monitor.healthy,
+                **self.hash_monitor.counters.as_dict(),
+            },
+        }
+
+    def _sync_view(self) -> dict[str, Any] | None:
+        if self.sync is None:
+            return None
+        try:
+            endpoint: str | None = self.sync.endpoint
+        except RuntimeError:  # not started (or stopped)
+            endpoint = None
+        return {
+            "endpoint": endpoint,
+            "peers": self.sync.peers(),
+            **dataclasses.asdict(self.sync.stats),
+        }
+
+    def _policy_name(self, pool: str) -> str:
+        policy = {
+            "prefill": self.router.prefill_policy,
+            "decode": self.router.decode_policy,
+        }.get(pool, self.router.colocated_policy)
+        return policy.name
+
+
+async def wait_routable(coordinator: Coordinator, timeout_s: float) -> bool:
+    """Poll until some replica can serve (used by `pdorch serve` after start-up)."""
+    deadline = coordinator.clock() + timeout_s
+    while not coordinator.can_serve():
+        if coordinator.clock() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True

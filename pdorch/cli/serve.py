@@ -1,0 +1,157 @@
+"""`pdorch serve`: the OpenAI-compatible P/D endpoint over a fleet, in the foreground.
+
+With no arguments it starts the embedded demo: four simulated engines (2 prefill + 2 decode,
+Llama-3.1-8B on one H100 each, real time, the semantics of `deploy/examples/fleet-sim.yaml`)
+in this process, and the coordinator on http://127.0.0.1:8000. The simulated engines tokenize
+with their byte-level fallback tokenizer, and the coordinator asks them (`tokenizer: engine`),
+so any OpenAI client can use it at once, with no model download. `--config FILE` serves the
+fleet in FILE instead (real vLLM engines launched locally, existing endpoints, or sims).
+
+It prints where it listens and what it started; Ctrl-C (or SIGTERM) stops everything it
+started.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+DEMO_MODEL = "llama-3.1-8b"
+
+
+def demo_fleet() -> dict[str, Any]:
+    """The embedded demo fleet (kept equal to deploy/examples/fleet-sim.yaml)."""
+
+    def sims() -> dict[str, Any]:
+        return {
+            "launch": [
+                {
+                    "kind": "sim",
+                    "count": 2,
+                    "model_profile": "llama-3.1-8b",
+                    "gpu": "h100",
+                    "tp": 1,
+                    "time_scale": 1.0,
+                    "kv_transport": "tcp",
+                }
+            ]
+        }
+
+    return {
+        "served_model_name": DEMO_MODEL,
+        "block_size": 16,
+        "pools": {
+            "prefill": {"policy": {"name": "token_load"}, **sims()},
+            "decode": {
+                "policy": {
+                    "name": "token_load_decode",
+                    "params": {"expected_output_tokens": 256},
+                },
+                **sims(),
+            },
+        },
+        "pd": {"min_uncached_tokens": 512, "max_prefill_queue_s": 1.0},
+        "tokenizer": {"mode": "engine"},
+        "coordinator": {"host": "127.0.0.1", "port": 8000},
+    }
+
+
+def serve(
+    host: str | None = typer.Option(
+        None, help="Address to listen on (default: the fleet file's coordinator.host, 127.0.0.1)."
+    ),
+    port: int | None = typer.Option(
+        None,
+        help="Port to listen on (default: the fleet file's coordinator.port, 8000; 0: any free "
+        "port, printed at start).",
+    ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="Fleet YAML (pools, engines, policies; see deploy/examples/). Without it: the "
+        "embedded demo of 2 prefill + 2 decode simulated engines.",
+        exists=True,
+        dir_okay=False,
+        readable=True,
+    ),
+    log_level: str = typer.Option("warning", help="Log level (stderr): debug, info, warning."),
+) -> None:
+    """Serve the OpenAI API (completions, chat; stream or not) over a P/D fleet."""
+    import asyncio
+    import logging
+    import signal
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from pdorch.config.fleet import FleetConfigError, load_fleet_config, parse_fleet_config
+    from pools.launch import FleetLaunchError
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
+    console = Console()
+    err = Console(stderr=True)
+    try:
+        fleet = (
+            load_fleet_config(config)
+            if config is not None
+            else parse_fleet_config(demo_fleet(), source="embedded demo fleet")
+        )
+    except FleetConfigError as exc:
+        err.print(f"[red]invalid fleet config[/red]\n{exc}")
+        raise typer.Exit(2) from None
+
+    async def main() -> None:
+        from pdorch.app.server import run_coordinator
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        what = f"fleet {config}" if config is not None else "embedded demo fleet"
+        with console.status(f"starting the {what} ..."):
+            context = run_coordinator(fleet, host=host, port=port)
+            running = await context.__aenter__()
+        try:
+            table = Table(title=f"pdorch: {what}", title_justify="left")
+            for column in ("replica", "pool", "kind", "url", "KV events"):
+                table.add_column(column)
+            for e in running.fleet.endpoints:
+                table.add_row(
+                    e.replica_id, e.pool, e.kind, e.url, e.kv_events_endpoint or "(approximate)"
+                )
+            console.print(table)
+            console.print(
+                f"[bold green]serving[/bold green] {fleet.served_model_name!r} "
+                f"(OpenAI API) at [bold]{running.url}/v1[/bold]  "
+                f"admin: {running.url}/admin/pools  metrics: {running.url}/metrics"
+            )
+            console.print(
+                f"try: curl {running.url}/v1/completions -H 'Content-Type: application/json' "
+                f'-d \'{{"model": "{fleet.served_model_name}", "prompt": "Hello", '
+                f'"max_tokens": 16}}\''
+            )
+            console.print("Ctrl-C stops the coordinator and every engine it started.")
+            await stop.wait()
+            console.print("stopping ...")
+        finally:
+            await context.__aexit__(None, None, None)
+
+    try:
+        run: Any = asyncio.run
+        try:
+            import uvloop  # the faster loop when installed (it is, with uvicorn[standard])
+
+            run = uvloop.run
+        except ImportError:
+            pass
+        run(main())
+    except FleetLaunchError as exc:
+        err.print(f"[red]an engine did not start[/red]: {exc}")
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        err.print(f"[red]cannot serve[/red]: {exc}")
+        raise typer.Exit(1) from None

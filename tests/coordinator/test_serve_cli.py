@@ -1,0 +1,83 @@
+"""`pdorch serve`: the embedded demo answers an OpenAI client; Ctrl-C stops everything."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from tests.ports import free_port
+from tests.waiting import wait_until
+
+PDORCH = [sys.executable, "-c", "from pdorch.cli import main; main()"]
+
+
+@pytest.fixture
+def serve_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path]]:
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*PDORCH, "serve", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        yield process, f"http://127.0.0.1:{port}", log
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_demo_serves_openai_clients_and_stops_on_ctrl_c(
+    serve_process: tuple[subprocess.Popen[bytes], str, Path],
+) -> None:
+    process, url, log = serve_process
+    wait_until(lambda: _healthy(url) or process.poll() is not None, timeout=60.0, message="demo up")
+    assert process.poll() is None, log.read_text()
+    client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list().data] == ["llama-3.1-8b"]
+    completion = client.completions.create(model="llama-3.1-8b", prompt="Hello", max_tokens=4)
+    assert completion.usage is not None and completion.usage.completion_tokens == 4
+    chunks = client.chat.completions.create(
+        model="llama-3.1-8b",
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=4,
+        stream=True,
+    )
+    assert sum(1 for chunk in chunks if chunk.choices and chunk.choices[0].delta.content) == 4
+    printed = log.read_text()
+    for replica in ("prefill-0", "prefill-1", "decode-0", "decode-1"):
+        assert replica in printed
+    assert url in printed
+
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=30) == 0, log.read_text()
+    assert not _healthy(url)
+
+
+def test_bad_config_exits_with_the_field_named(tmp_path: Path) -> None:
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text("served_model_name: m\npools:\n  decode:\n    endpoints: [{url: nope}]\n")
+    result = subprocess.run(
+        [*PDORCH, "serve", "--config", str(bad)], capture_output=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert b"pools.decode.endpoints[0].url" in result.stderr + result.stdout

@@ -1,1 +1,4 @@
-"""The simulated vLLM engine: a pure engine core (virtual or real time) and its vLLM-compatible server."""
+"""The simulated vLLM engine.
+
+A pure engine core (virtual or real time) and its vLLM-compatible server; see README.md.
+"""

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import typer
 
+from pdorch.cli import bench_live as bench_live_cmd
+from pdorch.cli import bench_proxy as bench_proxy_cmd
 from pdorch.cli import bench_router, bench_transfer, dev_tiny_model, engine_sim, engine_vllm
+from pdorch.cli import bench_sim as bench_sim_cmd
 from pdorch.cli import profile as profile_cmd
+from pdorch.cli import serve as serve_cmd
 
 app = typer.Typer(
     name="pdorch",
@@ -40,7 +44,11 @@ engine_app.command("vllm")(engine_vllm.engine_vllm)
 engine_app.command("sim")(engine_sim.engine_sim)
 bench_app.command("transfer")(bench_transfer.bench_transfer)
 bench_app.command("router")(bench_router.bench_router)
+bench_app.command("sim")(bench_sim_cmd.bench_sim)
+bench_app.command("live")(bench_live_cmd.bench_live)
+bench_app.command("proxy")(bench_proxy_cmd.bench_proxy)
 app.command("profile")(profile_cmd.profile)
+app.command("serve")(serve_cmd.serve)
 
 
 def main() -> None:

@@ -1,0 +1,68 @@
+"""Benchmark policy names -> router configs (prefill policy, decode policy, P/D decision).
+
+- `token_load`: prefill `token_load`, decode `token_load_decode`.
+- `round_robin`, `least_request`, `consistent_hash`, `cache_aware`, `llmd`, `dynamo`: the same
+  policy for prefill and decode (each has a load or session notion that applies to decode).
+- `kv_overlap`: prefill `kv_overlap`, decode `least_request` (pure overlap has no load notion:
+  on a decode pool it would send every new session to one replica).
+
+On colocated fleets only the prefill pick is used (see `router/pd_router.py`).
+
+A suffix selects the P/D decision: `NAME/conditional` (default: `router/pd_decision.py`
+defaults), `NAME/always` (disaggregate every request: `min_uncached_tokens` 0, no saturation
+limit), `NAME/never` (decode always prefills locally). Parameters of the prefill policy
+follow `@`: `token_load@decode_interference=0.5` (several: `@a=1@b=2`), for studies that sweep
+a documented parameter; the spec string is the policy's name in reports.
+"""
+
+from __future__ import annotations
+
+import json
+
+from router.pd_decision import PdDecisionParams
+from router.policies.config import PolicyConfig, RouterPolicyConfig
+
+POLICY_PAIRS: dict[str, tuple[str, str]] = {
+    "token_load": ("token_load", "token_load_decode"),
+    "round_robin": ("round_robin", "round_robin"),
+    "least_request": ("least_request", "least_request"),
+    "consistent_hash": ("consistent_hash", "consistent_hash"),
+    "cache_aware": ("cache_aware", "cache_aware"),
+    "kv_overlap": ("kv_overlap", "least_request"),
+    "llmd": ("llmd", "llmd"),
+    "dynamo": ("dynamo", "dynamo"),
+}
+
+PD_MODES = ("conditional", "always", "never")
+
+
+def router_config_for(spec: str) -> RouterPolicyConfig:
+    """The router config of a benchmark policy name like `token_load` or `llmd/never`."""
+    head, *assignments = spec.split("@")
+    name, _, mode = head.partition("/")
+    mode = mode or "conditional"
+    params: dict[str, object] = {}
+    for item in assignments:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"policies: {item!r} in {spec!r} is not KEY=VALUE")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    if name not in POLICY_PAIRS:
+        raise ValueError(f"policies: unknown policy {name!r}; known: {', '.join(POLICY_PAIRS)}")
+    if mode not in PD_MODES:
+        raise ValueError(f"policies: unknown P/D mode {mode!r} in {spec!r}; known: {PD_MODES}")
+    prefill, decode = POLICY_PAIRS[name]
+    if mode == "always":
+        pd = PdDecisionParams(min_uncached_tokens=0, max_prefill_queue_s=float("inf"))
+    elif mode == "never":
+        pd = PdDecisionParams(enabled=False)
+    else:
+        pd = PdDecisionParams()
+    return RouterPolicyConfig(
+        prefill=PolicyConfig(name=prefill, params=params),
+        decode=PolicyConfig(name=decode),
+        pd=pd,
+    )

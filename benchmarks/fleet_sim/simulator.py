@@ -1,0 +1,716 @@
+"""The discrete-event fleet simulator over virtual time (no sleeps, no threads).
+
+One `EngineCore` (`pools/sim`) per replica with a `TimingModel(model, gpu, tp)`; the real
+router: `KvIndex` fed by every core's KV events (drained after each step), `TokenLoad` driven
+through each request's lifecycle, the configured policies and the P/D decision via `PdRouter`;
+KV transfers timed by the link model; arrivals from a `Workload`.
+
+Events (one heap, ordered by `(time, sequence number)`, so runs are deterministic):
+
+- arrival of a session's turn (open loop at `start_s`; closed loop when a concurrency slot
+  frees; later turns `think_time_s` after the previous turn finished): the request is hashed
+  into block ids, matched in the index, routed, and added to the chosen core(s);
+- a replica's step boundary: the outputs of its previous step are applied (tokens, first
+  token, finish, prefill-leg completion -> decode leg submitted to its decode replica, KV
+  events -> index), then its next step starts;
+- a KV transfer done: the decode core's `finish_remote_load`, the prefill core's
+  `release_held`; transfers into one decode replica are serialized on its link;
+- a metrics tick every `tick_s` (0.5 s): each replica's `/metrics` view (`observe_metrics`:
+  running, waiting, KV usage) and the decode-KV balance sample.
+
+Disaggregated request (vLLM NixlConnector flow): prefill leg on `p` (`max_tokens=1`,
+`do_remote_decode`), then decode leg on `d` with the returned `kv_transfer_params`; `d` loads
+the blocks it does not hold (`kv_transfer_time(tokens)` on the link), recomputes the last prompt
+token and streams every output token, so TTFT is measured at `d`'s first token.
+
+Decode fast-forward (`EngineCore.fast_forward_decode`): a replica whose batch is pure decode
+advances many steps in one call, up to its *horizon* = the earliest time anything can touch it:
+the next arrival or metrics tick (routing reads every replica), a KV transfer into it, the
+next step boundary of a prefill replica running a leg whose decode goes to it (and, if that
+replica's queue waits, the next transfer anywhere, which may release its held blocks). Nothing that
+reads or changes the replica happens inside the horizon, so results equal stepping one by one
+(`tests/benchmarks/test_fleet_sim.py::test_fast_forward_equivalence`).
+
+Token-free: requests carry block ids (`block_ids.py`), not token ids; the cores' prefix caches
+and the `KvIndex` (`engine_hash_keys=True`) work on those ids.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks.fleet_sim.block_ids import BlockChain
+from benchmarks.fleet_sim.fleet import FleetSpec
+from benchmarks.fleet_sim.policies import router_config_for
+from benchmarks.workloads.model import Segment, Workload, output_content_id
+from pools.sim.config import EngineConfig
+from pools.sim.engine_core import EngineCore, StepResult
+from pools.sim.kv_events import AllBlocksCleared as SimCleared
+from pools.sim.kv_events import BlockRemoved as SimRemoved
+from pools.sim.kv_events import BlockStored as SimStored
+from pools.sim.kv_events import KVCacheEvent
+from pools.sim.request import SimRequest
+from pools.sim.timing import TimingModel, make_timing
+from router.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
+from router.kv_index import KvIndex
+from router.pd_router import PdRouter
+from router.replica_state import ReplicaStatic, RoutingRequest, build_snapshots
+from router.token_load import TokenLoad
+
+_ARRIVAL, _STEP, _TRANSFER, _TICK = 0, 1, 2, 3
+_INF = float("inf")
+_TEXT_BASE = 0x4E00  # CJK block: one printable char per block id for text-based policies
+
+
+@dataclass(slots=True)
+class SimConfig:
+    """One simulation run's settings (the CLI's options)."""
+
+    fleet: FleetSpec
+    policy: str = "token_load"
+    model: str = "llama-3.1-8b"
+    gpu: str = "h100"
+    tp: int = 1
+    block_size: int = 64
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    link: str | None = None
+    tick_s: float = 0.5
+    fast_forward: bool = True
+    seed: int = 0
+    kv_memory_gb: float | None = None
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request's life, in virtual seconds."""
+
+    request_id: str
+    session: int
+    turn: int
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    prefill_replica: str | None = None
+    decode_replica: str = ""
+    disaggregated: bool = False
+    first_token: float | None = None
+    last_token: float | None = None
+    finish: float | None = None
+    num_output: int = 0
+    hit_tokens: int = 0
+    oracle_hit_tokens: int = 0
+    lru_hit_tokens: int = 0
+    transfer_tokens: int = 0
+    finish_count: int = 0
+    max_itl: float = 0.0
+
+
+@dataclass(slots=True)
+class SimResult:
+    """Everything `metrics.compute_metrics` needs, plus run facts."""
+
+    config: SimConfig
+    workload_name: str
+    requests: list[RequestRecord]
+    itl_samples: array[float]
+    sessions: list[tuple[str, str | None, float, float]]  # (id, group, start, end)
+    tick_times: list[float]
+    decode_kv_blocks: list[list[int]]  # per tick, per decode-capable replica
+    decode_replicas: list[str]
+    engine_prefix_queries: int
+    engine_prefix_hits: int
+    generation_tokens: int
+    num_steps: int
+    num_fast_forward_steps: int
+    wall_s: float
+    cpu_s: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class _Replica:
+    __slots__ = (
+        "blocks_capacity",
+        "core",
+        "id",
+        "inbound",
+        "index",
+        "link_free",
+        "next_event",
+        "pending",
+        "role",
+        "transfers",
+    )
+
+    def __init__(self, rid: str, role: str, index: int, core: EngineCore) -> None:
+        self.id = rid
+        self.role = role
+        self.index = index
+        self.core = core
+        self.pending: StepResult | None = None
+        self.next_event: float | None = None
+        self.inbound: dict[int, int] = {}  # prefill replica index -> legs headed here
+        self.transfers: list[float] = []  # heap of transfer-done times into this replica
+        self.link_free = 0.0
+        self.blocks_capacity = core.block_pool.num_gpu_blocks - 1
+
+
+def _convert(events: list[KVCacheEvent]) -> list[KvEvent]:
+    out: list[KvEvent] = []
+    for e in events:
+        if isinstance(e, SimStored):
+            out.append(
+                BlockStored(
+                    block_hashes=list(e.block_hashes),
+                    parent_block_hash=e.parent_block_hash,
+                    token_ids=e.token_ids,
+                    block_size=e.block_size,
+                    lora_id=e.lora_id,
+                    medium=e.medium,
+                    lora_name=e.lora_name,
+                    group_idx=e.group_idx,
+                )
+            )
+        elif isinstance(e, SimRemoved):
+            out.append(
+                BlockRemoved(
+                    block_hashes=list(e.block_hashes), medium=e.medium, group_idx=e.group_idx
+                )
+            )
+        elif isinstance(e, SimCleared):
+            out.append(AllBlocksCleared())
+    return out
+
+
+class FleetSimulator:
+    """One run of one policy over one workload (see the module docstring)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        config: SimConfig,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.config = config
+        self.progress = progress
+        kw: dict[str, Any] = {
+            "max_num_batched_tokens": config.max_num_batched_tokens,
+            "max_num_seqs": config.max_num_seqs,
+        }
+        if config.link is not None:
+            from pools.sim.profiles import get_link
+
+            kw["link"] = get_link(config.link)
+        self.timing: TimingModel = make_timing(
+            config.model, config.gpu, tp=config.tp, kv_memory_gb=config.kv_memory_gb, **kw
+        )
+        bs = config.block_size
+        longest = 0
+        for s in workload.sessions:
+            for k, t in enumerate(s.turns):
+                longest = max(longest, s.prompt_tokens(k) + t.output_tokens)
+        capacity = self.timing.num_gpu_blocks(bs) - 1
+        if -(-longest // bs) > capacity:
+            raise ValueError(
+                f"workload: a request of {longest} tokens needs more KV blocks than a replica "
+                f"holds ({capacity} blocks of {bs}); use a bigger --gpu or --tp"
+            )
+        max_model_len = max(2048, longest + 2 * bs)
+        self.replicas: list[_Replica] = []
+        for i, (rid, role) in enumerate(config.fleet.replica_ids()):
+            ecfg = EngineConfig(
+                block_size=bs,
+                num_gpu_blocks=None,
+                vocab_size=None,
+                kv_lease_duration_s=30.0,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                max_num_seqs=config.max_num_seqs,
+                max_model_len=max_model_len,
+                engine_id=rid,
+            )
+            self.replicas.append(_Replica(rid, role, i, EngineCore(ecfg, self.timing)))
+        self.by_id = {r.id: r for r in self.replicas}
+        self.prefill_ids = [r.id for r in self.replicas if r.role == "prefill"]
+        self.decode_ids = [r.id for r in self.replicas if r.role == "decode"]
+        self.colocated_ids = [r.id for r in self.replicas if r.role == "colocated"]
+        router_cfg = router_config_for(config.policy)
+        self.router = PdRouter(router_cfg, seed=config.seed)
+        self.needs_text = "cache_aware" in (router_cfg.prefill.name, router_cfg.decode.name)
+        self.index = KvIndex(config.model, bs, engine_hash_keys=True)
+        self.load = TokenLoad(origin="sim")
+        tps = 8192 / self.timing.prefill_time(8192)
+        self.static = {r.id: ReplicaStatic(prefill_tokens_per_s=tps) for r in self.replicas}
+        self.heap: list[tuple[float, int, int, Any]] = []
+        self.seq = 0
+        self.next_tick = 0.0
+        self.next_arrival = _INF
+        self.arrivals: list[tuple[float, int, int, int]] = []  # (t, seq, session, turn)
+        self.records: dict[str, RequestRecord] = {}
+        self.all_records: list[RequestRecord] = []
+        self.itl = array("d")
+        self.oracle: set[int] = set()
+        # A second reference: one LRU cache as big as the prefilling pools' KV together.
+        self.lru: OrderedDict[int, None] = OrderedDict()
+        pools = [r for r in self.replicas if r.role != "decode"] or self.replicas
+        self.lru_capacity = sum(r.blocks_capacity for r in pools)
+        self.chains: dict[int, BlockChain] = {}
+        self.session_start: dict[int, float] = {}
+        self.session_end: dict[int, float] = {}
+        self.active_sessions = 0
+        self.closed_queue: list[int] = []
+        self.tick_times: list[float] = []
+        self.decode_kv: list[list[int]] = []
+        self.decode_capable = [r for r in self.replicas if r.role != "prefill"]
+        self.ff_steps = 0
+        self.outstanding = 0
+        self._pending_decode: dict[str, list[bytes]] = {}
+        self.all_transfers: list[float] = []  # heap of every pending transfer-done time
+
+    # ------------------------------------------------------------------ event plumbing
+    def _push(self, t: float, kind: int, data: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, data))
+
+    def _push_arrival(self, t: float, session: int, turn: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.arrivals, (t, self.seq, session, turn))
+
+    def _wake(self, rep: _Replica, now: float) -> None:
+        """Make sure the replica has a step event if it has work."""
+        t = rep.core.next_step_time(now)
+        if t is not None and (rep.next_event is None or t < rep.next_event):
+            # an earlier wake-up (e.g. new work while idling until a lease expiry) supersedes
+            # the scheduled one, which becomes stale and is skipped
+            rep.next_event = t
+            self._push(t, _STEP, rep.index)
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        cpu0 = time.process_time()
+        wl = self.workload
+        for i, s in enumerate(wl.sessions):
+            if s.start_s is not None:
+                self._push_arrival(s.start_s, i, 0)
+            else:
+                self.closed_queue.append(i)
+        self.closed_queue.reverse()
+        self._start_closed(0.0)
+        self.outstanding = wl.num_requests
+        last_progress = 0.0
+        while True:
+            t_arr = self.arrivals[0][0] if self.arrivals else _INF
+            t_heap = self.heap[0][0] if self.heap else _INF
+            if self.outstanding <= 0 and t_heap == _INF and t_arr == _INF:
+                break
+            t_tick = self.next_tick if self.outstanding > 0 else _INF
+            t = min(t_arr, t_heap, t_tick)
+            if t == _INF:
+                break
+            if t_tick <= t_arr and t_tick <= t_heap:
+                self._tick(t_tick)
+                self.next_tick = t_tick + self.config.tick_s
+                if self.progress is not None and t_tick - last_progress >= 5.0:
+                    last_progress = t_tick
+                    self.progress(t_tick)
+            elif t_arr <= t_heap:
+                _, _, session, turn = heapq.heappop(self.arrivals)
+                self._arrive(t_arr, session, turn)
+            else:
+                _, _, kind, data = heapq.heappop(self.heap)
+                if kind == _STEP:
+                    rep = self.replicas[data]
+                    if rep.next_event == t_heap:
+                        self._on_step(rep, t_heap)
+                elif kind == _TRANSFER:
+                    self._on_transfer(data, t_heap)
+        result = self._result(time.perf_counter() - wall0)
+        result.cpu_s = time.process_time() - cpu0
+        return result
+
+    def _start_closed(self, now: float) -> None:
+        cap = self.workload.concurrency
+        while self.closed_queue and (cap is None or self.active_sessions < cap):
+            i = self.closed_queue.pop()
+            self.active_sessions += 1
+            self._push_arrival(now, i, 0)
+
+    # ------------------------------------------------------------------ arrivals + routing
+    def _arrive(self, now: float, si: int, turn: int) -> None:
+        s = self.workload.sessions[si]
+        spec = s.turns[turn]
+        bs = self.config.block_size
+        if turn == 0:
+            self.session_start[si] = now
+        chain = self.chains.get(si)
+        if chain is None or not s.carry_context:
+            chain = BlockChain(bs)
+            self.chains[si] = chain
+        chain.extend(spec.new_segments)
+        prompt_tokens = chain.num_tokens
+        n_prompt_blocks = len(chain.ids)
+        keys = chain.ids[:n_prompt_blocks]
+        chain.extend([Segment(output_content_id(s.session_id, turn), spec.output_tokens)])
+        seq_hashes = list(chain.as_bytes)
+        if not s.carry_context:
+            self.chains.pop(si, None)
+        rid = f"{s.session_id}#{turn}"
+        rec = RequestRecord(rid, si, turn, now, prompt_tokens, spec.output_tokens)
+        self.records[rid] = rec
+        self.all_records.append(rec)
+        # oracle: one infinite cache over the same block ids, in routing order
+        oracle = self.oracle
+        max_hit = (prompt_tokens - 1) // bs
+        hit = 0
+        while hit < max_hit and keys[hit] in oracle:
+            hit += 1
+        rec.oracle_hit_tokens = hit * bs
+        oracle.update(chain.ids)
+        lru = self.lru
+        hit = 0
+        while hit < max_hit and keys[hit] in lru:
+            hit += 1
+        rec.lru_hit_tokens = hit * bs
+        for key in chain.ids:
+            lru[key] = None
+            lru.move_to_end(key)
+        while len(lru) > self.lru_capacity:
+            lru.popitem(last=False)
+
+        text = None
+        if self.needs_text:
+            text = "".join(chr(_TEXT_BASE + (k % 20000)) for k in keys) or "\x00"
+        req = RoutingRequest(
+            request_id=rid,
+            prompt_tokens=prompt_tokens,
+            block_size=bs,
+            block_keys=keys,
+            session_key=s.session_id,
+            prompt_text=text,
+            max_tokens=spec.output_tokens,
+        )
+        overlap = self.index.match(keys)
+        cached = {r.id: self.index.blocks(r.id) for r in self.replicas}
+
+        def snaps(ids: list[str]) -> list[Any]:
+            return build_snapshots(ids, overlap, self.load, now, self.static, cached)
+
+        route = self.router.route(
+            req,
+            snaps(self.prefill_ids),
+            snaps(self.decode_ids),
+            now,
+            colocated=snaps(self.colocated_ids),
+        )
+        d = self.by_id[route.decode_replica]
+        rec.decode_replica = d.id
+        if route.disaggregate and route.prefill_replica is not None:
+            p = self.by_id[route.prefill_replica]
+            rec.prefill_replica = p.id
+            rec.disaggregated = True
+            p_over = overlap.get(p.id, 0)
+            self.load.on_admitted(
+                rid,
+                p.id,
+                now,
+                prompt_tokens=prompt_tokens,
+                uncached_tokens=prompt_tokens - p_over * bs,
+                block_size=bs,
+                decodes=False,
+            )
+            # The decode leg's incoming KV (what it will load) counts as its pending prefill
+            # until the transfer lands, so decode picks see legs still in prefill.
+            d_over = overlap.get(d.id, 0)
+            self.load.on_admitted(
+                rid,
+                d.id,
+                now,
+                prompt_tokens=prompt_tokens,
+                uncached_tokens=prompt_tokens - d_over * bs,
+                block_size=bs,
+            )
+            d.inbound[p.index] = d.inbound.get(p.index, 0) + 1
+            p.core.add_request(
+                SimRequest(
+                    rid,
+                    [],
+                    max_tokens=1,
+                    num_prompt_tokens=prompt_tokens,
+                    block_hashes=seq_hashes,
+                    kv_transfer_params={"do_remote_decode": True},
+                ),
+                now,
+            )
+            self._pending_decode[rid] = seq_hashes
+            self._wake(p, now)
+        else:
+            d_over = overlap.get(d.id, 0)
+            self.load.on_admitted(
+                rid,
+                d.id,
+                now,
+                prompt_tokens=prompt_tokens,
+                uncached_tokens=prompt_tokens - d_over * bs,
+                block_size=bs,
+            )
+            d.core.add_request(
+                SimRequest(
+                    rid,
+                    [],
+                    max_tokens=spec.output_tokens,
+                    num_prompt_tokens=prompt_tokens,
+                    block_hashes=seq_hashes,
+                ),
+                now,
+            )
+            self._wake(d, now)
+
+    # ------------------------------------------------------------------ replica steps
+    def _horizon(self, rep: _Replica) -> float:
+        h = self.next_tick
+        if self.arrivals and self.arrivals[0][0] < h:
+            h = self.arrivals[0][0]
+        if rep.transfers and rep.transfers[0] < h:
+            h = rep.transfers[0]
+        for pi, n in rep.inbound.items():
+            if n > 0:
+                p = self.replicas[pi]
+                t = p.next_event
+                if t is not None and t < h:
+                    h = t
+                # A prefill replica whose queue waits for blocks can be woken early by any
+                # transfer that releases its held blocks: bound by the next transfer anywhere.
+                if p.core.waiting and self.all_transfers and self.all_transfers[0] < h:
+                    h = self.all_transfers[0]
+        return h
+
+    def _on_step(self, rep: _Replica, now: float) -> None:
+        rep.next_event = None
+        res = rep.pending
+        if res is not None:
+            rep.pending = None
+            self._apply_outputs(rep, res, now)
+        core = rep.core
+        t = core.next_step_time(now)
+        if t is None:
+            return
+        if t > now:
+            rep.next_event = t
+            self._push(t, _STEP, rep.index)
+            return
+        if self.config.fast_forward and rep.role != "prefill":
+            ff = core.fast_forward_decode(now, self._horizon(rep))
+            if ff is not None:
+                self.ff_steps += ff.num_steps
+                self._apply_fast_forward(rep, ff)
+                self._drain(rep)
+                rep.next_event = ff.end
+                self._push(ff.end, _STEP, rep.index)
+                return
+        res = core.step(t)
+        rep.pending = res
+        rep.next_event = res.end
+        self._push(res.end, _STEP, rep.index)
+
+    def _drain(self, rep: _Replica) -> None:
+        events = rep.core.drain_events()
+        if events:
+            self.index.apply(rep.id, _convert(events))
+
+    def _apply_outputs(self, rep: _Replica, res: StepResult, now: float) -> None:
+        self._drain(rep)
+        bs = self.config.block_size
+        load = self.load
+        for out in res.outputs:
+            rid = out.request_id
+            rec = self.records[rid]
+            if rep.role == "prefill":
+                # the prefill leg finished: its KV goes to the decode replica
+                rec.hit_tokens = out.num_local_cached_tokens
+                load.on_prefill_done(rid, rep.id, now)
+                d = self.by_id[rec.decode_replica]
+                d.inbound[rep.index] -= 1
+                if out.finish_reason not in ("stop", "length") or out.kv_transfer_params is None:
+                    raise RuntimeError(f"prefill leg {rid} ended with {out.finish_reason}")
+                d.core.add_request(
+                    SimRequest(
+                        rid,
+                        [],
+                        max_tokens=rec.output_tokens,
+                        num_prompt_tokens=rec.prompt_tokens,
+                        block_hashes=self._pending_decode.pop(rid),
+                        kv_transfer_params=out.kv_transfer_params,
+                    ),
+                    now,
+                )
+                self._wake(d, now)
+                continue
+            n = out.num_output_tokens
+            if out.is_first_token:
+                rec.first_token = now
+                if not rec.disaggregated:
+                    rec.hit_tokens = out.num_local_cached_tokens
+                else:
+                    rec.transfer_tokens = out.num_external_tokens
+                    if rec.prefill_replica is not None:
+                        self.by_id[rec.prefill_replica].core.release_held(rid, now)
+                load.on_tokens(rid, rep.id, now, n)
+            else:
+                if rec.last_token is not None:
+                    gap = now - rec.last_token
+                    self.itl.append(gap)
+                    if gap > rec.max_itl:
+                        rec.max_itl = gap
+                if (rec.prompt_tokens + n) % bs == 1:
+                    load.on_tokens(rid, rep.id, now, n)
+            rec.last_token = now
+            rec.num_output = n
+            if out.finished:
+                self._finish(rec, rep, now)
+        for ld in res.new_remote_loads:
+            rec = self.records[ld.request_id]
+            start = max(now, rep.link_free)
+            done = start + self.timing.kv_transfer_time(ld.num_tokens)
+            rep.link_free = done
+            heapq.heappush(rep.transfers, done)
+            heapq.heappush(self.all_transfers, done)
+            self._push(done, _TRANSFER, (rep.index, ld.request_id))
+
+    def _apply_fast_forward(self, rep: _Replica, ff: Any) -> None:
+        bs = self.config.block_size
+        ends: list[float] = ff.step_ends
+        k = len(ends)
+        gaps = [ends[0]] + [ends[j] - ends[j - 1] for j in range(1, k)]
+        load = self.load
+        itl = self.itl
+        for rid, n_after in zip(ff.request_ids, ff.num_output_tokens, strict=True):
+            rec = self.records[rid]
+            first_gap = ends[0] - (rec.last_token if rec.last_token is not None else ff.start)
+            gaps[0] = first_gap
+            itl.extend(gaps)
+            worst = max(gaps)
+            if worst > rec.max_itl:
+                rec.max_itl = worst
+            n0 = n_after - k
+            # on_tokens where the context crosses into a new block: (prompt + n) % bs == 1
+            j = (1 - rec.prompt_tokens - n0 - 1) % bs
+            while j < k:
+                load.on_tokens(rid, rep.id, ends[j], n0 + j + 1)
+                j += bs
+            rec.last_token = ends[-1]
+            rec.num_output = n_after
+
+    def _finish(self, rec: RequestRecord, rep: _Replica, now: float) -> None:
+        rec.finish = now
+        rec.finish_count += 1
+        self.load.on_finished(rec.request_id, now)
+        self.records.pop(rec.request_id, None)
+        self.outstanding -= 1
+        si = rec.session
+        s = self.workload.sessions[si]
+        if rec.turn + 1 < len(s.turns):
+            self._push_arrival(now + s.turns[rec.turn + 1].think_time_s, si, rec.turn + 1)
+        else:
+            self.session_end[si] = now
+            self.chains.pop(si, None)
+            if s.start_s is None:
+                self.active_sessions -= 1
+                self._start_closed(now)
+
+    def _on_transfer(self, data: tuple[int, str], now: float) -> None:
+        di, rid = data
+        d = self.replicas[di]
+        heapq.heappop(d.transfers)
+        heapq.heappop(self.all_transfers)
+        d.core.finish_remote_load(rid, True, now)
+        rec = self.records.get(rid)
+        if rec is not None and rec.prefill_replica is not None:
+            self.by_id[rec.prefill_replica].core.release_held(rid, now)
+            self._wake(self.by_id[rec.prefill_replica], now)
+        self.load.on_prefill_done(rid, d.id, now)
+        self._wake(d, now)
+
+    def _tick(self, now: float) -> None:
+        load = self.load
+        for r in self.replicas:
+            pool = r.core.block_pool
+            used = r.blocks_capacity - pool.free_block_queue.num_free_blocks
+            usage = used / r.blocks_capacity
+            load.observe_metrics(
+                r.id,
+                now,
+                num_running=len(r.core.running),
+                num_waiting=len(r.core.waiting),
+                kv_usage=usage,
+                kv_capacity_blocks=r.blocks_capacity,
+            )
+        self.tick_times.append(now)
+        self.decode_kv.append(
+            [
+                r.blocks_capacity - r.core.block_pool.free_block_queue.num_free_blocks
+                for r in self.decode_capable
+            ]
+        )
+
+    # ------------------------------------------------------------------ result
+    def _result(self, wall: float) -> SimResult:
+        queries = hits = gen = steps = 0
+        for r in self.replicas:
+            st = r.core.stats()
+            queries += st.prefix_cache_queries
+            hits += st.prefix_cache_hits
+            gen += st.generation_tokens
+            steps += st.num_steps
+        sessions = []
+        for si, s in enumerate(self.workload.sessions):
+            if si in self.session_start and si in self.session_end:
+                sessions.append(
+                    (s.session_id, s.group, self.session_start[si], self.session_end[si])
+                )
+        return SimResult(
+            config=self.config,
+            workload_name=self.workload.name,
+            requests=self.all_records,
+            itl_samples=self.itl,
+            sessions=sessions,
+            tick_times=self.tick_times,
+            decode_kv_blocks=self.decode_kv,
+            decode_replicas=[r.id for r in self.decode_capable],
+            engine_prefix_queries=queries,
+            engine_prefix_hits=hits,
+            generation_tokens=gen,
+            num_steps=steps,
+            num_fast_forward_steps=self.ff_steps,
+            wall_s=wall,
+        )
+
+
+def run_simulation(
+    workload: Workload,
+    config: SimConfig,
+    progress: Callable[[float], None] | None = None,
+) -> SimResult:
+    """Simulate `workload` on `config.fleet` with `config.policy`; deterministic per seed."""
+    return FleetSimulator(workload, config, progress).run()
+
+
+def decode_blocks_cv(samples: list[list[int]]) -> float:
+    """Mean over ticks (with any load) of std/mean of active KV blocks across replicas."""
+    cvs = []
+    for row in samples:
+        if len(row) < 2:
+            continue
+        m = sum(row) / len(row)
+        if m <= 0:
+            continue
+        var = sum((x - m) ** 2 for x in row) / len(row)
+        cvs.append(math.sqrt(var) / m)
+    return sum(cvs) / len(cvs) if cvs else 0.0

@@ -1,0 +1,151 @@
+"""`PdRouter`: the coordinator's per-request routing flow, shared by the coordinator and the
+fleet simulator.
+
+Flow for one request (pure; `now` is passed, nothing is read from a clock):
+
+1. **Colocated-only fleet** (no prefill and no decode pool): the *prefill* policy picks among
+   the colocated replicas (it weighs cached overlap against queued prefill work, which is what a
+   colocated replica's TTFT depends on); that replica prefills and decodes.
+2. **P/D fleet**: the *decode* policy picks a decode replica `d` (the decode replica's cached
+   overlap feeds the P/D decision); `decide_pd` (with `local_overlap_blocks = overlap(d)`)
+   decides whether to disaggregate;
+   - yes: the *prefill* policy picks a prefill replica `p`; `p` prefills, `d` decodes;
+   - no: if a colocated pool exists, the prefill policy picks a colocated replica that serves
+     the whole request; otherwise `d` prefills locally.
+   With no healthy prefill replica, `decide_pd` says no (the decode side prefills).
+
+Only picks that are used are recorded with `on_request_routed` (round-robin's counter, the
+`cache_aware` tree), so a decision that is not executed leaves the policies unchanged when
+`route(..., commit=False)` is used (explain API).
+
+Policies come from `RouterPolicyConfig` (`router/policies/config.py`): `prefill`, `decode`,
+`pd`. `PdRoute.explain(...)` builds the pydantic explain structure on demand.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from router.explain import DecisionExplanation, explain_pd, explain_pick
+from router.pd_decision import PdDecision, decide_pd
+from router.policies.base import Policy
+from router.policies.config import RouterPolicyConfig, build_policy
+from router.replica_state import PolicyDecision, ReplicaSnapshot, RoutingRequest
+
+
+class NoReplicaError(RuntimeError):
+    """No healthy replica can serve the request (every pool empty or unhealthy)."""
+
+
+@dataclass(slots=True)
+class PdRoute:
+    """One request's routing: who prefills, who decodes, and the decisions behind it.
+
+    `prefill_replica` is set only when the request is disaggregated; `decode_replica` serves
+    the decode (and the prefill too when not disaggregated). `prefill`/`decode` are the policy
+    decisions that were used (the decode pick is the colocated pick on colocated routes).
+    """
+
+    request_id: str
+    disaggregate: bool
+    prefill_replica: str | None
+    decode_replica: str
+    prefill: PolicyDecision | None
+    decode: PolicyDecision
+    pd: PdDecision | None
+    pool: str  # "pd" | "decode" (decode prefills locally) | "colocated"
+
+    def explain(
+        self,
+        request: RoutingRequest,
+        now: float,
+        prefill_snapshots: Sequence[ReplicaSnapshot],
+        decode_snapshots: Sequence[ReplicaSnapshot],
+    ) -> DecisionExplanation:
+        """The explain view (`router/explain.py`); pass the snapshots the route was made from
+        (the colocated snapshots as `decode_snapshots` on colocated routes)."""
+        return DecisionExplanation(
+            request_id=self.request_id,
+            now=now,
+            prompt_tokens=request.prompt_tokens,
+            prompt_blocks=request.prompt_blocks,
+            prefill=explain_pick("prefill", self.prefill, prefill_snapshots)
+            if self.prefill is not None
+            else None,
+            pd=explain_pd(self.pd) if self.pd is not None else None,
+            decode=explain_pick(
+                "colocated" if self.pool == "colocated" else "decode",
+                self.decode,
+                decode_snapshots,
+            ),
+        )
+
+
+class PdRouter:
+    """Prefill pick + P/D decision + decode pick with one prefill policy instance per pool."""
+
+    def __init__(self, config: RouterPolicyConfig, seed: int = 0) -> None:
+        self.config = config
+        rng = random.Random(seed)
+        self.prefill_policy: Policy[Any] = build_policy(
+            config.prefill, rng=random.Random(rng.random()), field_prefix="prefill"
+        )
+        self.decode_policy: Policy[Any] = build_policy(
+            config.decode, rng=random.Random(rng.random()), field_prefix="decode"
+        )
+        # A separate instance for the colocated pool: stateful policies (round-robin counters,
+        # text trees) must not mix two pools' histories.
+        self.colocated_policy: Policy[Any] = build_policy(
+            config.prefill, rng=random.Random(rng.random()), field_prefix="prefill"
+        )
+
+    def route(
+        self,
+        request: RoutingRequest,
+        prefill: Sequence[ReplicaSnapshot],
+        decode: Sequence[ReplicaSnapshot],
+        now: float,
+        colocated: Sequence[ReplicaSnapshot] = (),
+        commit: bool = True,
+    ) -> PdRoute:
+        """Route one request (see the module docstring). Raises `NoReplicaError`."""
+        rid = request.request_id
+        if not decode:
+            return self._colocated(request, colocated, now, commit, pd=None)
+        d_pick = self.decode_policy.pick(request, decode, now)
+        if d_pick.chosen is None:
+            if colocated:
+                return self._colocated(request, colocated, now, commit, pd=None)
+            raise NoReplicaError(f"request {rid}: no healthy decode replica")
+        local = next((s.overlap_blocks for s in decode if s.replica_id == d_pick.chosen), 0)
+        pd = decide_pd(request, prefill, self.config.pd, now, local_overlap_blocks=local)
+        if pd.disaggregate:
+            p_pick = self.prefill_policy.pick(request, prefill, now)
+            if p_pick.chosen is not None:
+                if commit:
+                    self.prefill_policy.on_request_routed(request, p_pick.chosen, now)
+                    self.decode_policy.on_request_routed(request, d_pick.chosen, now)
+                return PdRoute(rid, True, p_pick.chosen, d_pick.chosen, p_pick, d_pick, pd, "pd")
+        if colocated:
+            return self._colocated(request, colocated, now, commit, pd=pd)
+        if commit:
+            self.decode_policy.on_request_routed(request, d_pick.chosen, now)
+        return PdRoute(rid, False, None, d_pick.chosen, None, d_pick, pd, "decode")
+
+    def _colocated(
+        self,
+        request: RoutingRequest,
+        colocated: Sequence[ReplicaSnapshot],
+        now: float,
+        commit: bool,
+        pd: PdDecision | None,
+    ) -> PdRoute:
+        pick = self.colocated_policy.pick(request, colocated, now)
+        if pick.chosen is None:
+            raise NoReplicaError(f"request {request.request_id}: no healthy replica")
+        if commit:
+            self.colocated_policy.on_request_routed(request, pick.chosen, now)
+        return PdRoute(request.request_id, False, None, pick.chosen, None, pick, pd, "colocated")

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,6 +122,10 @@ async def start_sim(
         served_model_name,
         "--kv-transport",
         "tcp",
+        # The proxy's prompts are short; a small pool starts in a second, where the profile's
+        # default (e.g. `tiny` on an H100: ~2.3M blocks) takes most of a minute to allocate.
+        "--num-blocks",
+        "8192",
         "--kv-events-endpoint",
         f"tcp://127.0.0.1:{kv_events_port}",
         "--kv-events-topic",
@@ -245,12 +250,15 @@ async def start_pdorch(
     *,
     use_serve: bool = True,
     start_timeout_s: float = 90.0,
+    serve_args: Sequence[str] = (),
 ) -> RunningProcess:
     """`pdorch serve --config` (or, with `use_serve=False`, `benchmarks.proxy.pdorch_runner`:
-    the same `run_coordinator` path without the CLI) in its own process."""
+    the same `run_coordinator` path without the CLI) in its own process; `serve_args` are
+    more `pdorch serve` options (e.g. `--sync-bind`)."""
     log_path = log_dir / "pdorch-serve.log"
     if use_serve:
         cmd = [venv_bin("pdorch"), "serve", "--config", str(config_path), "--port", str(port)]
+        cmd += serve_args
     else:
         cmd = [sys.executable, "-m", "benchmarks.proxy.pdorch_runner"]
         cmd += ["--config", str(config_path), "--port", str(port)]

@@ -1,7 +1,9 @@
 """Admin endpoints (admin token required when configured, see `auth.py`).
 
 - `GET /admin/pools`: every pool's replicas: state, failures, token load, KV usage, prefix
-  hit rate, indexed blocks (`Coordinator.pools_view`).
+  hit rate, indexed blocks (`Coordinator.pools_view`); `sync` (several coordinators, else
+  null): this coordinator's sync endpoint, `peers` (origin → entries held) and the
+  `PeerSyncStats` counters (deltas sent/received/applied, snapshots, gaps, expiries).
 - `POST /admin/explain`: a `/v1/completions` or `/v1/chat/completions` body (chat when it has
   `messages`) in, the routing decision out (`router/explain.py`: prefill pick, P/D decision,
   decode pick, every replica's score and terms) plus the route; nothing is sent to an engine

@@ -17,19 +17,28 @@ Metrics (type; labels):
 - `pdorch_replica_healthy`, `pdorch_replica_prefill_tokens_queued`,
   `pdorch_replica_decode_blocks`, `pdorch_replica_requests_in_flight`,
   `pdorch_replica_kv_usage` (gauges; `pool`, `replica`)
+- several coordinators (only with a `sync:` section; `pdorch/SYNC.md`): `pdorch_sync_peers`
+  (gauge: peer coordinators heard from and not expired) and one counter per
+  `PeerSyncStats` field, `pdorch_sync_<field>_total`: `messages_sent`, `entries_sent` (deltas
+  sent), `snapshots_sent`, `messages_received`, `entries_received`, `entries_applied` (deltas
+  that changed this coordinator's view), `own_messages_ignored`, `bad_messages`, `seq_gaps`,
+  `entries_forgotten` (peer entries dropped: bye, expiry, restart, snapshot repair),
+  `peers_expired`
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from pdorch.app.state import Coordinator
+    from pdorch.sync import PeerSync
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -79,6 +88,38 @@ class _StateCollector(Collector):
             if r.metrics is not None:
                 kv.add_metric(key, r.metrics.kv_usage)
         yield from (healthy, prefill, decode, requests, kv)
+        if c.sync is not None:
+            yield from _sync_metrics(c.sync)
+
+
+_SYNC_HELP = {
+    "messages_sent": "Token-load messages published to peer coordinators (all kinds).",
+    "entries_sent": "Token-load deltas (entries) published to peer coordinators.",
+    "snapshots_sent": "Full-state snapshots published (periodic and for new subscribers).",
+    "messages_received": "Messages received from peer coordinators.",
+    "entries_received": "Token-load deltas (entries) received from peer coordinators.",
+    "entries_applied": "Received deltas that changed this coordinator's token load.",
+    "own_messages_ignored": "Messages carrying this coordinator's own origin, ignored.",
+    "bad_messages": "Received messages that did not decode.",
+    "seq_gaps": "Gaps in a peer's message sequence (lost messages; snapshots repair them).",
+    "entries_forgotten": "Peer entries dropped (peer said bye, expired, restarted, or a "
+    "snapshot lacked them).",
+    "peers_expired": "Peer coordinators expired after peer_timeout_s of silence.",
+}
+
+
+def _sync_metrics(sync: PeerSync) -> Iterator[Metric]:
+    peers = GaugeMetricFamily(
+        "pdorch_sync_peers", "Peer coordinators heard from and not expired (token-load sync)."
+    )
+    peers.add_metric([], len(sync.peers()))
+    yield peers
+    for field in dataclasses.fields(sync.stats):
+        counter = CounterMetricFamily(
+            f"pdorch_sync_{field.name}", _SYNC_HELP.get(field.name, field.name)
+        )
+        counter.add_metric([], getattr(sync.stats, field.name))
+        yield counter
 
 
 class CoordinatorMetrics:

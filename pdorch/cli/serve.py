@@ -8,7 +8,8 @@ so any OpenAI client can use it at once, with no model download. `--config FILE`
 fleet in FILE instead (real vLLM engines launched locally, existing endpoints, or sims).
 
 It prints where it listens and what it started; Ctrl-C (or SIGTERM) stops everything it
-started.
+started. Several coordinators over one fleet file: give each its own `--sync-bind` and all of
+them as `--sync-peer` (deploy/examples/fleet-two-coordinators.md).
 """
 
 from __future__ import annotations
@@ -77,6 +78,23 @@ def serve(
         dir_okay=False,
         readable=True,
     ),
+    sync_bind: str | None = typer.Option(
+        None,
+        "--sync-bind",
+        metavar="ENDPOINT",
+        help="Several coordinators over one fleet: the ZMQ endpoint this coordinator publishes "
+        "its token-load deltas on (e.g. tcp://10.0.0.2:7300). Replaces the fleet file's "
+        "sync.bind (creates the sync: section if missing), so one file serves every "
+        "coordinator. See pdorch/SYNC.md.",
+    ),
+    sync_peer: list[str] | None = typer.Option(
+        None,
+        "--sync-peer",
+        metavar="ENDPOINT",
+        help="Another coordinator's --sync-bind endpoint to follow (repeat for each; appended "
+        "to sync.peers; this coordinator's own endpoint is skipped, so every process can be "
+        "given the full list).",
+    ),
     log_level: str = typer.Option("warning", help="Log level (stderr): debug, info, warning."),
 ) -> None:
     """Serve the OpenAI API (completions, chat; stream or not) over a P/D fleet."""
@@ -99,7 +117,7 @@ def serve(
             load_fleet_config(config)
             if config is not None
             else parse_fleet_config(demo_fleet(), source="embedded demo fleet")
-        )
+        ).with_sync_overrides(sync_bind, sync_peer or ())
     except FleetConfigError as exc:
         err.print(f"[red]invalid fleet config[/red]\n{exc}")
         raise typer.Exit(2) from None
@@ -134,6 +152,12 @@ def serve(
                 f'-d \'{{"model": "{fleet.served_model_name}", "prompt": "Hello", '
                 f'"max_tokens": 16}}\''
             )
+            sync = running.coordinator.sync
+            if sync is not None:
+                console.print(
+                    f"sharing token load as {sync.origin!r} on {sync.endpoint} with "
+                    f"{', '.join(sync.settings.peers) or 'no peers'}"
+                )
             console.print("Ctrl-C stops the coordinator and every engine it started.")
             await stop.wait()
             console.print("stopping ...")

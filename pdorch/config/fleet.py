@@ -21,7 +21,7 @@ file fails before any engine starts. Full reference: `pools/FLEET_API.md`; examp
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,18 @@ class CoordinatorSettings(BaseModel):
     admin_token: str | None = Field(
         default=None, min_length=1, description="Token the /admin endpoints require, if set."
     )
+    max_body_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=1,
+        description="Larger request bodies get 413 (default 32 MiB: a 128k-token prompt as text "
+        "is ~0.5 MB, so this only stops abuse).",
+    )
+    max_concurrent_requests: int | None = Field(
+        default=None,
+        ge=1,
+        description="Client requests in flight beyond this get 429 at once (with Retry-After) "
+        "instead of queueing; null: unlimited.",
+    )
 
 
 class FleetConfig(BaseModel):
@@ -275,6 +287,32 @@ class FleetConfig(BaseModel):
                 if spec["kind"] == "sim":
                     spec["time_scale"] = time_scale
         return FleetConfig.model_validate(data)
+
+    def with_sync_overrides(
+        self, bind: str | None = None, peers: Sequence[str] = (), source: str = "command line"
+    ) -> FleetConfig:
+        """A copy with `pdorch serve --sync-bind/--sync-peer` applied, so one fleet file can
+        serve every coordinator: `bind` replaces `sync.bind`; `peers` are appended to
+        `sync.peers` (duplicates dropped, order kept; the own `bind` is skipped at connect
+        time). A file without `sync:` gets one, its other settings at their defaults. Nothing
+        given: `self`. A bad endpoint raises FleetConfigError naming `sync.bind`/`sync.peers`."""
+        if bind is None and not peers:
+            return self
+        data: dict[str, Any] = self.sync.model_dump() if self.sync is not None else {}
+        if bind is not None:
+            data["bind"] = bind
+        data["peers"] = list(dict.fromkeys([*data.get("peers", []), *peers]))
+        try:
+            sync = SyncSettings.model_validate(data)
+        except ValidationError as err:
+            issues = [
+                FleetConfigIssue(
+                    _dotted(("sync", *e["loc"])), str(e["msg"]).removeprefix("Value error, ")
+                )
+                for e in err.errors()
+            ]
+            raise FleetConfigError(issues, source) from None
+        return self.model_copy(update={"sync": sync})
 
 
 def demo_fleet_config(time_scale: float = 1.0) -> FleetConfig:

@@ -67,6 +67,7 @@ class PeerSyncStats:
     snapshots_sent: int = 0
     messages_received: int = 0
     entries_received: int = 0
+    entries_applied: int = 0  # received entries that changed this coordinator's view
     own_messages_ignored: int = 0
     bad_messages: int = 0
     seq_gaps: int = 0
@@ -380,7 +381,8 @@ class PeerSync:
             decode_blocks=entry.decode_blocks,
             updated_at=now,
         )
-        self._on_delta(delta, now)
+        if self._on_delta(delta, now):  # TokenLoad.apply_delta: True when it changed
+            self.stats.entries_applied += 1
 
     def _expire_silent_peers(self, now: float) -> None:
         horizon = now - self.settings.peer_timeout_s

@@ -15,6 +15,7 @@ Wire rules copied from vLLM's behaviour (read from its source, re-implemented):
   are sent as a `data: {"error": ...}` chunk.
 - P/D: a request whose `kv_transfer_params.do_remote_decode` is true is prefilled and its
   response carries top-level `kv_transfer_params` for the decode engine (NixlConnector shape).
+- A client that disconnects aborts its request, streamed or not (vLLM's `with_cancellation`).
 
 Simulated, not modelled: sampling. Generated tokens are a pure function of (prompt, `seed`,
 position) (`pools.sim.token_gen`), so `temperature`, `top_p`, `stop`, `logprobs`, ... are
@@ -26,6 +27,7 @@ The handlers keep per-token work to a dict build and one `msgspec.json.encode`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -47,7 +49,7 @@ from pools.sim.api_schemas import (
 from pools.sim.runner import EngineUnavailable
 
 if TYPE_CHECKING:
-    from pools.sim.runner import SimEngine
+    from pools.sim.runner import RequestStream, SimEngine
     from pools.sim.tokenization import SimTokenizer
 
 _json = msgspec.json.Encoder()
@@ -328,6 +330,9 @@ def create_app(engine: SimEngine) -> FastAPI:
         if not req.stream:
             text_parts: list[str] = []
             n_out = 0
+            # vLLM (`with_cancellation`) aborts a non-streamed request whose client hangs up;
+            # a streamed one is aborted by StreamingResponse's own disconnect listener.
+            watcher = asyncio.get_running_loop().create_task(_abort_on_disconnect(raw, stream))
             try:
                 async for out in stream:
                     if out.error is not None:
@@ -336,7 +341,10 @@ def create_app(engine: SimEngine) -> FastAPI:
                         text_parts.append(tokenizer.token_text(t))
                     n_out += len(out.token_ids)
             finally:
+                watcher.cancel()
                 stream.close()
+            if watcher.done() and not watcher.cancelled():
+                return Response(status_code=499)  # nobody reads it: the client is gone
             final = stream.final
             text = "".join(text_parts)
             usage = _usage(len(tokens), n_out)
@@ -491,6 +499,17 @@ def create_app(engine: SimEngine) -> FastAPI:
 
     app.state.engine = engine
     return app
+
+
+async def _abort_on_disconnect(raw: Request, stream: RequestStream) -> None:
+    """Wait for the client's `http.disconnect`, then abort the request (`stream.cancel()`).
+
+    The body has been read already, so every further ASGI message is either the disconnect or
+    (uvicorn, once the response is complete) the same; the caller cancels this task when the
+    request finishes first."""
+    while (await raw.receive())["type"] != "http.disconnect":
+        pass
+    stream.cancel()
 
 
 def _prompt_tokens(

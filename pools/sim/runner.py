@@ -40,6 +40,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
 from pools.sim.kv_store import SimKvStore, content_keys
 from pools.sim.metrics import EngineMetrics
 from pools.sim.settings import SimEngineSettings
@@ -53,6 +56,26 @@ log = logging.getLogger(__name__)
 
 KV_LOAD_ERROR = "KV transfer failed for request {rid}: {why}"
 MAX_CATCH_UP_REAL_S = 0.05
+
+
+KV_TOUCH_MAX_BYTES = 256 * 1024 * 1024
+
+
+def touch_decode_pages(blocks: npt.NDArray[np.uint8], max_bytes: int = KV_TOUCH_MAX_BYTES) -> int:
+    """Write the first `max_bytes` of a KV pool once (its leading blocks); returns the bytes.
+
+    Only engines that pull KV (role decode, or both: kv_both serves decode legs) call it: the
+    first NIXL READ into never-touched pages was measured 10x slower. A prefill-only engine
+    writes its blocks itself before lending them, so it skips this. The cap bounds memory: the
+    pool is sized like the GPU's (`tiny` on H100: ~9 GiB of 4 KiB blocks; 8B on H200: ~220
+    MiB) and large in-process fleets hold many. The leading blocks are the ones handed out
+    first (the free queue starts in block-id order), so a capped pool is fast where it is used
+    first; the rest is faulted in on first use, as before.
+    """
+    flat = blocks.reshape(-1)
+    n = min(int(flat.nbytes), max_bytes)
+    flat[:n].fill(0)
+    return n
 
 
 class EngineUnavailable(RuntimeError):
@@ -103,6 +126,14 @@ class RequestStream:
         if not self.done:
             self._engine.abort(self.request_id)
 
+    def cancel(self) -> None:
+        """The client went away while someone iterates: abort the request (its blocks are
+        freed) and end the iteration with finish reason `"abort"`; a finished request is
+        left as it is."""
+        if not self.done:
+            self._engine.abort(self.request_id)
+            self.push(StreamDelta([], "abort"))
+
 
 @dataclass(slots=True)
 class _Tracking:
@@ -141,6 +172,7 @@ class SimEngine:
         self._t0 = time.monotonic()
         self._scale = settings.time_scale
         self._requests: dict[str, _Tracking] = {}
+        self._client_aborts = 0  # not in request_success_total, as in vLLM (refresh_gauges)
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._pull_tasks: set[asyncio.Task[None]] = set()
@@ -217,6 +249,8 @@ class SimEngine:
 
         s = self.settings
         pool = KvBlockPool(self.num_blocks, s.kv_block_bytes, touch=False)
+        if s.role != "prefill":
+            touch_decode_pages(pool.blocks_array())
         self._kv = SimKvStore(pool.blocks_array(), s.block_size)
         loop = asyncio.get_running_loop()
 
@@ -297,7 +331,8 @@ class SimEngine:
         if tracking is None or self.core is None:
             return
         tracking.stream.done = True
-        self.core.abort_request(request_id, self.sim_now())
+        if self.core.abort_request(request_id, self.sim_now()) is not None:
+            self._client_aborts += 1
         self._wake.set()
 
     def reset_prefix_cache(self) -> bool:
@@ -480,6 +515,10 @@ class SimEngine:
             m.prompt_tokens_by_source[key] = value
         for key, value in st.request_success.items():
             m.request_success[key] = value
+        # vLLM 0.32 counts a request in request_success_total only when the engine core
+        # reports its finish; a frontend abort (client gone) drops the request's output state
+        # first (OutputProcessor.abort_requests), so `finished_reason="abort"` never counts it.
+        m.request_success["abort"] = max(0, m.request_success["abort"] - self._client_aborts)
 
     def info(self) -> dict[str, Any]:
         """What a pool needs to know about this engine (served at `/sim/info`)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -9,6 +10,7 @@ import pytest
 
 from pdorch.app.server import run_coordinator
 from pdorch.app.state import CoordinatorLimits
+from pdorch.config.fleet import FleetConfigError, load_fleet_config
 from pools.ports import free_port
 from tests.coordinator.helpers import MODEL, assert_openai_error, fleet, long_prompt, sim
 from tests.waiting import async_wait_until
@@ -82,7 +84,8 @@ async def test_body_limit_concurrency_limit_and_no_replica() -> None:
         }
         async with client.stream("POST", "/v1/completions", json=slow) as held:
             assert held.status_code == 200
-            await anext(held.aiter_raw())
+            chunks = held.aiter_raw()  # referenced: a collected iterator closes the stream
+            await anext(chunks)
             busy = await client.post("/v1/completions", json={"model": MODEL, "prompt": "hi"})
             assert_openai_error(busy, 429)
             assert busy.headers["retry-after"] == "1"
@@ -135,3 +138,64 @@ async def test_every_decode_attempt_failing_is_502_and_deadline_is_504() -> None
         error = assert_openai_error(await client.post("/v1/completions", json=body), 504)
         assert error["code"] == "timeout"
         assert pd.coordinator.in_flight == 0
+
+
+LIMITED_FLEET_YAML = """\
+served_model_name: sim-8b
+pools:
+  prefill:
+    launch: [{kind: sim, count: 1, model_profile: llama-3.1-8b, gpu: h100, time_scale: 0.01,
+              kv_transport: tcp}]
+  decode:
+    launch: [{kind: sim, count: 1, model_profile: llama-3.1-8b, gpu: h100, time_scale: 1.0,
+              kv_transport: tcp}]
+pd: {min_uncached_tokens: 32}
+health: {timeout_s: 2.0}
+coordinator:
+  port: 0
+  max_body_bytes: 4096
+  max_concurrent_requests: 1
+"""
+
+
+async def test_limits_from_the_fleet_file_give_413_and_429(tmp_path: Path) -> None:
+    """`coordinator.max_body_bytes` / `max_concurrent_requests` in the YAML are enforced."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(LIMITED_FLEET_YAML)
+    config = load_fleet_config(path)
+    assert config.coordinator.max_body_bytes == 4096
+    assert config.coordinator.max_concurrent_requests == 1
+    async with (
+        run_coordinator(config) as pd,
+        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+    ):
+        assert pd.coordinator.limits == CoordinatorLimits(4096, 1)
+        big = {"model": MODEL, "prompt": "x" * 5000}
+        error = assert_openai_error(await client.post("/v1/completions", json=big), 413)
+        assert error["code"] == "request_too_large"
+        small = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+        assert (await client.post("/v1/completions", json=small)).status_code == 200
+
+        slow = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 3000, "stream": True}
+        async with client.stream("POST", "/v1/completions", json=slow) as held:
+            assert held.status_code == 200
+            chunks = held.aiter_raw()  # referenced: a collected iterator closes the stream
+            await anext(chunks)
+            busy = await client.post("/v1/completions", json=small)
+            error = assert_openai_error(busy, 429)
+            assert error["code"] == "concurrency_limit"
+
+        async def released() -> bool:
+            return pd.coordinator.in_flight == 0
+
+        await async_wait_until(released, timeout=5.0, message="slot released")
+        assert (await client.post("/v1/completions", json=small)).status_code == 200
+
+
+def test_coordinator_limits_default_and_validation() -> None:
+    config = fleet()
+    assert config.coordinator.max_body_bytes == 32 * 1024 * 1024
+    assert config.coordinator.max_concurrent_requests is None
+    assert CoordinatorLimits.from_settings(config.coordinator) == CoordinatorLimits()
+    with pytest.raises(FleetConfigError, match=r"coordinator\.max_concurrent_requests"):
+        fleet(coordinator={"max_concurrent_requests": 0})

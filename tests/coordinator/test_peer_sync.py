@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -235,6 +236,39 @@ def test_settings_errors_name_the_field() -> None:
         SyncSettings(peer_timeout_s=0.1, heartbeat_interval_s=0.5)
 
 
+def test_cli_sync_overrides_create_or_merge_the_sync_section() -> None:
+    """`pdorch serve --sync-bind B --sync-peer P ...` over the fleet file's `sync:` section."""
+    from pdorch.config.fleet import FleetConfigError
+    from tests.coordinator.helpers import fleet
+
+    plain = fleet()
+    assert plain.sync is None
+    assert plain.with_sync_overrides() is plain  # nothing given: unchanged
+
+    created = plain.with_sync_overrides("tcp://127.0.0.1:7301", ["tcp://127.0.0.1:7300"])
+    assert created.sync == SyncSettings(bind="tcp://127.0.0.1:7301", peers=["tcp://127.0.0.1:7300"])
+    assert plain.sync is None  # a copy
+    assert created.with_sync_overrides(peers=["tcp://h:1"]).sync == SyncSettings(
+        bind="tcp://127.0.0.1:7301", peers=["tcp://127.0.0.1:7300", "tcp://h:1"]
+    )
+
+    in_file = fleet(
+        sync={"bind": "tcp://a:1", "peers": ["tcp://a:1", "tcp://b:1"], "peer_timeout_s": 9.0}
+    )
+    merged = in_file.with_sync_overrides("tcp://b:1", ["tcp://c:1", "tcp://a:1"])
+    assert merged.sync is not None
+    assert merged.sync.bind == "tcp://b:1"  # replaced
+    assert merged.sync.peers == ["tcp://a:1", "tcp://b:1", "tcp://c:1"]  # appended, no repeats
+    assert merged.sync.peer_timeout_s == 9.0  # the file's other settings kept
+    kept = in_file.with_sync_overrides(peers=["tcp://d:1"]).sync
+    assert kept is not None and kept.bind == "tcp://a:1"  # no --sync-bind: the file's
+
+    with pytest.raises(FleetConfigError, match=r"command line: sync\.bind: .*not a ZMQ endpoint"):
+        plain.with_sync_overrides("localhost:7300")
+    with pytest.raises(FleetConfigError, match=r"sync\.peers\[1\]: .*not a ZMQ endpoint"):
+        plain.with_sync_overrides(peers=["tcp://h:1", "h:2"])
+
+
 def test_wire_round_trip_and_bad_payload() -> None:
     message = SyncMessage("a", "i", 1, "delta", 3, [WireEntry("r", "d", 3, False, 5, 2)])
     assert decode_message(encode_message(message)) == message
@@ -321,10 +355,30 @@ async def test_two_coordinator_apps_converge_over_one_fleet() -> None:
 
                 await async_wait_until(lambda: equal_and(idle), 5.0, message="released")
 
+                # the sharing shows in /admin/pools and as Prometheus metrics
+                async def sync_views() -> tuple[dict[str, Any], dict[str, Any]] | None:
+                    views = [(await http.get(f"{u}/admin/pools")).json()["sync"] for u in urls]
+                    # an idle B is heard from at its next heartbeat (heartbeat_interval_s)
+                    heard = set(views[0]["peers"]) == {"coord-b"}
+                    return (views[0], views[1]) if heard else None
+
+                urls = (a.url, b.url)
+                sync_a, sync_b = await async_wait_until(sync_views, 5.0, message="peers")
+                assert sync_a["endpoint"] == ea and sync_b["endpoint"] == eb
+                assert set(sync_b["peers"]) == {"coord-a"}
+                assert sync_a["entries_sent"] >= 2 and sync_a["snapshots_sent"] >= 1
+                assert sync_b["entries_applied"] >= 2  # A's admission and release
+                assert sync_b["entries_received"] >= sync_b["entries_applied"]
+                metrics = (await http.get(f"{b.url}/metrics")).text
+                assert "pdorch_sync_peers 1.0" in metrics
+                applied = re.search(r"^pdorch_sync_entries_applied_total (\S+)$", metrics, re.M)
+                assert applied is not None and float(applied.group(1)) >= 2
+                assert "pdorch_sync_peers_expired_total 0.0" in metrics
+
 
 async def test_two_pdorch_serve_processes_converge(tmp_path: Path) -> None:
-    """The deployment shape: engines and two `pdorch serve` in separate processes, one fleet
-    file each (same engines, own `sync.bind`)."""
+    """The deployment shape: engines and two `pdorch serve` in separate processes over one
+    fleet file, each given its own `--sync-bind` and every coordinator as `--sync-peer`."""
     import httpx
 
     from benchmarks.proxy.processes import (
@@ -350,16 +404,18 @@ async def test_two_pdorch_serve_processes_converge(tmp_path: Path) -> None:
             )
         prefill, decode = started
         binds = [f"tcp://127.0.0.1:{free_port()}" for _ in range(2)]
+        # one fleet file without `sync:`: the CLI creates the section for each process
+        fleet_file = tmp_path / "fleet.yaml"
+        write_pdorch_fleet(
+            fleet_file, served_model_name="m", prefill=prefill, decode=decode, port=0
+        )
+        peers = [arg for bind in binds for arg in ("--sync-peer", bind)]
         urls = []
         for name, bind in zip("ab", binds, strict=True):
-            port, fleet_file = free_port(), tmp_path / f"fleet-{name}.yaml"
-            write_pdorch_fleet(
-                fleet_file, served_model_name="m", prefill=prefill, decode=decode, port=port
-            )
-            with fleet_file.open("a") as f:
-                f.write(f"sync: {{bind: '{bind}', peers: {binds}}}\n")
             (tmp_path / name).mkdir()
-            coordinator = await start_pdorch(fleet_file, port, tmp_path / name)
+            coordinator = await start_pdorch(
+                fleet_file, free_port(), tmp_path / name, serve_args=["--sync-bind", bind, *peers]
+            )
             started.append(coordinator)
             urls.append(coordinator.url)
 

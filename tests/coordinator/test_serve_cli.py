@@ -81,3 +81,20 @@ def test_bad_config_exits_with_the_field_named(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert b"pools.decode.endpoints[0].url" in result.stderr + result.stdout
+
+
+def test_bad_sync_override_exits_with_the_field_named(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "served_model_name: m\npools:\n  decode:\n    endpoints: [{url: http://h:1}]\n"
+    )
+    sync = ["--sync-peer", "tcp://h:7300", "--sync-bind", "localhost:7300"]
+    result = subprocess.run(
+        [*PDORCH, "serve", "--config", str(fleet), *sync],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    output = result.stderr + result.stdout
+    assert b"sync.bind" in output and b"not a ZMQ endpoint" in output

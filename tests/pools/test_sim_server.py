@@ -12,8 +12,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
+from pools.sim.runner import KV_TOUCH_MAX_BYTES, touch_decode_pages
 from pools.sim.server import SimServer
 from pools.sim.settings import SimEngineSettings
 from tests.waiting import async_wait_until, wait_until
@@ -151,8 +153,53 @@ async def test_client_disconnect_aborts_the_request() -> None:
                 return server.engine.core.stats().num_running == 0
 
             await async_wait_until(idle, 10.0, message="the aborted request to leave the engine")
+            # as vLLM 0.32: a client-side abort is not counted in request_success_total
             abort = 'vllm:request_success_total{engine="0",finished_reason="abort"'
-            assert await metric(client, server.url, abort) == 1
+            assert await metric(client, server.url, abort) == 0
+    finally:
+        await server.stop()
+
+
+async def test_client_disconnect_aborts_a_non_streamed_request() -> None:
+    """vLLM aborts a non-streamed request when its client hangs up (`with_cancellation`):
+    the request leaves the engine and frees its blocks instead of generating to the end."""
+    server = SimServer(settings(kv_transport="none", time_scale=1.0, gpu="cpu"))
+    url = await server.start()
+    core = server.engine.core
+    assert core is not None
+    running = 'vllm:num_requests_running{engine="0",model_name="tiny"}'
+    usage = 'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"}'
+    abort = 'vllm:request_success_total{engine="0",finished_reason="abort"'
+    try:
+        async with httpx.AsyncClient(timeout=30.0) as client:
+            body = b'{"prompt": "hello", "max_tokens": 2000, "ignore_eos": true}'
+            port = httpx.URL(url).port
+            assert port is not None
+            # a raw connection, so that "the client hangs up" is exactly a closed socket
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            head = (
+                f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            writer.write(head.encode() + body)
+            await writer.drain()
+
+            async def started() -> bool:
+                return await metric(client, url, running) == 1
+
+            await async_wait_until(started, 10.0, message="the request to run")
+            writer.close()  # the client hangs up before the answer
+            await writer.wait_closed()
+
+            async def aborted() -> bool:
+                return await metric(client, url, running) == 0
+
+            await async_wait_until(aborted, 10.0, message="num_requests_running back to 0")
+            assert await metric(client, url, usage) == 0.0  # its blocks are free
+            finished = core.stats().request_success
+            assert finished.get("abort") == 1 and finished.get("length", 0) == 0
+            assert not core.has_unfinished()
+            assert await metric(client, url, abort) == 0  # as vLLM: client aborts not counted
     finally:
         await server.stop()
 
@@ -279,3 +326,40 @@ async def test_hung_prefill_side_gives_500_within_the_load_timeout() -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+async def test_decode_side_kv_pages_are_touched_at_start() -> None:
+    """The pool KV is READ into (decode/both) is written once at start, so the first transfer
+    does not page-fault; a prefill-only engine leaves its pages untouched (memory)."""
+    pool_bytes = 16384 * 4096  # 64 MiB of KV memory
+    warm = SimServer(settings(num_blocks=64))  # imports and first-use allocations first
+    await warm.start()
+    await warm.stop()
+    grown: dict[str, int] = {}
+    for role in ("prefill", "decode"):
+        server = SimServer(settings(role=role, num_blocks=16384, kv_block_bytes=4096))
+        before = _rss_bytes()
+        await server.start()
+        try:
+            grown[role] = _rss_bytes() - before
+        finally:
+            await server.stop()
+    assert grown["decode"] >= pool_bytes * 0.9, grown
+    assert grown["prefill"] < pool_bytes * 0.5, grown
+
+
+def test_touching_is_capped_to_the_leading_blocks() -> None:
+    """Pools are sized like the GPU's (GiBs for small models): only the leading blocks, the
+    ones handed out first, are touched."""
+    assert KV_TOUCH_MAX_BYTES == 256 * 1024 * 1024
+    blocks = np.empty((1024, 64 * 1024), dtype=np.uint8)  # 64 MiB, untouched
+    before = _rss_bytes()
+    assert touch_decode_pages(blocks, max_bytes=16 * 1024 * 1024) == 16 * 1024 * 1024
+    grown = _rss_bytes() - before
+    assert 15 * 1024 * 1024 <= grown < 32 * 1024 * 1024, grown
+    assert not blocks[:256].any()  # the first 256 blocks (16 MiB) are written

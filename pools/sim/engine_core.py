@@ -442,8 +442,15 @@ class EngineCore:
             i += 1
 
         # 2. waiting requests (not when this step preempted)
+        num_new = 0
         if num_preempted == 0:
+            first_admitted = len(scheduled)
             budget = self._schedule_waiting(budget, scheduled, sched_index, new_loads, start)
+            # A request leaves `waiting` for `running` once unless preempted: admitted with no
+            # preemption behind it = scheduled for the first time (the per-request cost).
+            for r, _ in scheduled[first_admitted:]:
+                if r.num_preemptions == 0:
+                    num_new += 1
 
         # 3. time the step
         num_tokens = 0
@@ -465,7 +472,9 @@ class EngineCore:
             r.num_computed_tokens = c
             if c >= r.num_tokens:  # else a partial prefill chunk: nothing sampled
                 sampled.append(r)
-        duration = self.timing.step_time(num_tokens, len(scheduled), attn, kv_read)
+        duration = self.timing.step_time(
+            num_tokens, len(scheduled), attn, kv_read, num_new_seqs=num_new
+        )
         end = start + duration
         self.busy_until = end
 

@@ -115,7 +115,7 @@ def fast_forward_decode(
             break
         j = len(ends)
         ctx = r0 + j * s
-        d = step_time(s, s, float(ctx), ctx)
+        d = step_time(s, s, float(ctx), ctx, num_new_seqs=0)  # a pure-decode stretch admits none
         if t + d > until:
             break
         t += d

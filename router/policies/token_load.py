@@ -4,21 +4,42 @@ The seeds' lesson: route by the **work left** on each replica, not by cache over
 Overlap is a means to estimate the prefill part of that work.
 
 **Prefill** (`token_load`). Formula: the estimated time until *this* request's prefill
-finishes on `r`:
+finishes on `r`, plus the decode time it loses to `r`'s decode batch afterwards. It rests on a
+step-time model of a chunked-prefill engine (vLLM's scheduler): every step has a token budget
+`B` = `max_num_batched_tokens`; each running decode sequence takes one token of it, prefill
+chunks fill the rest; a step costs about `tokens / tps` of compute plus `c * K` to read the KV
+of the decoding sequences (decode is bandwidth-bound: the reads grow with their context):
 
-    uncached(r)      = max(0, prompt_tokens - overlap_blocks(r) * block_size)
-    interference(r)  = decode_interference * decode_blocks(r) * block_size
-    t(r)             = (prefill_tokens_queued(r) + uncached(r) + interference(r)) / tps(r)
+    step(r)     ≈ tokens(r) / tps(r) + c * K(r)          (its weight read is inside 1/tps)
+    W(r)        = prefill_tokens_queued(r) + uncached(r)
+    uncached(r) = max(0, prompt_tokens - overlap_blocks(r) * block_size)
+    K(r)        = decode_blocks(r) * block_size           KV tokens the decode batch reads
+    n(r)        = requests_in_flight(r) if K(r) > 0 else 0   sequences sharing each step
+    steps(r)    = max(1, ceil(W(r) / max(1, B - n(r))))
+    prefill(r)  = (W(r) + steps(r) * n(r)) / tps(r) + steps(r) * c * K(r)
+    decode(r)   = out * (n(r) / tps(r) + c * K(r))
+    t(r)        = prefill(r) + decode(r)
 
-`prefill_tokens_queued` is the uncached prefill admitted to `r` and not yet done
-(`router/token_load.py`); `tps(r)` the replica's profiled prefill tokens/s, else
-`default_prefill_tokens_per_s`. The decode-interference term charges a replica that is also
-decoding: each scheduler step shares its token budget and its time with the running decode
-sequences, whose attention reads grow with their context; `decode_interference` is the prefill
-token-equivalents one token of active decode context costs (0 on a pure prefill replica, whose
-decode_blocks stay 0). Lowest `t` wins; ties to more overlap, then the lowest replica id.
+`prefill(r)` is when the last chunk of this prompt completes (FCFS behind the queued prefill,
+every step shared with the `n(r)` decoding sequences). `decode(r)` is this request's own
+slow-down while it decodes `out = min(max_tokens, expected_output_tokens)` tokens (or
+`expected_output_tokens`) next to `r`'s decode batch: each of its steps computes `n(r)` other
+tokens and reads `K(r)` other KV tokens, compared with an idle replica (the request's own
+context costs the same everywhere and is left out). `n(r)` counts the requests this router
+has in flight there (those still prefilling too: a slight over-count). On a pure prefill
+replica `K = n = 0`, so `t(r) = W(r) / tps(r)`: the decode terms have no effect there
+(explain reports `steps` 0: no per-step term was charged). On a
+colocated replica they let a lighter replica win over one holding more of the prompt when
+re-prefilling the missing part costs less than decoding next to a heavy batch.
 
-Parameters (defaults): `default_prefill_tokens_per_s` 10000, `decode_interference` 0.02.
+`tps(r)` = the replica's profiled prefill tokens/s (full `B`-token chunks, so the per-step
+weight read is included), else `default_prefill_tokens_per_s`. `c` =
+`decode_s_per_kv_token`: KV bytes per token / HBM bandwidth, e.g. Llama-3.1-8B bf16
+(131,072 B/token) on an H100 (3.35 TB/s) ≈ 3.9e-8 s; H200 (4.8 TB/s) ≈ 2.7e-8 s.
+Lowest `t` wins; ties to more overlap, then the lowest replica id.
+
+Parameters (defaults): `default_prefill_tokens_per_s` 10000, `max_num_batched_tokens` 8192
+(vLLM's default), `decode_s_per_kv_token` 4e-8 (8B bf16, H100), `expected_output_tokens` 256.
 
 **Decode** (`token_load_decode`): token load plus KV headroom. With
 `need = ceil((prompt_tokens + expected_out) / block_size)` blocks the request will grow into
@@ -61,7 +82,9 @@ class TokenLoadParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     default_prefill_tokens_per_s: float = Field(default=10_000.0, gt=0.0)
-    decode_interference: float = Field(default=0.02, ge=0.0)
+    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    decode_s_per_kv_token: float = Field(default=4e-8, ge=0.0)
+    expected_output_tokens: int = Field(default=256, ge=0)
 
 
 class TokenLoadDecodeParams(BaseModel):
@@ -75,7 +98,7 @@ class TokenLoadDecodeParams(BaseModel):
 
 @register("prefill_token_load")
 class TokenLoadPolicy(Policy[TokenLoadParams]):
-    """Prefill: earliest estimated finish of this request's prefill."""
+    """Prefill: earliest estimated finish of this request's prefill (+ decode slow-down)."""
 
     name = "token_load"
     params_model = TokenLoadParams
@@ -90,7 +113,11 @@ class TokenLoadPolicy(Policy[TokenLoadParams]):
         bs = request.block_size
         prompt = request.prompt_tokens
         default_tps = params.default_prefill_tokens_per_s
-        beta = params.decode_interference * bs
+        budget_tokens = params.max_num_batched_tokens
+        c = params.decode_s_per_kv_token
+        out = params.expected_output_tokens
+        if request.max_tokens is not None and request.max_tokens < out:
+            out = request.max_tokens
         scores: dict[str, float] = {}
         details: dict[str, dict[str, float]] = {}
         best: tuple[float, int, str] | None = None
@@ -98,15 +125,31 @@ class TokenLoadPolicy(Policy[TokenLoadParams]):
             uncached = prompt - r.overlap_blocks * bs
             if uncached < 0:
                 uncached = 0
-            interference = beta * r.decode_blocks
+            work = r.prefill_tokens_queued + uncached
             tps = r.prefill_tokens_per_s or default_tps
-            t = (r.prefill_tokens_queued + uncached + interference) / tps
+            kv = r.decode_blocks * bs
+            if kv > 0:
+                n = r.requests_in_flight
+                budget = budget_tokens - n if budget_tokens > n else 1
+                steps = -(-work // budget) if work > budget else 1
+                read = c * kv
+                prefill = (work + steps * n) / tps + steps * read
+                decode = out * (n / tps + read)
+            else:
+                n = steps = 0
+                prefill = work / tps
+                decode = 0.0
+            t = prefill + decode
             rid = r.replica_id
             scores[rid] = t
             details[rid] = {
                 "uncached_tokens": float(uncached),
                 "queued_tokens": float(r.prefill_tokens_queued),
-                "interference_tokens": interference,
+                "decode_kv_tokens": float(kv),
+                "decode_seqs": float(n),
+                "steps": float(steps),
+                "prefill_s": prefill,
+                "decode_s": decode,
                 "tokens_per_s": tps,
             }
             key = (t, -r.overlap_blocks, rid)
@@ -119,9 +162,12 @@ class TokenLoadPolicy(Policy[TokenLoadParams]):
             policy=self.name,
             chosen=chosen,
             reason=(
-                f"earliest prefill finish {scores[chosen] * 1e3:.1f} ms = ("
-                f"{d['queued_tokens']:.0f} queued + {d['uncached_tokens']:.0f} uncached + "
-                f"{d['interference_tokens']:.0f} decode) / {d['tokens_per_s']:.0f} tok/s"
+                f"earliest finish {scores[chosen] * 1e3:.1f} ms = prefill "
+                f"{d['prefill_s'] * 1e3:.1f} ms ({d['queued_tokens']:.0f} queued + "
+                f"{d['uncached_tokens']:.0f} uncached at {d['tokens_per_s']:.0f} tok/s, "
+                f"{d['steps']:.0f} steps beside {d['decode_seqs']:.0f} decodes / "
+                f"{d['decode_kv_tokens']:.0f} KV tokens) + decode slow-down "
+                f"{d['decode_s'] * 1e3:.1f} ms"
             ),
             scores=scores,
             higher_is_better=False,

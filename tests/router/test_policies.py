@@ -284,6 +284,32 @@ def test_dynamo_cost_formula() -> None:
     assert heavy.chosen == "a"
 
 
+def test_dynamo_counts_in_flight_prefill_on_prefill_replicas() -> None:
+    # P/D prefill pool: no replica ever holds decode blocks. Dynamo books the uncached tokens of
+    # in-flight prefills as active prefill load, so a queue steers the next prefill away.
+    req = request(1600)  # 100 blocks, prompt shares its first block everywhere
+    replicas = [
+        rep("p0", overlap_blocks=1, prefill_tokens_queued=16_000),
+        rep("p1", overlap_blocks=1, prefill_tokens_queued=3_200),
+        rep("p2", overlap_blocks=1, prefill_tokens_queued=8_000),
+    ]
+    decision = DynamoPolicy().pick(req, replicas, 0.0)
+    # p1: (3200 + 1584) / 16 = 299 prefill blocks + (0 + 100) decode blocks
+    assert decision.scores["p1"] == pytest.approx((3200 + 1584) / 16 + 100)
+    assert decision.scores["p0"] == pytest.approx((16_000 + 1584) / 16 + 100)
+    assert decision.details["p1"]["queued_prefill_tokens"] == 3200.0
+    assert decision.chosen == "p1"
+    # Routing a burst with the token load updated after each pick spreads it (the old cost,
+    # decode blocks only, saw every prefill replica idle and sent all of them to p0).
+    queued = {"p0": 0, "p1": 0, "p2": 0}
+    for _ in range(9):
+        snaps = [rep(r, overlap_blocks=1, prefill_tokens_queued=q) for r, q in queued.items()]
+        chosen = DynamoPolicy().pick(req, snaps, 0.0).chosen
+        assert chosen is not None
+        queued[chosen] += req.uncached_tokens(1)
+    assert set(queued.values()) == {3 * 1584}
+
+
 def test_dynamo_tie_break_smaller_tree() -> None:
     replicas = [rep("a", cached_blocks=900), rep("b", cached_blocks=10)]
     assert DynamoPolicy().pick(request(), replicas, 0.0).chosen == "b"
@@ -332,28 +358,93 @@ def test_dynamo_softmax_is_deterministic_with_a_seed() -> None:
 def test_token_load_prefill_formula() -> None:
     req = request(3200)  # 200 blocks
     replicas = [
-        # (2000 queued + 3200 - 100*16 uncached + 0.02*16*1000 decode) / 20000 tok/s
+        # A pure prefill replica (no decode blocks): t = W / tps, nothing else.
         rep(
             "a",
             overlap_blocks=100,
             prefill_tokens_queued=2000,
-            decode_blocks=1000,
             prefill_tokens_per_s=20_000.0,
         ),
-        # (0 + 3200 + 0) / 10000 (default)
+        # (0 + 3200) / 10000 (default)
         rep("b"),
-        # (8000 + 0 + 0) / 10000
+        # (8000 + 0) / 10000
         rep("c", overlap_blocks=200, prefill_tokens_queued=8000),
     ]
     decision = TokenLoadPolicy().pick(req, replicas, 0.0)
-    assert decision.scores["a"] == pytest.approx((2000 + 1600 + 320) / 20_000)
+    assert decision.scores["a"] == pytest.approx((2000 + 1600) / 20_000)
     assert decision.scores["b"] == pytest.approx(0.32)
     assert decision.scores["c"] == pytest.approx(0.8)
     assert decision.chosen == "a"
     assert TokenLoadPolicy().score(req, replicas, 0.0) == decision.scores
-    assert decision.details["a"]["interference_tokens"] == pytest.approx(320.0)
-    no_interference = TokenLoadPolicy(TokenLoadParams(decode_interference=0.0))
-    assert no_interference.pick(req, replicas, 0.0).scores["a"] == pytest.approx(0.18)
+    assert decision.details["a"]["decode_s"] == 0.0
+    assert decision.details["a"]["steps"] == 0.0  # no decode batch: no per-step terms
+
+
+def test_token_load_step_model_on_a_colocated_replica() -> None:
+    # A colocated replica decoding 10 sequences holding 1000 blocks (16,000 KV tokens).
+    req = request(3200, max_tokens=100)  # out = min(100, 256) = 100
+    busy = rep(
+        "busy",
+        overlap_blocks=100,
+        prefill_tokens_queued=14_000,
+        decode_blocks=1000,
+        requests_in_flight=10,
+    )
+    params = TokenLoadParams(max_num_batched_tokens=8192, decode_s_per_kv_token=1e-7)
+    decision = TokenLoadPolicy(params).pick(req, [busy], 0.0)
+    work = 14_000 + 1600  # queued + uncached
+    steps = math.ceil(work / (8192 - 10))  # each step's budget is shared with 10 decodes
+    read = 1e-7 * 16_000  # the decode batch's KV read, every step
+    prefill = (work + steps * 10) / 10_000 + steps * read
+    decode = 100 * (10 / 10_000 + read)
+    assert steps == 2
+    assert decision.details["busy"]["prefill_s"] == pytest.approx(prefill)
+    assert decision.details["busy"]["decode_s"] == pytest.approx(decode)
+    assert decision.scores["busy"] == pytest.approx(prefill + decode)
+    # Without max_tokens the request is expected to decode expected_output_tokens (256).
+    no_max = TokenLoadPolicy(params).pick(request(3200), [busy], 0.0)
+    assert no_max.details["busy"]["decode_s"] == pytest.approx(256 * (10 / 10_000 + read))
+
+
+def test_token_load_heavy_decode_batch_loses_despite_overlap() -> None:
+    # Colocated: "home" holds 7680 of the 8000 prompt tokens but decodes 16 sequences over
+    # 6000 blocks (96k KV tokens); "light" holds nothing and decodes 2 short sequences.
+    req = request(8000, max_tokens=1024)
+    home = rep("home", overlap_blocks=480, decode_blocks=6000, requests_in_flight=16)
+    light = rep("light", overlap_blocks=0, decode_blocks=200, requests_in_flight=2)
+    tps = {"prefill_tokens_per_s": 30_000.0}
+    home.prefill_tokens_per_s = light.prefill_tokens_per_s = tps["prefill_tokens_per_s"]
+    decision = TokenLoadPolicy().pick(req, [home, light], 0.0)
+    # home: prefill 320 tokens (one step reading 96k KV tokens), then 1024 decode steps next to
+    # 16 sequences / 96k KV tokens; light: re-prefills 8000 tokens, decodes next to 3.2k.
+    assert decision.chosen == "light"
+    assert decision.details["home"]["prefill_s"] < decision.details["light"]["prefill_s"]
+    assert decision.details["home"]["decode_s"] > decision.details["light"]["decode_s"]
+    # kv_overlap (and the old prefill-only view) keep the request on its home replica.
+    assert KvOverlapPolicy().pick(req, [home, light], 0.0).chosen == "home"
+    # With nothing to decode beside it (a short answer), the cache wins again.
+    short = TokenLoadPolicy().pick(request(8000, max_tokens=1), [home, light], 0.0)
+    assert short.chosen == "home"
+
+
+def test_token_load_pure_prefill_replicas_ignore_the_decode_terms() -> None:
+    # P/D prefill pool: no decode blocks anywhere; the decode parameters change nothing.
+    req = request(3200, max_tokens=4096)
+    replicas = [
+        rep("p0", overlap_blocks=150, prefill_tokens_queued=30_000, requests_in_flight=40),
+        rep("p1", overlap_blocks=0, prefill_tokens_queued=1_000, requests_in_flight=1),
+    ]
+    for params in (
+        TokenLoadParams(),
+        TokenLoadParams(decode_s_per_kv_token=1e-3, expected_output_tokens=100_000),
+        TokenLoadParams(decode_s_per_kv_token=0.0, max_num_batched_tokens=1),
+    ):
+        decision = TokenLoadPolicy(params).pick(req, replicas, 0.0)
+        assert decision.scores == {
+            "p0": pytest.approx((30_000 + 800) / 10_000),
+            "p1": pytest.approx((1_000 + 3200) / 10_000),
+        }
+        assert decision.chosen == "p1"
 
 
 def test_token_load_ties_prefer_overlap() -> None:

@@ -15,7 +15,7 @@ admit (429) → read body (413) → validate (400/404) → tokenize → block ke
 
 Everything up to the decode leg's first byte runs in one task raced against the client's
 disconnect and the whole-request deadline (`request_timeout_s`, 504): a client that leaves
-cancels the legs (httpx closes the connections, the engines abort the requests) and releases
+cancels the legs (the upstream connections are closed, the engines abort the requests) and releases
 the token load. After the first byte, `ProxyStream` does the same on disconnect.
 
 Token load (`TokenLoad`) per route:
@@ -59,6 +59,7 @@ from pdorch.app.legs import (
 from pdorch.app.openai_schema import ParsedRequest, RequestKind, parse_request
 from pdorch.app.state import Coordinator, RouteResult
 from pools.fleet import FailureKind
+from pools.health import classify_error
 from pools.pd_protocol import REQUEST_ID_HEADER, decode_leg_body, prefill_leg_body
 from router.pd_router import NoReplicaError
 from router.replica_state import RoutingRequest
@@ -151,31 +152,43 @@ class RequestFlow:
                 self._finish(ok=200 <= status < 300, status=status)
 
     async def _race(self, work: Awaitable[Response]) -> Response:
-        """Run `work` until done, the client leaves (ClientGone) or the deadline (504)."""
-        task = asyncio.ensure_future(work)
+        """Run `work` until done, the client leaves (ClientGone) or the deadline (504).
+
+        `work` runs in this task (one task per request less than running it beside the
+        watcher: the hot path): the disconnect watcher cancels this task, the deadline is an
+        `asyncio.timeout`; either way `work` is cancelled and unwound before we answer.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        left = False
+
+        def client_left(watcher: asyncio.Future[None]) -> None:
+            nonlocal left
+            if not watcher.cancelled() and watcher.exception() is None:
+                left = True
+                task.cancel()  # lands in `work`: this task is suspended inside it
+
         watcher = asyncio.ensure_future(_wait_disconnect(self.http.receive))
+        watcher.add_done_callback(client_left)
+        deadline = asyncio.timeout(self.c.settings.request_timeout_s)
         try:
-            done, _ = await asyncio.wait(
-                (task, watcher),
-                timeout=self.c.settings.request_timeout_s,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        except BaseException:
-            task.cancel()
-            watcher.cancel()
+            async with deadline:
+                return await work
+        except asyncio.CancelledError:
+            if left and task.uncancel() == 0:  # our cancel alone, not an outer one
+                raise ClientGone() from None
             raise
-        watcher.cancel()
-        if task in done:
-            return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        if watcher in done:
-            raise ClientGone()
-        raise ApiError(
-            504,
-            f"No answer within request_timeout_s={self.c.settings.request_timeout_s:g} s.",
-            code="timeout",
-        )
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise ApiError(
+                504,
+                f"No answer within request_timeout_s={self.c.settings.request_timeout_s:g} s.",
+                code="timeout",
+            ) from None
+        finally:
+            watcher.remove_done_callback(client_left)
+            watcher.cancel()
 
     # ---- the legs ----------------------------------------------------------------------------
 
@@ -285,7 +298,7 @@ class RequestFlow:
         body = _encode(prefill_leg_body(parsed.body))
         try:
             async with asyncio.timeout(c.settings.prefill_timeout_s):
-                return await prefill_leg(c.client, replica.url + self.path, body, self.headers)
+                return await prefill_leg(c.upstream, replica.url + self.path, body, self.headers)
         except TimeoutError:
             failure = LegFailure(
                 FailureKind.TIMEOUT,
@@ -349,9 +362,11 @@ class RequestFlow:
             url = replica.url + self.path
             try:
                 if parsed.stream:
-                    stream = await open_decode_stream(c.client, url, body, self.headers)
+                    stream = await open_decode_stream(
+                        c.upstream, url, body, self.headers, c.stream_timeout
+                    )
                 else:
-                    content, ctype = await decode_whole(c.client, url, body, self.headers)
+                    content, ctype = await decode_whole(c.upstream, url, body, self.headers)
             except UpstreamAnswer as answer:
                 return Response(
                     answer.content,
@@ -448,10 +463,8 @@ class ProxyStream(StreamingResponse):
                 tl.on_tokens(rid, self.replica_id, c.now(), events)
                 tail = (tail + chunk)[-32:]
                 yield chunk
-        except Exception as exc:  # httpx read/protocol errors: the engine died or hung
-            kind = (
-                FailureKind.TIMEOUT if "Timeout" in type(exc).__name__ else FailureKind.CONNECTION
-            )
+        except Exception as exc:  # aiohttp read/payload errors: the engine died or hung
+            kind = classify_error(exc)
             c.report_failure(self.replica_id, kind, f"mid-stream: {type(exc).__name__}")
             c.metrics.stream_errors.inc()
             self.errored = True

@@ -1,4 +1,5 @@
-"""The upstream HTTP legs of one request, on the coordinator's shared `httpx.AsyncClient`.
+"""The upstream HTTP legs of one request, on the coordinator's `aiohttp.ClientSession`
+(`pdorch/app/upstream.py`: why aiohttp, connector and timeout settings).
 
 - `prefill_leg`: POST the prefill body (`pools.pd_protocol.prefill_leg_body`), read the JSON,
   return its `kv_transfer_params`. Any failure (connection, timeout, 5xx, 4xx, no params) is a
@@ -9,18 +10,24 @@
   `UpstreamAnswer` to pass through unchanged.
 - `decode_whole`: the same for non-streamed requests, reading the whole body.
 
-`LegFailure.reached` says whether the engine may have seen the request: a refused connection
-(`httpx.ConnectError`) means it did not, so the prefill's KV blocks are still unclaimed and
-a retry can reuse `kv_transfer_params`; after anything else they may be gone.
+`LegFailure.reached` says whether the engine may have seen the request: a refused or timed-out
+connection (`aiohttp.ClientConnectorError`, `aiohttp.ConnectionTimeoutError`; httpx's
+`ConnectError`/`ConnectTimeout`) means it did not, so the prefill's KV blocks are still
+unclaimed and a retry can reuse `kv_transfer_params`; after anything else they may be gone.
+
+Bytes: answers are read raw (`auto_decompress=False`, no `Accept-Encoding` sent), so what the
+engine sent is what the client gets. Closing: a fully read answer returns its connection to the
+pool; one closed early (client gone, failure) closes the connection, so the engine sees the
+disconnect and aborts the request.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import httpx
 import msgspec
 
@@ -30,6 +37,14 @@ from pools.pd_protocol import kv_transfer_params_of
 
 _decode_json = msgspec.json.Decoder().decode
 JSON_HEADERS = {"content-type": "application/json"}
+# what the leg functions turn into `LegFailure` (aiohttp's timeouts are `TimeoutError`s)
+UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError)
+_NOT_REACHED = (
+    aiohttp.ClientConnectorError,
+    aiohttp.ConnectionTimeoutError,
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+)
 
 
 class LegFailure(Exception):
@@ -59,101 +74,118 @@ class UpstreamAnswer(Exception):
 
 
 def _failure(exc: BaseException) -> LegFailure:
-    reached = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+    reached = not isinstance(exc, _NOT_REACHED)
     return LegFailure(classify_error(exc), f"{type(exc).__name__}: {exc}", reached=reached)
 
 
+def _content_type(response: aiohttp.ClientResponse) -> str:
+    return response.headers.get("Content-Type", "application/json")
+
+
 async def prefill_leg(
-    client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
 ) -> dict[str, Any]:
     """Run the prefill leg; its `kv_transfer_params` or `LegFailure`."""
     try:
-        response = await client.post(url, content=body, headers=headers)
-    except httpx.HTTPError as exc:
+        async with session.post(url, data=body, headers=headers) as response:
+            status = response.status
+            content = await response.read()
+    except UPSTREAM_ERRORS as exc:
         raise _failure(exc) from None
-    if response.status_code != 200:
-        kind = FailureKind.HTTP_5XX if response.status_code >= 500 else None
-        raise LegFailure(
-            kind,
-            f"prefill answered {response.status_code}: {response.text[:300]}",
-            status=response.status_code,
-        )
+    if status != 200:
+        kind = FailureKind.HTTP_5XX if status >= 500 else None
+        text = content[:300].decode("utf-8", errors="replace")
+        raise LegFailure(kind, f"prefill answered {status}: {text}", status=status)
     try:
-        return kv_transfer_params_of(_decode_json(response.content))
+        return kv_transfer_params_of(_decode_json(content))
     except (msgspec.DecodeError, ValueError, AttributeError) as exc:
         raise LegFailure(None, f"prefill answer unusable: {exc}", status=200) from None
+
+
+def _close(response: aiohttp.ClientResponse) -> None:
+    """Back to the pool when fully read, else close the connection (the engine aborts)."""
+    if response.content.at_eof():
+        response.release()
+    else:
+        response.close()
 
 
 @dataclass(slots=True)
 class DecodeStream:
     """An open decode answer: its first chunk, and the rest to forward."""
 
-    response: httpx.Response
+    response: aiohttp.ClientResponse
     first: bytes
     rest: AsyncIterator[bytes]
 
     async def aclose(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.response.aclose()
+        _close(self.response)
 
 
 async def _send(
-    client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]
-) -> httpx.Response:
-    request = client.build_request("POST", url, content=body, headers=headers)
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    timeouts: aiohttp.ClientTimeout | None,
+) -> aiohttp.ClientResponse:
     try:
-        response = await client.send(request, stream=True)
-    except httpx.HTTPError as exc:
+        response = await session.post(
+            url, data=body, headers=headers, timeout=timeouts or session.timeout
+        )
+    except UPSTREAM_ERRORS as exc:
         raise _failure(exc) from None
-    if response.status_code == 200:
+    status = response.status
+    if status == 200:
         return response
     try:
-        content = await response.aread()
-    except httpx.HTTPError as exc:
+        content = await response.read()
+    except UPSTREAM_ERRORS as exc:
         raise _failure(exc) from None
     finally:
-        await response.aclose()
-    if response.status_code >= 500:
+        _close(response)
+    if status >= 500:
         raise LegFailure(
-            FailureKind.HTTP_5XX,
-            f"decode answered {response.status_code}: {content[:300]!r}",
-            status=response.status_code,
+            FailureKind.HTTP_5XX, f"decode answered {status}: {content[:300]!r}", status=status
         )
-    raise UpstreamAnswer(
-        response.status_code,
-        content,
-        response.headers.get("content-type", "application/json"),
-    )
+    raise UpstreamAnswer(status, content, _content_type(response))
 
 
 async def open_decode_stream(
-    client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    timeouts: aiohttp.ClientTimeout | None = None,
 ) -> DecodeStream:
-    """Send the decode leg and wait for its first chunk (see the module docstring)."""
-    response = await _send(client, url, body, headers)
+    """Send the decode leg and wait for its first chunk (see the module docstring).
+
+    `timeouts`: the leg's timeouts (`upstream.stream_timeout`: a read timeout between chunks);
+    None: the session's."""
+    response = await _send(session, url, body, headers, timeouts)
     try:
-        rest = response.aiter_raw()
+        rest = response.content.iter_any()
         try:
             first = await anext(rest)
         except StopAsyncIteration:
             raise LegFailure(FailureKind.HTTP_5XX, "decode answered 200 with no body") from None
-        except httpx.HTTPError as exc:
+        except UPSTREAM_ERRORS as exc:
             raise _failure(exc) from None
     except BaseException:
-        await response.aclose()
+        response.close()
         raise
     return DecodeStream(response, first, rest)
 
 
 async def decode_whole(
-    client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
 ) -> tuple[bytes, str]:
     """Send a non-streamed decode leg and read its whole answer (content, content type)."""
-    response = await _send(client, url, body, headers)
+    response = await _send(session, url, body, headers, None)
     try:
-        content = await response.aread()
-    except httpx.HTTPError as exc:
+        content = await response.read()
+    except UPSTREAM_ERRORS as exc:
         raise _failure(exc) from None
     finally:
-        await response.aclose()
-    return content, response.headers.get("content-type", "application/json")
+        _close(response)
+    return content, _content_type(response)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -75,6 +76,9 @@ class CoordinatorServer:
         port = sock.getsockname()[1]
         config = uvicorn.Config(
             self.app,
+            # httptools' C parser when installed (uvicorn[standard]); the loop is whatever runs
+            # us (`pdorch serve` runs on uvloop when installed)
+            http="httptools" if importlib.util.find_spec("httptools") else "h11",
             log_level="warning",
             access_log=False,
             lifespan="off",

@@ -5,7 +5,9 @@ It owns, per process:
 - the routing state: `PdRouter` (prefill pick → P/D decision → decode pick, the same code the
   fleet simulator runs), `TokenLoad`, the precise `KvIndex` fed by a `KvEventSubscriber`, and an
   `ApproxKvIndex` for replicas that publish no KV events (recorded when we route there);
-- one shared `httpx.AsyncClient` (keep-alive pools) for legs, probes, scrapes and `/tokenize`;
+- one `aiohttp.ClientSession` for the request legs (`upstream.py`: the hot path) and the
+  health probes, and one shared `httpx.AsyncClient` for scrapes, `/tokenize` and admin (and
+  the probes too when the caller passes its own `client`);
 - the prompt tokenizer and the coordinator's Prometheus metrics.
 
 Fleet events drive the router state (listener `_on_fleet_event`):
@@ -31,12 +33,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import httpx
 
 from pdorch.app.errors import ApiError
 from pdorch.app.metrics import CoordinatorMetrics
 from pdorch.app.prompt_tokens import PromptTokens
-from pdorch.config.fleet import FleetConfig
+from pdorch.app.upstream import new_upstream_session, stream_timeout
+from pdorch.config.fleet import CoordinatorSettings, FleetConfig
 from pdorch.sync import PeerSync
 from pools.fleet import (
     FailureKind,
@@ -77,19 +81,17 @@ class CoordinatorLimits:
     `max_body_bytes`: larger bodies get 413 (default 32 MiB: a 128k-token prompt as text is
     ~0.5 MB, so this only stops abuse). `max_concurrent_requests`: requests in flight beyond
     it get 429 at once instead of queueing (None: unlimited). Read from the fleet file's
-    `coordinator:` block when it has these fields, else the defaults.
+    `coordinator:` block (`CoordinatorSettings`, same names and defaults).
     """
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_concurrent_requests: int | None = None
 
     @classmethod
-    def from_settings(cls, settings: object) -> CoordinatorLimits:
-        body = getattr(settings, "max_body_bytes", None)
-        concurrent = getattr(settings, "max_concurrent_requests", None)
+    def from_settings(cls, settings: CoordinatorSettings) -> CoordinatorLimits:
         return cls(
-            max_body_bytes=int(body) if body else DEFAULT_MAX_BODY_BYTES,
-            max_concurrent_requests=int(concurrent) if concurrent else None,
+            max_body_bytes=settings.max_body_bytes,
+            max_concurrent_requests=settings.max_concurrent_requests,
         )
 
 
@@ -148,6 +150,10 @@ class Coordinator:
                 self.settings.request_timeout_s, connect=self.settings.connect_timeout_s
             ),
         )
+        self._upstream: aiohttp.ClientSession | None = None
+        self.stream_timeout = stream_timeout(
+            self.settings.connect_timeout_s, self.settings.request_timeout_s
+        )
         tokenizer = config.tokenizer
         fixed = None
         if tokenizer.mode is not TokenizerMode.ENGINE or tokenizer.engine_url is not None:
@@ -203,6 +209,8 @@ class Coordinator:
         if self.sync is not None:
             await self.sync.start()
         if self.health is not None:
+            if self._own_client:  # probes on the legs' aiohttp session: far less CPU per probe
+                self.health.client = self.upstream
             await self.health.start()
         if self.scraper is not None:
             await self.scraper.start()
@@ -223,6 +231,10 @@ class Coordinator:
         with contextlib.suppress(Exception):
             await self.subscriber.stop()
         await self.tokens.aclose()
+        if self._upstream is not None:
+            upstream, self._upstream = self._upstream, None
+            with contextlib.suppress(Exception):
+                await upstream.close()
         if self._own_client:
             await self.client.aclose()
 
@@ -235,6 +247,14 @@ class Coordinator:
 
     def now(self) -> float:
         return self.clock()
+
+    @property
+    def upstream(self) -> aiohttp.ClientSession:
+        """The legs' session (`upstream.py`), made on first use on the running loop."""
+        session = self._upstream
+        if session is None or session.closed:
+            session = self._upstream = new_upstream_session(self.settings.connect_timeout_s)
+        return session
 
     # ---- fleet → router state ----------------------------------------------------------------
 

@@ -19,8 +19,7 @@ AZURE = TRACES / "azure" / "AzureLLMInferenceTrace_conv.csv"
 
 @pytest.fixture(scope="module")
 def mooncake() -> Workload:
-    if not MOONCAKE.is_file():
-        pytest.skip(f"{MOONCAKE} not present")
+    assert MOONCAKE.is_file(), f"{MOONCAKE} missing: the tests read ../shared beside the checkout"
     return load_workload(MOONCAKE)
 
 
@@ -91,8 +90,7 @@ def test_mooncake_spread_buckets() -> None:
 
 
 def test_azure_real_file() -> None:
-    if not AZURE.is_file():
-        pytest.skip(f"{AZURE} not present")
+    assert AZURE.is_file(), f"{AZURE} missing: the tests read ../shared beside the checkout"
     w = load_workload(AZURE)
     with AZURE.open() as f:
         rows = list(csv.DictReader(f))

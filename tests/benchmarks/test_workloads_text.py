@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from benchmarks.workloads import Segment, SessionSpec, TurnSpec, load_workload, output_content_id
 from benchmarks.workloads.text import (
     WORDS,
@@ -42,8 +40,7 @@ def test_mooncake_blocks_render_identically_across_requests() -> None:
     from pathlib import Path
 
     trace = Path(__file__).resolve().parents[3] / "shared/traces/mooncake/conversation_trace.jsonl"
-    if not trace.is_file():
-        pytest.skip(f"{trace} not present")
+    assert trace.is_file(), f"{trace} missing: the tests read ../shared beside the checkout"
     w = load_workload(trace, max_requests=50)
     texts = [render_segments(s.turns[0].new_segments) for s in w.sessions]
     first_block = render_segment(w.sessions[0].turns[0].new_segments[0].content_id, 512)

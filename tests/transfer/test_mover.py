@@ -25,7 +25,6 @@ from transfer import (
     TransferError,
     TransferTimeout,
     make_block_mover,
-    nixl_available,
 )
 from transfer.pattern import block_pattern, fill_pool
 
@@ -230,7 +229,6 @@ async def test_close_releases_everything(kind: str, shared_owner: OwnerProcess) 
     assert stats.peers_cached == 0
 
 
-@pytest.mark.skipif(not nixl_available(), reason="nixl not importable")
 async def test_nixl_over_tcp_without_progress_thread() -> None:
     """UCX over TCP needs the owner to keep progressing (no NIXL progress thread): its tick
     does. A READ that cannot finish by the deadline is released, reported, and leaks nothing."""

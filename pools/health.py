@@ -12,16 +12,15 @@ pass. The ejection rules themselves live in `pools.fleet` (pure); this module on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 import aiohttp
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from pools.fleet import FailureKind, Fleet, HealthPolicy
+from pools.periodic import PeriodicLoop
 from pools.replica import Replica
 
 
@@ -73,7 +72,7 @@ def classify_error(exc: BaseException) -> FailureKind:
     return FailureKind.CONNECTION
 
 
-class HealthChecker:
+class HealthChecker(PeriodicLoop):
     """Runs `/health` probes over the fleet every `interval_s` until stopped."""
 
     def __init__(
@@ -90,7 +89,7 @@ class HealthChecker:
         self.timeout_s = timeout_s
         self.clock = clock
         self.rounds = 0
-        self._task: asyncio.Task[None] | None = None
+        super().__init__()
 
     @classmethod
     def from_config(
@@ -140,32 +139,5 @@ class HealthChecker:
             self.fleet.observe_probe(replica.replica_id, ok, now, kind=kind, detail=detail)
         self.rounds += 1
 
-    async def _run(self) -> None:
-        while True:
-            started = self.clock()
-            with contextlib.suppress(Exception):
-                await self.check_once()
-            await asyncio.sleep(max(0.0, self.interval_s - (self.clock() - started)))
-
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def __aenter__(self) -> HealthChecker:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+    async def run_once(self) -> None:
+        await self.check_once()

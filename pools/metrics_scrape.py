@@ -16,16 +16,15 @@ buckets, so lines of other metrics are dropped before the Prometheus parser sees
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from pools.fleet import Fleet
+from pools.periodic import PeriodicLoop
 from pools.replica import Replica, ReplicaMetrics
 
 log = logging.getLogger(__name__)
@@ -120,7 +119,7 @@ def parse_vllm_metrics(text: str, now: float) -> ReplicaMetrics:
     )
 
 
-class MetricsScraper:
+class MetricsScraper(PeriodicLoop):
     """Scrapes every replica's `/metrics` every `interval_s` into the fleet.
 
     A failed scrape is logged at debug level and skipped: health is the health checker's job,
@@ -142,7 +141,7 @@ class MetricsScraper:
         self.clock = clock
         self.scrapes = 0
         self.failures = 0
-        self._task: asyncio.Task[None] | None = None
+        super().__init__()
 
     @classmethod
     def from_config(
@@ -175,32 +174,5 @@ class MetricsScraper:
         self.scrapes += 1
         return ok
 
-    async def _run(self) -> None:
-        while True:
-            started = self.clock()
-            with contextlib.suppress(Exception):
-                await self.scrape_once()
-            await asyncio.sleep(max(0.0, self.interval_s - (self.clock() - started)))
-
-    async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def __aenter__(self) -> MetricsScraper:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+    async def run_once(self) -> None:
+        await self.scrape_once()

@@ -45,7 +45,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     starting the pair only once every fast test has run keeps the rest of the suite off a
     machine whose two cores are taken by idle engines.
     """
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+    items.sort(key=_run_order)
+
+
+def _run_order(item: pytest.Item) -> tuple[bool, bool]:
+    """Fast tests, then e2e tests that start engines of their own, then those on `vllm_pair`.
+
+    An idle pair's spinning threads leave a third engine pinned to the same core so little CPU
+    that it cannot start within minutes, so engines of their own come before the pair exists.
+    """
+    uses_pair = (
+        "vllm_pair" in getattr(item, "fixturenames", ())
+        or item.get_closest_marker("vllm_pair") is not None  # reached via getfixturevalue
+    )
+    return item.get_closest_marker("e2e") is not None, uses_pair
 
 
 @pytest.fixture(scope="session")

@@ -142,7 +142,10 @@ def _start_sim_pair(tokenizer_dir: Path, tmp: Path) -> Iterator[Pair]:
         shutil.rmtree(ipc, ignore_errors=True)
 
 
-@pytest.fixture(scope="module", params=["sim", pytest.param("vllm", marks=pytest.mark.e2e)])
+@pytest.fixture(
+    scope="module",
+    params=["sim", pytest.param("vllm", marks=[pytest.mark.e2e, pytest.mark.vllm_pair])],
+)
 def pair(
     request: pytest.FixtureRequest,
     tiny_model_dir: Path,

@@ -1,5 +1,8 @@
 """Lease bookkeeping for held blocks: pure, clock passed in.
 
+Shared by the block movers (real seconds) and the simulated engine's connector state
+(`pools/sim/kv_connector.py`, simulated seconds): one table, one expiry rule.
+
 The owner of a finished prefill keeps its blocks until the puller says it is done (notification)
 or until the lease runs out, whichever comes first; the puller can extend the lease while it
 waits (queueing, slow fabric). This table is the whole policy; the movers only drive it with
@@ -29,6 +32,7 @@ class LeaseTable:
     def __init__(self) -> None:
         self._leases: dict[str, Lease] = {}
         self._heap: list[tuple[float, str]] = []
+        self._blocks_held = 0  # kept, not summed: the simulated engine reads it every scrape
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -39,7 +43,7 @@ class LeaseTable:
     @property
     def blocks_held(self) -> int:
         """Block references held (a block shared by two requests counts twice)."""
-        return sum(len(lease.block_ids) for lease in self._leases.values())
+        return self._blocks_held
 
     def hold(self, request_id: str, block_ids: Sequence[int], expires_at: float) -> Lease:
         """Start a lease. Raises ValueError if `request_id` is already held."""
@@ -47,6 +51,7 @@ class LeaseTable:
             raise ValueError(f"request {request_id!r} already holds blocks")
         lease = Lease(request_id, tuple(block_ids), expires_at)
         self._leases[request_id] = lease
+        self._blocks_held += len(lease.block_ids)
         heapq.heappush(self._heap, (expires_at, request_id))
         return lease
 
@@ -66,7 +71,10 @@ class LeaseTable:
 
     def release(self, request_id: str) -> Lease | None:
         """End a lease now (notification or owner abort); None if not held."""
-        return self._leases.pop(request_id, None)
+        lease = self._leases.pop(request_id, None)
+        if lease is not None:
+            self._blocks_held -= len(lease.block_ids)
+        return lease
 
     def pop_expired(self, now: float) -> list[Lease]:
         """Remove and return every lease with `expires_at <= now`."""
@@ -77,6 +85,7 @@ class LeaseTable:
             # Stale heap entries (extended or released leases) are skipped here.
             if lease is not None and lease.expires_at == at:
                 del self._leases[request_id]
+                self._blocks_held -= len(lease.block_ids)
                 expired.append(lease)
         return expired
 

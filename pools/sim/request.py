@@ -1,10 +1,14 @@
-"""What a caller hands the engine core, and the states a request goes through (vLLM's names)."""
+"""What a caller hands the engine core (`SimRequest`), the engine's own request state
+(`Request`) and the states a request goes through (vLLM's names)."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+from pools.sim.block_pool import KVCacheBlock
+from pools.sim.hashing import BlockHasher
 
 
 class RequestStatus(enum.IntEnum):
@@ -69,3 +73,87 @@ class SimRequest:
     kv_transfer_params: dict[str, Any] | None = None
     num_prompt_tokens: int | None = None
     block_hashes: list[bytes] | None = None
+
+
+class Request:
+    """Engine-internal request state (vLLM's `Request`, trimmed); owned by the `Scheduler`.
+
+    Attributes are public because the scheduler, the KV-cache manager and the connector state
+    all read them (as vLLM's do); only the `Scheduler` changes them.
+    """
+
+    __slots__ = (
+        "all_token_ids",
+        "block_hashes",
+        "blocks",
+        "do_remote_decode",
+        "do_remote_prefill",
+        "first_token_done",
+        "gen_base",
+        "hasher",
+        "ignore_eos",
+        "kv_params",
+        "load_result",
+        "max_tokens",
+        "min_tokens",
+        "num_cached_blocks",
+        "num_computed_tokens",
+        "num_external_tokens",
+        "num_local_cached_tokens",
+        "num_output_tokens",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "num_tokens",
+        "request_id",
+        "sim",
+        "skip_stats",
+        "sources_set",
+        "status",
+        "stop_ids",
+        "stop_reason",
+        "token_free",
+    )
+
+    def __init__(self, sim: SimRequest, block_size: int, gen_base: int) -> None:
+        self.sim = sim
+        self.request_id = sim.request_id
+        self.all_token_ids: list[int] = list(sim.prompt_token_ids)
+        # Token-free mode (SimRequest docstring): identities come as block hashes.
+        self.token_free = not sim.prompt_token_ids and sim.num_prompt_tokens is not None
+        self.num_prompt_tokens = (
+            sim.num_prompt_tokens
+            if self.token_free and sim.num_prompt_tokens is not None
+            else len(sim.prompt_token_ids)
+        )
+        self.num_tokens = self.num_prompt_tokens  # len(all_token_ids), kept in step
+        self.num_output_tokens = 0
+        self.num_computed_tokens = 0
+        self.status = RequestStatus.WAITING
+        self.blocks: list[KVCacheBlock] = []
+        self.num_cached_blocks = 0
+        self.block_hashes: list[bytes] = (
+            list(sim.block_hashes) if self.token_free and sim.block_hashes else []
+        )
+        self.hasher = BlockHasher(
+            block_size,
+            lora_name=sim.lora_name,
+            lora_path=sim.lora_path,
+            cache_salt=sim.cache_salt,
+        )
+        self.gen_base = gen_base
+        self.max_tokens = sim.max_tokens
+        self.min_tokens = sim.min_tokens
+        self.ignore_eos = sim.ignore_eos
+        self.stop_ids = frozenset(sim.stop_token_ids)
+        self.stop_reason: int | None = None
+        self.num_preemptions = 0
+        self.first_token_done = False
+        self.sources_set = False
+        self.num_local_cached_tokens = 0
+        self.num_external_tokens = 0
+        params = sim.kv_transfer_params or None
+        self.kv_params: dict[str, Any] | None = params
+        self.do_remote_decode = bool(params and params.get("do_remote_decode"))
+        self.do_remote_prefill = bool(params and params.get("do_remote_prefill"))
+        self.load_result: bool | None = None
+        self.skip_stats = False

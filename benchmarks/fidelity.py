@@ -299,7 +299,9 @@ def virtual_run(
     generate the same number of tokens stays in lock-step (four requests arrive in one step and
     finish in one step), which neither real engine shows."""
     from pools.sim.config import EngineConfig
-    from pools.sim.engine_core import EngineCore
+    from pools.sim.driver import EngineDriver
+    from pools.sim.engine_core import EngineCore, StepResult
+    from pools.sim.kv_events import KVCacheEvent
     from pools.sim.request import SimRequest
 
     log: list[tuple[int, int, float, int, int]] = []
@@ -309,6 +311,7 @@ def virtual_run(
         ),
         _RecordingTiming(_cpu_timing(constants), log),  # type: ignore[arg-type]
     )
+    driver = EngineDriver(core)
     rng = random.Random(seed)
     queue = list(enumerate(prompts))
     arrivals: list[tuple[float, int, list[int]]] = []  # (time, index, prompt), sorted
@@ -317,7 +320,6 @@ def virtual_run(
     out: list[RequestTiming] = []
     ttft_steps: list[int] = []
     spans: list[tuple[int, int]] = []
-    now = 0.0
 
     def schedule_next(t: float) -> None:
         if queue:
@@ -325,33 +327,40 @@ def virtual_run(
             arrivals.append((t + rng.uniform(0.0, arrival_jitter_s), i, prompt))
             arrivals.sort(key=lambda a: a[0])
 
+    def on_outputs(result: StepResult, _events: list[KVCacheEvent]) -> None:
+        j = len(log) - 1  # this step's timing record: the next step is not computed yet
+        end = result.end
+        for o in result.outputs:
+            if o.new_token_ids and o.request_id not in first:
+                first[o.request_id] = (end, j)
+            if o.finished:
+                t0, n, _ = sent.pop(o.request_id)
+                t_first, j_first = first[o.request_id]
+                itl = (end - t_first) / max(o.num_output_tokens - 1, 1)
+                out.append(RequestTiming(n, concurrency, t_first - t0, [itl]))
+                ttft_steps.append(j_first)
+                spans.append((j_first, j))
+                schedule_next(end)
+
     for _ in range(min(concurrency, len(queue))):
         i, prompt = queue.pop(0)
         arrivals.append((0.0, i, prompt))
+    # The engine takes new requests between steps (as vLLM's busy loop polls its input queue):
+    # a request arriving while a step computes is received at the step's end, so `now` runs
+    # to the end of the step in flight.
+    now = 0.0
     while sent or arrivals:
-        t_step = core.next_step_time(now)
-        if arrivals and (t_step is None or arrivals[0][0] <= t_step):
+        wake = driver.wake_time(now)
+        if arrivals and (wake is None or arrivals[0][0] <= wake):
             t_arr, i, prompt = arrivals.pop(0)
             now = max(now, t_arr)
             rid = f"r{i}"
             core.add_request(SimRequest(rid, prompt, MAX_TOKENS, ignore_eos=True), now)
             sent[rid] = (now, len(prompt), i)
             continue
-        assert t_step is not None
-        result = core.step(t_step)
-        j = len(log) - 1
-        now = result.end
-        for o in result.outputs:
-            if o.new_token_ids and o.request_id not in first:
-                first[o.request_id] = (now, j)
-            if o.finished:
-                t0, n, _ = sent.pop(o.request_id)
-                t_first, j_first = first[o.request_id]
-                itl = (now - t_first) / max(o.num_output_tokens - 1, 1)
-                out.append(RequestTiming(n, concurrency, t_first - t0, [itl]))
-                ttft_steps.append(j_first)
-                spans.append((j_first, j))
-                schedule_next(now)
+        assert wake is not None
+        adv = driver.tick(wake, on_outputs)
+        now = adv.step.end if adv.step is not None else wake
     return VirtualRun(out, log, ttft_steps, spans)
 
 

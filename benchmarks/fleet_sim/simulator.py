@@ -23,7 +23,11 @@ Disaggregated request (vLLM NixlConnector flow): prefill leg on `p` (`max_tokens
 the blocks it does not hold (`kv_transfer_time(tokens)` on the link), recomputes the last prompt
 token and streams every output token, so TTFT is measured at `d`'s first token.
 
-Decode fast-forward (`EngineCore.fast_forward_decode`): a replica whose batch is pure decode
+Stepping: each replica's core is driven by the one engine driver loop (`pools/sim/driver.py`,
+the same the sim server and the fidelity replay use); a step event is one `EngineDriver.tick`.
+
+Decode fast-forward (the scheduler's mode, `EngineCore.fast_forward_decode`, tried by the driver
+when given a horizon): a replica whose batch is pure decode
 advances many steps in one call, up to its *horizon* = the earliest time anything can touch it:
 the next arrival or metrics tick (routing reads every replica), a KV transfer into it, the
 next step boundary of a prefill replica running a leg whose decode goes to it (and, if that
@@ -51,11 +55,13 @@ from benchmarks.fleet_sim.fleet import FleetSpec
 from benchmarks.fleet_sim.policies import router_config_for
 from benchmarks.workloads.model import Segment, Workload, output_content_id
 from pools.sim.config import EngineConfig
+from pools.sim.driver import EngineDriver
 from pools.sim.engine_core import EngineCore, StepResult
 from pools.sim.kv_events import AllBlocksCleared as SimCleared
 from pools.sim.kv_events import BlockRemoved as SimRemoved
 from pools.sim.kv_events import BlockStored as SimStored
 from pools.sim.kv_events import KVCacheEvent
+from pools.sim.outputs import DecodeFastForward
 from pools.sim.request import SimRequest
 from pools.sim.timing import TimingModel, make_timing
 from router.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
@@ -139,12 +145,12 @@ class _Replica:
     __slots__ = (
         "blocks_capacity",
         "core",
+        "driver",
         "id",
         "inbound",
         "index",
         "link_free",
         "next_event",
-        "pending",
         "role",
         "transfers",
     )
@@ -154,7 +160,7 @@ class _Replica:
         self.role = role
         self.index = index
         self.core = core
-        self.pending: StepResult | None = None
+        self.driver = EngineDriver(core)
         self.next_event: float | None = None
         self.inbound: dict[int, int] = {}  # prefill replica index -> legs headed here
         self.transfers: list[float] = []  # heap of transfer-done times into this replica
@@ -285,7 +291,7 @@ class FleetSimulator:
 
     def _wake(self, rep: _Replica, now: float) -> None:
         """Make sure the replica has a step event if it has work."""
-        t = rep.core.next_step_time(now)
+        t = rep.driver.wake_time(now)
         if t is not None and (rep.next_event is None or t < rep.next_event):
             # an earlier wake-up (e.g. new work while idling until a lease expiry) supersedes
             # the scheduled one, which becomes stale and is skipped
@@ -494,39 +500,34 @@ class FleetSimulator:
 
     def _on_step(self, rep: _Replica, now: float) -> None:
         rep.next_event = None
-        res = rep.pending
-        if res is not None:
-            rep.pending = None
-            self._apply_outputs(rep, res, now)
-        core = rep.core
-        t = core.next_step_time(now)
-        if t is None:
-            return
-        if t > now:
-            rep.next_event = t
-            self._push(t, _STEP, rep.index)
-            return
-        if self.config.fast_forward and rep.role != "prefill":
-            ff = core.fast_forward_decode(now, self._horizon(rep))
-            if ff is not None:
-                self.ff_steps += ff.num_steps
-                self._apply_fast_forward(rep, ff)
-                self._drain(rep)
-                rep.next_event = ff.end
-                self._push(ff.end, _STEP, rep.index)
-                return
-        res = core.step(t)
-        rep.pending = res
-        rep.next_event = res.end
-        self._push(res.end, _STEP, rep.index)
 
-    def _drain(self, rep: _Replica) -> None:
-        events = rep.core.drain_events()
+        def on_outputs(res: StepResult, events: list[KVCacheEvent]) -> None:
+            self._apply_outputs(rep, res, events, now)
+
+        horizon = None
+        if self.config.fast_forward and rep.role != "prefill":
+
+            def horizon() -> float:
+                return self._horizon(rep)
+
+        adv = rep.driver.tick(now, on_outputs, horizon)
+        ff = adv.fast_forward
+        if ff is not None:
+            self.ff_steps += ff.num_steps
+            self._apply_fast_forward(rep, ff)
+            self._drain(rep, adv.events)
+        if adv.wake is not None:
+            rep.next_event = adv.wake
+            self._push(adv.wake, _STEP, rep.index)
+
+    def _drain(self, rep: _Replica, events: list[KVCacheEvent]) -> None:
         if events:
             self.index.apply(rep.id, _convert(events))
 
-    def _apply_outputs(self, rep: _Replica, res: StepResult, now: float) -> None:
-        self._drain(rep)
+    def _apply_outputs(
+        self, rep: _Replica, res: StepResult, events: list[KVCacheEvent], now: float
+    ) -> None:
+        self._drain(rep, events)
         bs = self.config.block_size
         load = self.load
         for out in res.outputs:
@@ -584,7 +585,7 @@ class FleetSimulator:
             heapq.heappush(self.all_transfers, done)
             self._push(done, _TRANSFER, (rep.index, ld.request_id))
 
-    def _apply_fast_forward(self, rep: _Replica, ff: Any) -> None:
+    def _apply_fast_forward(self, rep: _Replica, ff: DecodeFastForward) -> None:
         bs = self.config.block_size
         ends: list[float] = ff.step_ends
         k = len(ends)
@@ -640,25 +641,20 @@ class FleetSimulator:
 
     def _tick(self, now: float) -> None:
         load = self.load
+        used: dict[str, int] = {}
         for r in self.replicas:
-            pool = r.core.block_pool
-            used = r.blocks_capacity - pool.free_block_queue.num_free_blocks
-            usage = used / r.blocks_capacity
+            st = r.core.stats()  # the engine's one set of counters and gauges (pools/sim/stats.py)
+            used[r.id] = r.blocks_capacity - st.num_free_blocks
             load.observe_metrics(
                 r.id,
                 now,
-                num_running=len(r.core.running),
-                num_waiting=len(r.core.waiting),
-                kv_usage=usage,
+                num_running=st.num_running,
+                num_waiting=st.num_waiting,
+                kv_usage=used[r.id] / r.blocks_capacity,
                 kv_capacity_blocks=r.blocks_capacity,
             )
         self.tick_times.append(now)
-        self.decode_kv.append(
-            [
-                r.blocks_capacity - r.core.block_pool.free_block_queue.num_free_blocks
-                for r in self.decode_capable
-            ]
-        )
+        self.decode_kv.append([used[r.id] for r in self.decode_capable])
 
     # ------------------------------------------------------------------ result
     def _result(self, wall: float) -> SimResult:

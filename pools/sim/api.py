@@ -46,10 +46,11 @@ from pools.sim.api_schemas import (
     CompletionRequest,
     TokenizeRequest,
 )
-from pools.sim.runner import EngineUnavailable
+from pools.sim.streams import EngineUnavailable
 
 if TYPE_CHECKING:
-    from pools.sim.runner import RequestStream, SimEngine
+    from pools.sim.runner import SimEngine
+    from pools.sim.streams import RequestStream
     from pools.sim.tokenization import SimTokenizer
 
 _json = msgspec.json.Encoder()
@@ -250,9 +251,8 @@ def create_app(engine: SimEngine) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        engine.refresh_gauges()
         return Response(
-            engine.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+            engine.render_metrics(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
 
     @app.post("/tokenize")

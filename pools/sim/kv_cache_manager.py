@@ -112,6 +112,19 @@ class KVCacheManager:
             )
             r.num_cached_blocks = n_full
 
+    def apply_block_ops(
+        self, running: Sequence[Request], ops: Sequence[tuple[int, int, int]]
+    ) -> None:
+        """Run a decode stretch's block operations in plan order (`decode_stretch.BlockOp`:
+        step j, running index i, 0 = allocate one block / 1 = cache up to token j + 1 of the
+        stretch), before the requests' computed tokens advance."""
+        for j, i, kind in ops:
+            r = running[i]
+            if kind == 0:
+                r.blocks.extend(self.block_pool.get_new_blocks(1))
+            else:
+                self.cache_blocks(r, r.num_computed_tokens + j + 1)
+
     # ------------------------------------------------------------------ freeing
     def free(self, r: Request) -> None:
         """Free all of r's blocks, tail first (vLLM: the tail is evicted first), and forget

@@ -10,13 +10,20 @@ A deliberately small hand-rolled exposition instead of `prometheus_client`: one 
 metrics are a handful of floats and lists updated on the request path of hundreds of simulated
 replicas in one process, so observing is a few list operations with no locks, and the text is
 built only when `/metrics` is scraped.
+
+The engine's own gauges and counters are not kept here: `render` reads them from the core's
+`EngineStats` snapshot (`pools/sim/stats.py`, the one set of counters). This object keeps only
+what the frontend and the KV transport observe (latency histograms, NIXL transfer metrics,
+block verification failures).
 """
 
 from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+from pools.sim.stats import EngineStats
 
 TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -63,30 +70,18 @@ class Histogram:
 
 
 class EngineMetrics:
-    """The metric state of one engine and its text exposition.
+    """The frontend/transport metric state of one engine and the text exposition.
 
-    Updated by the runner (gauges after every step, counters and histograms as requests move)
-    and rendered by `/metrics`. Field names follow the vLLM metric they back.
+    The runner observes histograms as requests move and the KV transport counts transfers;
+    `/metrics` renders them together with the core's `EngineStats`. Field names follow the vLLM
+    metric they back.
     """
 
     def __init__(self, model_name: str, engine: str = "0") -> None:
         self.model_name = model_name
         self.engine = engine
         self.created = time.time()
-        # gauges
-        self.num_requests_running = 0
-        self.num_requests_waiting = 0
-        self.kv_cache_usage_perc = 0.0
         # counters
-        self.prefix_cache_queries = 0
-        self.prefix_cache_hits = 0
-        self.external_prefix_cache_queries = 0
-        self.external_prefix_cache_hits = 0
-        self.prompt_tokens = 0
-        self.generation_tokens = 0
-        self.num_preemptions = 0
-        self.prompt_tokens_by_source = dict.fromkeys(PROMPT_SOURCES, 0)
-        self.request_success = dict.fromkeys(FINISHED_REASONS, 0)
         self.nixl_num_failed_transfers = 0
         self.nixl_num_kv_expired_reqs = 0
         # pdorch-only: blocks whose received bytes did not match their expected content
@@ -100,9 +95,31 @@ class EngineMetrics:
         self.nixl_xfer_time = Histogram(NIXL_XFER_TIME_BUCKETS)
         self.nixl_bytes_transferred = Histogram(NIXL_BYTES_BUCKETS)
 
-    def render(self) -> str:
-        """The Prometheus text exposition (format 0.0.4), vLLM's names and labels."""
+    def render(self, engine: EngineStats | None = None, *, client_aborts: int = 0) -> str:
+        """The Prometheus text exposition (format 0.0.4), vLLM's names and labels.
+
+        `engine`: the core's snapshot (None before the core exists: zeros). `client_aborts`:
+        requests the frontend aborted (client gone); vLLM 0.32 counts a request in
+        `request_success_total` only when the engine core reports its finish, and a frontend
+        abort drops the request's output state first (`OutputProcessor.abort_requests`), so
+        `finished_reason="abort"` never counts them.
+        """
         base = f'engine="{self.engine}",model_name="{self.model_name}"'
+        by_source = dict.fromkeys(PROMPT_SOURCES, 0)
+        success = dict.fromkeys(FINISHED_REASONS, 0)
+        running = waiting = 0
+        usage = 0.0
+        queries = hits = ext_queries = ext_hits = preemptions = prompt = generation = 0
+        if engine is not None:
+            running, waiting, usage = engine.num_running, engine.num_waiting, engine.kv_cache_usage
+            queries, hits = engine.prefix_cache_queries, engine.prefix_cache_hits
+            ext_queries = engine.external_prefix_cache_queries
+            ext_hits = engine.external_prefix_cache_hits
+            preemptions = engine.num_preemptions
+            prompt, generation = engine.prompt_tokens, engine.generation_tokens
+            by_source.update(engine.prompt_tokens_by_source)
+            success.update(engine.request_success)
+        success["abort"] = max(0, success["abort"] - client_aborts)
         out: list[str] = []
 
         def header(name: str, kind: str, help_text: str) -> None:
@@ -114,10 +131,10 @@ class EngineMetrics:
             out.append(f"{name}{{{base}}} {_fmt(value)}")
 
         def counter(
-            name: str, help_text: str, values: dict[str, float] | float, label: str = ""
+            name: str, help_text: str, values: Mapping[str, float] | float, label: str = ""
         ) -> None:
             header(f"{name}_total", "counter", help_text)
-            if isinstance(values, dict):
+            if isinstance(values, Mapping):
                 for key, value in values.items():
                     labels = _labels(base, label, key)
                     out.append(f"{name}_total{{{labels}}} {_fmt(value)}")
@@ -126,7 +143,7 @@ class EngineMetrics:
             header(f"{name}_created", "gauge", help_text)
             created_labels = (
                 [_labels(base, label, key) for key in values]
-                if isinstance(values, dict)
+                if isinstance(values, Mapping)
                 else [base]
             )
             for labels in created_labels:
@@ -147,61 +164,61 @@ class EngineMetrics:
         gauge(
             "vllm:num_requests_running",
             "Number of requests in model execution batches.",
-            self.num_requests_running,
+            running,
         )
         gauge(
             "vllm:num_requests_waiting",
             "Number of requests waiting to be processed.",
-            self.num_requests_waiting,
+            waiting,
         )
         gauge(
             "vllm:kv_cache_usage_perc",
             "KV-cache usage. 1 means 100 percent usage.",
-            self.kv_cache_usage_perc,
+            usage,
         )
         counter(
             "vllm:prefix_cache_queries",
             "Prefix cache queries, in terms of number of queried tokens.",
-            self.prefix_cache_queries,
+            queries,
         )
         counter(
             "vllm:prefix_cache_hits",
             "Prefix cache hits, in terms of number of cached tokens.",
-            self.prefix_cache_hits,
+            hits,
         )
         counter(
             "vllm:external_prefix_cache_queries",
             "External prefix cache queries from KV connector cross-instance cache sharing, "
             "in terms of number of queried tokens.",
-            self.external_prefix_cache_queries,
+            ext_queries,
         )
         counter(
             "vllm:external_prefix_cache_hits",
             "External prefix cache hits from KV connector cross-instance cache sharing, "
             "in terms of number of cached tokens.",
-            self.external_prefix_cache_hits,
+            ext_hits,
         )
         counter(
             "vllm:num_preemptions",
             "Cumulative number of preemption from the engine.",
-            self.num_preemptions,
+            preemptions,
         )
-        counter("vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens)
+        counter("vllm:prompt_tokens", "Number of prefill tokens processed.", prompt)
         counter(
             "vllm:prompt_tokens_by_source",
             "Number of prompt tokens by source.",
-            dict(self.prompt_tokens_by_source),
+            by_source,
             label="source",
         )
         counter(
             "vllm:generation_tokens",
             "Number of generation tokens processed.",
-            self.generation_tokens,
+            generation,
         )
         counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
-            dict(self.request_success),
+            success,
             label="finished_reason",
         )
         histogram(

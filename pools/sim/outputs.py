@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pools.sim.request import Request
 
 
 @dataclass(slots=True)
@@ -80,3 +83,49 @@ class DecodeFastForward:
     @property
     def num_steps(self) -> int:
         return len(self.step_ends)
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """One scheduled step (vLLM's `SchedulerOutput`, trimmed), with the step's cost arguments.
+
+    `scheduled`: (request, tokens) in scheduling order; `sampled`: the requests whose last
+    scheduled token completes their sequence (they get a token this step); `outputs`: outputs
+    already known at scheduling time (failed remote loads); `num_new_seqs`: requests scheduled
+    for the first time (charged `per_new_seq_overhead_s`); `attn_ctx_tokens`, `kv_read_tokens`:
+    `TimingModel.step_time`'s arguments.
+    """
+
+    start: float
+    scheduled: list[tuple[Request, int]]
+    sampled: list[Request]
+    outputs: list[RequestOutput]
+    new_remote_loads: list[RemoteLoad]
+    num_preempted: int
+    num_new_seqs: int
+    num_scheduled_tokens: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    attn_ctx_tokens: float
+    kv_read_tokens: int
+
+
+def make_output(r: Request, toks: list[int], finished: bool, first: bool = False) -> RequestOutput:
+    """`r`'s output for this step (`toks`: its new tokens)."""
+    local = r.num_local_cached_tokens
+    ext = r.num_external_tokens
+    return RequestOutput(
+        request_id=r.request_id,
+        new_token_ids=toks,
+        finished=finished,
+        finish_reason=r.status.finish_reason if finished else None,
+        stop_reason=r.stop_reason,
+        num_prompt_tokens=r.num_prompt_tokens,
+        num_output_tokens=r.num_output_tokens,
+        is_first_token=first,
+        num_cached_tokens=local + ext,
+        num_local_cached_tokens=local,
+        num_external_tokens=ext,
+        num_local_compute_tokens=r.num_prompt_tokens - local - ext,
+        num_preemptions=r.num_preemptions,
+    )

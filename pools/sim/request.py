@@ -74,6 +74,22 @@ class SimRequest:
     num_prompt_tokens: int | None = None
     block_hashes: list[bytes] | None = None
 
+    def validate(self, max_model_len: int) -> None:
+        """Raise ValueError naming the bad field (the engine's admission checks)."""
+        n = len(self.prompt_token_ids)
+        if n == 0 and self.num_prompt_tokens is not None:
+            n = self.num_prompt_tokens  # token-free mode
+        if n == 0:
+            raise ValueError("prompt_token_ids: the prompt is empty")
+        if n >= max_model_len:
+            raise ValueError(
+                f"prompt_token_ids: prompt length {n} must be < max_model_len {max_model_len}"
+            )
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens: must be >= 1, got {self.max_tokens}")
+        if self.min_tokens < 0:
+            raise ValueError(f"min_tokens: must be >= 0, got {self.min_tokens}")
+
 
 class Request:
     """Engine-internal request state (vLLM's `Request`, trimmed); owned by the `Scheduler`.
@@ -157,3 +173,20 @@ class Request:
         self.do_remote_prefill = bool(params and params.get("do_remote_prefill"))
         self.load_result: bool | None = None
         self.skip_stats = False
+
+
+def check_stop(
+    r: Request, tok: int, max_model_len: int, eos_token_id: int | None
+) -> RequestStatus | None:
+    """The finished status after `r` sampled `tok` (None: it goes on); sets `stop_reason` for
+    a stop token (vLLM's `check_stop`: length first, then `min_tokens`, eos, stop ids)."""
+    if r.num_output_tokens >= r.max_tokens or r.num_tokens >= max_model_len:
+        return RequestStatus.FINISHED_LENGTH_CAPPED
+    if r.num_output_tokens < r.min_tokens:
+        return None
+    if eos_token_id is not None and not r.ignore_eos and tok == eos_token_id:
+        return RequestStatus.FINISHED_STOPPED
+    if tok in r.stop_ids:
+        r.stop_reason = tok
+        return RequestStatus.FINISHED_STOPPED
+    return None

@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pools.sim.block_pool import KVCacheBlock
@@ -47,8 +46,15 @@ from pools.sim.config import EngineConfig
 from pools.sim.decode_stretch import plan_decode_stretch
 from pools.sim.kv_cache_manager import KVCacheManager
 from pools.sim.kv_connector import ConnectorState
-from pools.sim.outputs import DecodeFastForward, RemoteLoad, RequestOutput, StepResult
-from pools.sim.request import Request, RequestStatus, SimRequest
+from pools.sim.outputs import (
+    DecodeFastForward,
+    RemoteLoad,
+    RequestOutput,
+    SchedulerOutput,
+    StepResult,
+    make_output,
+)
+from pools.sim.request import Request, RequestStatus, SimRequest, check_stop
 from pools.sim.stats import EngineCounters
 from pools.sim.token_gen import TokenGenerator
 
@@ -59,31 +65,6 @@ num_new_seqs)`: the cost of one step (the model executor's stand-in)."""
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-@dataclass(slots=True)
-class SchedulerOutput:
-    """One scheduled step (vLLM's `SchedulerOutput`, trimmed), with the step's cost arguments.
-
-    `scheduled`: (request, tokens) in scheduling order; `sampled`: the requests whose last
-    scheduled token completes their sequence (they get a token this step); `outputs`: outputs
-    already known at scheduling time (failed remote loads); `num_new_seqs`: requests scheduled
-    for the first time (charged `per_new_seq_overhead_s`); `attn_ctx_tokens`, `kv_read_tokens`:
-    `TimingModel.step_time`'s arguments.
-    """
-
-    start: float
-    scheduled: list[tuple[Request, int]]
-    sampled: list[Request]
-    outputs: list[RequestOutput]
-    new_remote_loads: list[RemoteLoad]
-    num_preempted: int
-    num_new_seqs: int
-    num_scheduled_tokens: int
-    num_prefill_tokens: int
-    num_decode_tokens: int
-    attn_ctx_tokens: float
-    kv_read_tokens: int
 
 
 class Scheduler:
@@ -107,22 +88,9 @@ class Scheduler:
     # ------------------------------------------------------------------ requests in/out
     def add_request(self, req: SimRequest) -> None:
         """Queue a request (FCFS). Raises ValueError naming the bad field."""
-        n = len(req.prompt_token_ids)
-        if n == 0 and req.num_prompt_tokens is not None:
-            n = req.num_prompt_tokens  # token-free mode
         if req.request_id in self.requests:
             raise ValueError(f"request_id: {req.request_id!r} is already in the engine")
-        if n == 0:
-            raise ValueError("prompt_token_ids: the prompt is empty")
-        if n >= self.config.max_model_len:
-            raise ValueError(
-                f"prompt_token_ids: prompt length {n} must be < max_model_len "
-                f"{self.config.max_model_len}"
-            )
-        if req.max_tokens < 1:
-            raise ValueError(f"max_tokens: must be >= 1, got {req.max_tokens}")
-        if req.min_tokens < 0:
-            raise ValueError(f"min_tokens: must be >= 0, got {req.min_tokens}")
+        req.validate(self.config.max_model_len)
         r = Request(req, self.block_size, TokenGenerator.base(req.prompt_token_ids, req.seed))
         if self.config.enable_prefix_caching and not r.token_free:
             r.hasher.extend(r.all_token_ids, r.block_hashes)
@@ -145,7 +113,7 @@ class Scheduler:
         r.status = RequestStatus.FINISHED_ABORTED
         self._finish(r, now, hold=False)
         self.dirty = True
-        return self._output(r, [], finished=True)
+        return make_output(r, [], finished=True)
 
     def finish_remote_load(self, request_id: str, ok: bool) -> None:
         """The caller's transfer for `request_id` ended; applied at the next step."""
@@ -296,7 +264,7 @@ class Scheduler:
         max_len = self.config.max_model_len
         bs = self.block_size
         caching = self.config.enable_prefix_caching
-        output = self._output
+        output = make_output
         for r in so.sampled:
             tok = tg.token(r.gen_base, r.num_output_tokens)
             r.num_tokens += 1
@@ -308,7 +276,9 @@ class Scheduler:
             first = not r.first_token_done
             if first:
                 r.first_token_done = True
-                self._count_prompt(r)
+                self.counters.count_prompt(
+                    r.num_prompt_tokens, r.num_local_cached_tokens, r.num_external_tokens
+                )
             if (
                 r.num_output_tokens < r.max_tokens
                 and r.num_tokens < max_len
@@ -316,7 +286,7 @@ class Scheduler:
             ):
                 outputs.append(output(r, [tok], False, first))
                 continue
-            status = self._check_stop(r, tok)
+            status = check_stop(r, tok, max_len, eos)
             if status is None:  # eos with ignore_eos
                 outputs.append(output(r, [tok], False, first))
                 continue
@@ -400,20 +370,12 @@ class Scheduler:
             if r.token_free:
                 new_tokens.append([])  # nobody reads token ids in token-free mode
                 continue
-            base = r.gen_base
-            n0 = r.num_output_tokens
-            toks = [tg.token(base, n0 + j) for j in range(k)]
+            toks = [tg.token(r.gen_base, r.num_output_tokens + j) for j in range(k)]
             new_tokens.append(toks)
             r.all_token_ids.extend(toks)
             if caching:
                 r.hasher.extend(r.all_token_ids, r.block_hashes)
-        c0s = [r.num_computed_tokens for r in running]
-        for j, i, kind in ops:
-            r = running[i]
-            if kind == 0:
-                kv.allocate_new_blocks(r, 1)
-            else:
-                kv.cache_blocks(r, c0s[i] + j + 1)
+        kv.apply_block_ops(running, ops)
         for r in running:
             r.num_computed_tokens += k
             r.num_tokens += k
@@ -532,7 +494,7 @@ class Scheduler:
                 self.waiting.remove(r)
                 r.status = RequestStatus.FINISHED_ERROR
                 self._finish(r, now, hold=False)
-                outputs.append(self._output(r, [], finished=True))
+                outputs.append(make_output(r, [], finished=True))
 
     def _unschedule(
         self, r: Request, scheduled: list[tuple[Request, int]], sched_index: dict[str, int]
@@ -552,19 +514,6 @@ class Scheduler:
         self.counters.num_preemptions += 1
         self.waiting.appendleft(r)
 
-    def _check_stop(self, r: Request, tok: int) -> RequestStatus | None:
-        if r.num_output_tokens >= r.max_tokens or r.num_tokens >= self.config.max_model_len:
-            return RequestStatus.FINISHED_LENGTH_CAPPED
-        if r.num_output_tokens < r.min_tokens:
-            return None
-        eos = self.config.eos_token_id
-        if eos is not None and not r.ignore_eos and tok == eos:
-            return RequestStatus.FINISHED_STOPPED
-        if tok in r.stop_ids:
-            r.stop_reason = tok
-            return RequestStatus.FINISHED_STOPPED
-        return None
-
     def _finish(self, r: Request, now: float, hold: bool) -> dict[str, Any] | None:
         """Retire a finished request: hold its blocks (prefill leg) or free them."""
         del self.requests[r.request_id]
@@ -583,34 +532,3 @@ class Scheduler:
         if r.blocks:
             self.kv_cache_manager.free(r)
         return None
-
-    def _count_prompt(self, r: Request) -> None:
-        c = self.counters
-        c.prompt_tokens += r.num_prompt_tokens
-        local = r.num_local_cached_tokens
-        ext = r.num_external_tokens
-        by_source = c.prompt_tokens_by_source
-        by_source["local_cache_hit"] += local
-        by_source["external_kv_transfer"] += ext
-        by_source["local_compute"] += r.num_prompt_tokens - local - ext
-
-    def _output(
-        self, r: Request, toks: list[int], finished: bool, first: bool = False
-    ) -> RequestOutput:
-        local = r.num_local_cached_tokens
-        ext = r.num_external_tokens
-        return RequestOutput(
-            request_id=r.request_id,
-            new_token_ids=toks,
-            finished=finished,
-            finish_reason=r.status.finish_reason if finished else None,
-            stop_reason=r.stop_reason,
-            num_prompt_tokens=r.num_prompt_tokens,
-            num_output_tokens=r.num_output_tokens,
-            is_first_token=first,
-            num_cached_tokens=local + ext,
-            num_local_cached_tokens=local,
-            num_external_tokens=ext,
-            num_local_compute_tokens=r.num_prompt_tokens - local - ext,
-            num_preemptions=r.num_preemptions,
-        )

@@ -38,6 +38,14 @@ class EngineCounters:
     )
     num_steps: int = 0
 
+    def count_prompt(self, num_prompt: int, num_local: int, num_external: int) -> None:
+        """A request's prompt, counted once at its first token, by where its tokens came from."""
+        self.prompt_tokens += num_prompt
+        by_source = self.prompt_tokens_by_source
+        by_source["local_cache_hit"] += num_local
+        by_source["external_kv_transfer"] += num_external
+        by_source["local_compute"] += num_prompt - num_local - num_external
+
 
 @dataclass(slots=True)
 class EngineStats:

@@ -96,7 +96,9 @@ async def test_corrupted_block_fails_verification_with_500(pd: Any) -> None:
     prefill, decode, client = pd
     body, params = await prefill_leg(client, prefill.url, prompt())
     # damage one held block's bytes on the owner: the decode side must notice
-    prefill.engine._kv.blocks[params["remote_block_ids"][0][1], :8] ^= 0xFF
+    store = prefill.engine.kv_store
+    assert store is not None
+    store.blocks[params["remote_block_ids"][0][1], :8] ^= 0xFF
     r = await client.post(
         f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params}
     )

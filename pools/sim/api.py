@@ -34,109 +34,26 @@ from collections.abc import AsyncIterator
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
 from starlette.responses import Response, StreamingResponse
 
-from pools.sim.api_schemas import (
-    ChatCompletionRequest,
-    ChatMessage,
-    CompletionRequest,
-    TokenizeRequest,
+from pools.sim.api_errors import (
+    JSON,
+    ApiError,
+    chat_messages,
+    error_body,
+    json_response,
+    parse_body,
+    prompt_tokens,
+    usage_info,
 )
+from pools.sim.api_schemas import ChatCompletionRequest, CompletionRequest, TokenizeRequest
 from pools.sim.streams import EngineUnavailable
 
 if TYPE_CHECKING:
     from pools.sim.runner import SimEngine
     from pools.sim.streams import RequestStream
-    from pools.sim.tokenization import SimTokenizer
-
-_json = msgspec.json.Encoder()
-
-
-class ApiError(Exception):
-    """An OpenAI-shaped error with its HTTP status."""
-
-    def __init__(
-        self,
-        message: str,
-        status: HTTPStatus,
-        err_type: str | None = None,
-        param: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.err_type = err_type or _default_type(status)
-        self.param = param
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, self.status, self.err_type, self.param)
-
-
-def _default_type(status: HTTPStatus) -> str:
-    return {
-        HTTPStatus.BAD_REQUEST: "BadRequestError",
-        HTTPStatus.NOT_FOUND: "NotFoundError",
-        HTTPStatus.INTERNAL_SERVER_ERROR: "InternalServerError",
-        HTTPStatus.SERVICE_UNAVAILABLE: "ServiceUnavailableError",
-    }.get(status, status.phrase)
-
-
-def error_body(
-    message: str, status: HTTPStatus, err_type: str, param: str | None = None
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": err_type, "param": param, "code": int(status)}}
-
-
-def validation_error(exc: ValidationError) -> ApiError:
-    """vLLM's validation handler: "N validation error(s):" + one line per error, param = loc."""
-    errors = exc.errors(include_url=False)
-    label = "error" if len(errors) == 1 else "errors"
-    lines = [f"{len(errors)} validation {label}:"]
-    for err in errors[:10]:
-        shown = {k: err[k] for k in ("type", "loc", "msg", "input") if k in err}
-        shown["loc"] = "body." + ".".join(str(p) for p in err["loc"])
-        if isinstance(shown.get("input"), (list, dict, tuple)):
-            shown["input"] = f"<{type(shown['input']).__name__} of {len(shown['input'])} items>"
-        lines.append(f"  {shown}")
-    param = "body." + ".".join(str(p) for p in errors[0]["loc"]) if errors else None
-    return ApiError("\n".join(lines), HTTPStatus.BAD_REQUEST, HTTPStatus.BAD_REQUEST.phrase, param)
-
-
-def _json_response(body: Any, status: int = 200) -> Response:
-    return Response(_json.encode(body), status_code=status, media_type="application/json")
-
-
-async def _parse(request: Request, model: type[BaseModel]) -> Any:
-    raw = await request.body()
-    try:
-        data = msgspec.json.decode(raw) if raw else {}
-    except msgspec.DecodeError as exc:
-        raise ApiError(
-            f"JSON decode error: {exc}", HTTPStatus.BAD_REQUEST, HTTPStatus.BAD_REQUEST.phrase
-        ) from exc
-    if not isinstance(data, dict):
-        raise ApiError(
-            "Input should be a valid dictionary", HTTPStatus.BAD_REQUEST, "Bad Request", "body"
-        )
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(exc) from exc
-
-
-def _messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Chat messages as plain dicts with string content (text parts joined, as vLLM does)."""
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        content = m.content
-        if isinstance(content, list):
-            content = "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
-        out.append({"role": m.role, "content": content or ""})
-    return out
 
 
 def create_app(engine: SimEngine) -> FastAPI:
@@ -152,12 +69,12 @@ def create_app(engine: SimEngine) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> Response:
-        return _json_response(exc.body(), int(exc.status))
+        return json_response(exc.body(), int(exc.status))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> Response:
         body = error_body(str(exc), HTTPStatus.BAD_REQUEST, HTTPStatus.BAD_REQUEST.phrase)
-        return _json_response(body, 400)
+        return json_response(body, 400)
 
     def check_model(name: str | None) -> str:
         if name is None or name in served:
@@ -237,7 +154,7 @@ def create_app(engine: SimEngine) -> FastAPI:
             }
             for name in served
         ]
-        return _json_response({"object": "list", "data": data})
+        return json_response({"object": "list", "data": data})
 
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache() -> Response:
@@ -247,7 +164,7 @@ def create_app(engine: SimEngine) -> FastAPI:
 
     @app.get("/sim/info")
     async def sim_info() -> Response:
-        return _json_response(engine.info())
+        return json_response(engine.info())
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -257,10 +174,10 @@ def create_app(engine: SimEngine) -> FastAPI:
 
     @app.post("/tokenize")
     async def tokenize(raw: Request) -> Response:
-        req: TokenizeRequest = await _parse(raw, TokenizeRequest)
+        req: TokenizeRequest = await parse_body(raw, TokenizeRequest)
         check_model(req.model)
         if req.messages is not None:
-            tokens = tokenizer.encode_chat(_messages(req.messages), req.add_generation_prompt)
+            tokens = tokenizer.encode_chat(chat_messages(req.messages), req.add_generation_prompt)
         elif req.prompt is not None:
             add = True if req.add_special_tokens is None else req.add_special_tokens
             tokens = tokenizer.encode_prompt(req.prompt, add_special_tokens=add)
@@ -274,13 +191,13 @@ def create_app(engine: SimEngine) -> FastAPI:
             if req.return_token_strs
             else None,
         }
-        return _json_response(body)
+        return json_response(body)
 
     @app.post("/v1/completions", response_model=None)
     async def completions(raw: Request) -> Response:
-        req: CompletionRequest = await _parse(raw, CompletionRequest)
+        req: CompletionRequest = await parse_body(raw, CompletionRequest)
         model = check_model(req.model)
-        tokens = _prompt_tokens(req.prompt, tokenizer)
+        tokens = prompt_tokens(req.prompt, tokenizer)
         if not tokens:
             raise ApiError("Prompt cannot be empty", HTTPStatus.BAD_REQUEST, param="prompt")
         max_tokens = check_length(len(tokens), req.max_tokens, "max_tokens")
@@ -289,11 +206,11 @@ def create_app(engine: SimEngine) -> FastAPI:
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(raw: Request) -> Response:
-        req: ChatCompletionRequest = await _parse(raw, ChatCompletionRequest)
+        req: ChatCompletionRequest = await parse_body(raw, ChatCompletionRequest)
         model = check_model(req.model)
         if not req.messages:
             raise ApiError("messages must not be empty", HTTPStatus.BAD_REQUEST, param="messages")
-        tokens = tokenizer.encode_chat(_messages(req.messages), req.add_generation_prompt)
+        tokens = tokenizer.encode_chat(chat_messages(req.messages), req.add_generation_prompt)
         limit = (
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         )
@@ -347,7 +264,7 @@ def create_app(engine: SimEngine) -> FastAPI:
                 return Response(status_code=499)  # nobody reads it: the client is gone
             final = stream.final
             text = "".join(text_parts)
-            usage = _usage(len(tokens), n_out)
+            usage = usage_info(len(tokens), n_out)
             finish = final.finish_reason if final else "abort"
             body: dict[str, Any]
             if chat:
@@ -403,7 +320,7 @@ def create_app(engine: SimEngine) -> FastAPI:
                     "usage": usage,
                     "kv_transfer_params": final.kv_transfer_params if final else None,
                 }
-            return _json_response(body)
+            return json_response(body)
 
         opts = req.stream_options
         include_usage = bool(opts and opts.include_usage)
@@ -435,8 +352,8 @@ def create_app(engine: SimEngine) -> FastAPI:
                 "choices": [choice],
             }
             if continuous:
-                body["usage"] = _usage(prompt_len, n_out, streaming=True)
-            return b"data: " + _json.encode(body) + b"\n\n"
+                body["usage"] = usage_info(prompt_len, n_out, streaming=True)
+            return b"data: " + JSON.encode(body) + b"\n\n"
 
         try:
             if chat:
@@ -453,7 +370,7 @@ def create_app(engine: SimEngine) -> FastAPI:
                     err = error_body(
                         out.error, HTTPStatus.INTERNAL_SERVER_ERROR, "InternalServerError"
                     )
-                    yield b"data: " + _json.encode(err) + b"\n\n"
+                    yield b"data: " + JSON.encode(err) + b"\n\n"
                     break
                 n_out += len(out.token_ids)
                 text = "".join(tokenizer.token_text(t) for t in out.token_ids)
@@ -483,7 +400,7 @@ def create_app(engine: SimEngine) -> FastAPI:
                     )
             else:
                 if include_usage:
-                    usage = _usage(prompt_len, n_out, streaming=True)
+                    usage = usage_info(prompt_len, n_out, streaming=True)
                     body = {
                         "id": rid,
                         "object": obj,
@@ -492,7 +409,7 @@ def create_app(engine: SimEngine) -> FastAPI:
                         "choices": [],
                         "usage": usage,
                     }
-                    yield b"data: " + _json.encode(body) + b"\n\n"
+                    yield b"data: " + JSON.encode(body) + b"\n\n"
             yield b"data: [DONE]\n\n"
         finally:
             stream.close()
@@ -510,34 +427,3 @@ async def _abort_on_disconnect(raw: Request, stream: RequestStream) -> None:
     while (await raw.receive())["type"] != "http.disconnect":
         pass
     stream.cancel()
-
-
-def _prompt_tokens(
-    prompt: str | list[int] | list[str] | list[list[int]], tokenizer: SimTokenizer
-) -> list[int]:
-    """One prompt (text or token ids) as token ids; a batch of one is unwrapped."""
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        if len(prompt) != 1:
-            raise ApiError(
-                "The simulated engine serves one prompt per request.",
-                HTTPStatus.BAD_REQUEST,
-                param="prompt",
-            )
-        first = prompt[0]
-        return _prompt_tokens(first, tokenizer)
-    if isinstance(prompt, str):
-        return tokenizer.encode_prompt(prompt, add_special_tokens=True)
-    return [int(t) for t in prompt]  # type: ignore[arg-type]
-
-
-def _usage(prompt: int, completion: int, streaming: bool = False) -> dict[str, Any]:
-    """vLLM's UsageInfo; streamed chunks drop null fields (vLLM dumps them with exclude_none).
-    `prompt_tokens_details` stays null: vLLM fills it only with --enable-prompt-tokens-details."""
-    usage: dict[str, Any] = {
-        "prompt_tokens": prompt,
-        "total_tokens": prompt + completion,
-        "completion_tokens": completion,
-    }
-    if not streaming:
-        usage["prompt_tokens_details"] = None
-    return usage

@@ -502,7 +502,8 @@ class FleetSimulator:
         rep.next_event = None
 
         def on_outputs(res: StepResult, events: list[KVCacheEvent]) -> None:
-            self._apply_outputs(rep, res, events, now)
+            self._drain(rep, events)  # the step's KV events reach the index with its outputs
+            self._apply_outputs(rep, res, now)
 
         horizon = None
         if self.config.fast_forward and rep.role != "prefill":
@@ -524,10 +525,7 @@ class FleetSimulator:
         if events:
             self.index.apply(rep.id, _convert(events))
 
-    def _apply_outputs(
-        self, rep: _Replica, res: StepResult, events: list[KVCacheEvent], now: float
-    ) -> None:
-        self._drain(rep, events)
+    def _apply_outputs(self, rep: _Replica, res: StepResult, now: float) -> None:
         bs = self.config.block_size
         load = self.load
         for out in res.outputs:

@@ -3,7 +3,7 @@
 A replica's remaining work is (a) the prefill tokens admitted to it that are not cached and not
 yet prefilled, and (b) the KV blocks of the sequences it is decoding. Cache overlap only matters
 because it shrinks (a); this tracker is what lets a policy see (a) and (b) instead of request
-counts (DESIGN.md, "Routing").
+counts (docs/DESIGN.md, "Routing").
 
 Lifecycle, per (request, replica) entry; every call is idempotent and takes `now`:
 

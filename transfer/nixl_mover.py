@@ -1,6 +1,6 @@
 """The NIXL block mover: one NIXL agent per mover, one registration of the whole pool.
 
-Choices, and why (measured on this kind of machine, see RUNTIME-FACTS.md):
+Choices, and why (measured on this kind of machine, see docs/RUNTIME-FACTS.md):
 
 * **No NIXL progress thread** (`enable_prog_thread=False`): it spins ~0.8 core per agent even
   when idle, which two engines on two cores cannot afford. Instead the mover's asyncio tick calls

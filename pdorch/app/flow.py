@@ -1,4 +1,4 @@
-"""The P/D request flow of one client request (the contract: RUNTIME-FACTS.md, "Protocol").
+"""The P/D request flow of one client request (the contract: docs/RUNTIME-FACTS.md, "Protocol").
 
 ```
 admit (429) → read body (413) → validate (400/404) → tokenize → block keys

@@ -31,7 +31,8 @@ from tests.ports import free_port
 pytestmark = pytest.mark.e2e
 
 EXTERNAL_SOURCE = "external_kv_transfer"
-# vLLM answers a failed KV pull after ~5 s (RUNTIME-FACTS); the margin covers a busy 2-core box.
+# vLLM answers a failed KV pull after ~5 s (docs/RUNTIME-FACTS.md); the margin covers a busy
+# 2-core box.
 DEAD_PEER_DEADLINE_S = 60.0
 
 

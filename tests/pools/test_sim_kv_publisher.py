@@ -17,9 +17,10 @@ from pools.sim.kv_publisher import (
     encode_event_batch,
     is_bind_endpoint,
 )
+from tests.data import VLLM_FIXTURES
 from tests.ports import free_port
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "vllm"
+FIXTURES = VLLM_FIXTURES
 CAPTURES = (
     "kv_events_samples",
     "kv_events_samples_evict",

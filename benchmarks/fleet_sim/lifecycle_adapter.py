@@ -5,7 +5,7 @@ The coordinator drives the same lifecycle from real HTTP legs; the simulator's h
 onto the same events:
 
     arrival, routed                      → admit               (plan: who prefills, who decodes)
-    prefill core's leg output            → prefill_done(ok)    (a simulated leg never fails)
+    prefill core's leg output            → prefill_done(ok)    (no simulated leg fails yet)
     KV transfer into the decode core     → kv_landed
     a decode core's output tokens        → tokens(cumulative)
     last token                           → finished
@@ -65,6 +65,14 @@ class SimLifecycle:
     def prefill_leg_done(self, request_id: str, now: float) -> DecodeLeg:
         """The prefill core finished the leg: the decode leg to submit."""
         leg = self.lifecycle.prefill_done(request_id, now, ok=True)
+        if leg is None:
+            raise RuntimeError(f"prefill leg {request_id}: not a P/D request in flight")
+        return leg
+
+    def prefill_leg_failed(self, request_id: str, now: float) -> DecodeLeg:
+        """The prefill replica failed the leg (no simulated engine does yet; replicas that go
+        away will): the decode replica prefills itself."""
+        leg = self.lifecycle.prefill_done(request_id, now, ok=False)
         if leg is None:
             raise RuntimeError(f"prefill leg {request_id}: not a P/D request in flight")
         return leg

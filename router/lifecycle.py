@@ -53,17 +53,16 @@ What changed against the two copies this replaces:
   Inputs moved for every decode policy that reads `prefill_tokens_queued` or
   `decode_blocks` (`token_load_decode`, `llmd`, `dynamo`) on P/D fleets.
 
-Pool members are kept in natural order (`p2` before `p10`), the order policies break ties in.
-Optional `recorder`: a list that receives one `LifecycleEvent` per event, with its inputs and
-the token load after it (the agreement test replays it).
+Membership, statics and the index lookups live in `router/lifecycle_pools.py` (members in
+natural order: `p2` before `p10`). Optional `recorder`: a list that receives one
+`LifecycleEvent` per event, with its inputs and the token load after it (the agreement test
+replays it).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from router.lifecycle_plan import (
     DecodeLeg,
@@ -74,35 +73,13 @@ from router.lifecycle_plan import (
     RequestPlan,
     RoutedRequest,
 )
+from router.lifecycle_pools import DEFAULT_STATIC, ApproximateIndex, PreciseIndex, ReplicaPools
 from router.pd_router import PdRouter
-from router.replica_state import ReplicaSnapshot, ReplicaStatic, RoutingRequest, build_snapshots
+from router.replica_state import ReplicaSnapshot, ReplicaStatic, RoutingRequest
 from router.token_load import TokenLoad
 from router.vocabulary import PoolName, RouteKind
 
-_DEFAULT_STATIC = ReplicaStatic()
-_DIGITS = re.compile(r"(\d+)")
-
-
-class PreciseIndex(Protocol):
-    """What the lifecycle reads of a KV-event-fed index (`router.kv_index.KvIndex`)."""
-
-    def match(self, keys: Sequence[int]) -> dict[str, int]: ...
-
-    def blocks(self, replica_id: str) -> int: ...
-
-
-class ApproximateIndex(Protocol):
-    """What it reads and writes of a routed-prefix index (`router.approx_index.ApproxKvIndex`)."""
-
-    def match(self, keys: Sequence[int], now: float) -> dict[str, int]: ...
-
-    def blocks(self, replica_id: str) -> int: ...
-
-    def record(self, replica_id: str, keys: Sequence[int], now: float) -> None: ...
-
-
-def _natural(replica_id: str) -> tuple[tuple[int, str], ...]:
-    return tuple((int(p), "") if p.isdigit() else (0, p) for p in _DIGITS.split(replica_id))
+__all__ = ["ApproximateIndex", "PreciseIndex", "RequestLifecycle"]
 
 
 def _blocks(tokens: int, block_size: int) -> int:
@@ -142,104 +119,53 @@ class RequestLifecycle:
         self.index = index
         self.approx = approx
         self.recorder = recorder
-        self._pools: dict[PoolName, list[str]] = {pool: [] for pool in PoolName}
-        self._pool_of: dict[str, PoolName] = {}
-        self._static: dict[str, ReplicaStatic] = {}
-        self._approximate: set[str] = set()
+        self.pools = ReplicaPools(index, approx)
         self._live: dict[str, _Live] = {}
 
-    # ---- fleet membership (data the caller hands in) -----------------------------------------
+    # ---- fleet membership (data the caller hands in: router/lifecycle_pools.py) --------------
 
     def add_replica(
         self,
         replica_id: str,
         pool: PoolName,
-        static: ReplicaStatic = _DEFAULT_STATIC,
+        static: ReplicaStatic = DEFAULT_STATIC,
         *,
         approximate: bool = False,
     ) -> None:
         """A replica joins `pool`; `approximate`: it publishes no KV events, so its overlap
         comes from what we routed to it (the approximate index)."""
-        old = self._pool_of.get(replica_id)
-        if old is not None and old is not pool:
-            self._pools[old].remove(replica_id)
-        members = self._pools[pool]
-        if replica_id not in members:
-            members.append(replica_id)
-            members.sort(key=_natural)
-        self._pool_of[replica_id] = pool
-        self._static[replica_id] = static
-        if approximate:
-            self._approximate.add(replica_id)
-        else:
-            self._approximate.discard(replica_id)
+        self.pools.add(replica_id, pool, static, approximate)
 
     def set_static(self, replica_id: str, static: ReplicaStatic) -> None:
         """New health/throughput facts for a member (ignored for unknown replicas)."""
-        if replica_id in self._pool_of:
-            self._static[replica_id] = static
+        self.pools.set_static(replica_id, static)
 
     def remove_replica(self, replica_id: str, now: float) -> None:
         """The replica left: forget it, its token load and the policies' state about it. (The
         caller that feeds the indexes drops its index entries.)"""
-        pool = self._pool_of.pop(replica_id, None)
-        if pool is not None:
-            self._pools[pool].remove(replica_id)
-        self._static.pop(replica_id, None)
-        self._approximate.discard(replica_id)
+        self.pools.remove(replica_id)
         self.token_load.remove_replica(replica_id, now)
         router = self.router
         for policy in (router.prefill_policy, router.decode_policy, router.colocated_policy):
             policy.on_replica_removed(replica_id, now)
 
     def members(self, pool: PoolName) -> list[str]:
-        return list(self._pools[pool])
+        return list(self.pools.members(pool))
 
     def is_approximate(self, replica_id: str) -> bool:
-        return replica_id in self._approximate
-
-    def static(self, replica_id: str) -> ReplicaStatic:
-        return self._static.get(replica_id, _DEFAULT_STATIC)
+        return self.pools.is_approximate(replica_id)
 
     # ---- reading -----------------------------------------------------------------------------
 
     def lookup(self, keys: Sequence[int], now: float) -> KvLookup:
-        """The indexes' answer for `keys`: the precise index, raised by the approximate one
-        for replicas without KV events."""
-        overlap: dict[str, int] = self.index.match(keys) if keys else {}
-        approx = self.approx
-        approximate = self._approximate
-        if approx is not None and approximate and keys:
-            for rid, blocks in approx.match(keys, now).items():
-                if rid in approximate and blocks > overlap.get(rid, 0):
-                    overlap[rid] = blocks
-        cached: dict[str, int] = {}
-        for rid in self._pool_of:
-            if approx is not None and rid in approximate:
-                cached[rid] = approx.blocks(rid)
-            else:
-                cached[rid] = self.index.blocks(rid)
-        return KvLookup(overlap, cached)
+        """The indexes' answer for `keys` (`ReplicaPools.lookup`)."""
+        return self.pools.lookup(keys, now)
 
     def snapshots(
         self, pool: PoolName, lookup: KvLookup, now: float, exclude: Iterable[str] = ()
     ) -> list[ReplicaSnapshot]:
-        """Candidates of `pool` (unhealthy and excluded ones included, marked unhealthy, so
-        explain shows them)."""
-        snaps = build_snapshots(
-            self._pools[pool],
-            lookup.overlap,
-            self.token_load,
-            now,
-            self._static,
-            lookup.cached_blocks,
-        )
-        excluded = set(exclude)
-        if excluded:
-            for snap in snaps:
-                if snap.replica_id in excluded:
-                    snap.healthy = False
-        return snaps
+        """Candidates of `pool`, excluded ones marked unhealthy."""
+        return self.pools.snapshots(pool, lookup, self.token_load, now, exclude)
 
     def route(
         self,
@@ -381,7 +307,7 @@ class RequestLifecycle:
             pool, policy = PoolName.DECODE, router.decode_policy
         snaps = self.snapshots(pool, live.lookup, now, exclude=live.tried)
         chosen = policy.pick(request, snaps, now).chosen
-        if chosen is None and pool is PoolName.DECODE and self._pools[PoolName.COLOCATED]:
+        if chosen is None and pool is PoolName.DECODE and self.pools.members(PoolName.COLOCATED):
             snaps = self.snapshots(PoolName.COLOCATED, live.lookup, now, exclude=live.tried)
             chosen = router.colocated_policy.pick(request, snaps, now).chosen
         leg: DecodeLeg | None = None
@@ -448,8 +374,7 @@ class RequestLifecycle:
         return uncached
 
     def _record_routed(self, replica: str, request: RoutingRequest, now: float) -> None:
-        if self.approx is not None and replica in self._approximate and request.block_keys:
-            self.approx.record(replica, request.block_keys, now)
+        self.pools.record_routed(replica, request.block_keys, now)
 
     def _record(
         self,
@@ -467,7 +392,7 @@ class RequestLifecycle:
     ) -> None:
         assert self.recorder is not None
         tl = self.token_load
-        static = dict(self._static) if request is not None or lookup is not None else {}
+        static = self.pools.statics() if request is not None or lookup is not None else {}
         self.recorder.append(
             LifecycleEvent(
                 kind,
@@ -481,6 +406,6 @@ class RequestLifecycle:
                 generated,
                 plan,
                 leg,
-                {rid: tl.tracked_load(rid) for rid in sorted(self._pool_of, key=_natural)},
+                {rid: tl.tracked_load(rid) for rid in self.pools.ids()},
             )
         )

@@ -284,6 +284,14 @@ class TokenLoad:
             metrics.kv_capacity_blocks,
         )
 
+    def tracked_load(self, replica_id: str) -> ReplicaLoad:
+        """The replica's load from request lifecycles alone (no metrics bound, no scrape
+        fields): what two callers that drive the same events must agree on."""
+        totals = self._totals.get(replica_id)
+        if totals is None:
+            return ReplicaLoad()
+        return ReplicaLoad(totals.prefill_tokens, totals.decode_blocks, totals.requests)
+
     def tracked_requests(self, replica_id: str | None = None) -> int:
         """Live entries (on one replica, or overall)."""
         if replica_id is None:

@@ -36,7 +36,7 @@ def test_json_shape_on_a_tiny_size(tmp_path: Path) -> None:
         "5",
         "--ingest-blocks",
         "400",
-        "--output",
+        "--out",
         str(out),
     )
     assert proc.returncode == 0, proc.stderr

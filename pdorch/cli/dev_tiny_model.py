@@ -1,4 +1,4 @@
-"""`pdorch dev tiny-model DIR`: build the tiny random-weight Llama used by CPU tests and demos."""
+"""`pdorch dev tiny-model --out DIR`: the tiny random-weight Llama of the CPU tests and demos."""
 
 from __future__ import annotations
 

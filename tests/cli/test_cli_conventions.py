@@ -207,3 +207,32 @@ def test_old_spellings_are_hidden_and_point_at_real_options() -> None:
         names = {n for o in _options(by_path[path]) for n in _names(o)}
         for old, new in module.RENAMED.items():
             assert new in names and old not in names, (path, old, new)
+
+
+REPO = Path(__file__).resolve().parents[2]
+COMMAND = re.compile(r"pdorch ((?:bench|engine|dev) [a-z-]+|profile|serve)\b([^`\n|\"]*)")
+
+
+def _recorded_commands() -> Iterator[tuple[str, str, str]]:
+    """(file, command path, arguments) of every `pdorch ...` written in the docs and results."""
+    files = [REPO / "README.md", REPO / "Makefile"]
+    for pattern in ("*.md", "*.yaml", "*.json"):
+        for top in ("docs", "benchmarks", "deploy", "pdorch", "pools", "router", "transfer"):
+            files += sorted((REPO / top).rglob(pattern))
+    for path in files:
+        text = path.read_text(errors="replace").replace("\\\n", " ")
+        for match in COMMAND.finditer(text):
+            yield str(path.relative_to(REPO)), match.group(1), match.group(2)
+
+
+def test_recorded_commands_use_current_flags() -> None:
+    """A command written in a README or recorded beside a result runs as written: each of its
+    flags is an option of that command today (deprecated spellings do not count)."""
+    by_path = {c.path: c for c in COMMANDS}
+    seen = 0
+    for where, path, args in _recorded_commands():
+        names = {n for o in _options(by_path[path]) for n in _names(o)} | {"--help"}
+        for flag in re.findall(r"(?:^|\s)(--[a-z][a-z0-9-]*)", args):
+            assert flag in names, f"{where}: `pdorch {path} ... {flag}` is no option of it"
+            seen += 1
+    assert seen > 50  # the walk found the recorded commands

@@ -54,4 +54,4 @@ app.command("serve")(serve_cmd.serve)
 
 
 def main() -> None:
-    app()
+    app(prog_name="pdorch")  # also under `python -c "from pdorch.cli import main; main()"`

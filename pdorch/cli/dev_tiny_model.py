@@ -22,7 +22,7 @@ class PositionalDirIsOut(TyperCommand):
             after_flag = i > 0 and args[i - 1] in takes_value
             if not arg.startswith("-") and not after_flag:
                 print(
-                    f"pdorch {ctx.info_name}: DIR as an argument is deprecated (one more "
+                    f"{ctx.command_path}: DIR as an argument is deprecated (one more "
                     "release); use --out DIR",
                     file=sys.stderr,
                 )

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import typer
 
-RENAMED = {"--kv-memory-gb": "--kv-memory-gib"}
+RENAMED = {
+    "--kv-memory-gb": "--kv-memory-gib",
+    "--kv-host": "--side-channel-host",  # the name `engine vllm` uses for the same thing
+    "--kv-port": "--side-channel-port",
+}
 """Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
 
-FLAG_OF_FIELD = {"kv_memory_gb": "--kv-memory-gib"}
+FLAG_OF_FIELD = {
+    "kv_memory_gb": "--kv-memory-gib",
+    "kv_host": "--side-channel-host",
+    "kv_port": "--side-channel-port",
+}
 """Settings fields whose flag is not the field name (for validation messages)."""
 
 
@@ -76,8 +84,14 @@ def engine_sim(
     kv_transport: str = typer.Option(
         "auto", help="How KV blocks move between engines: auto | nixl | tcp | none."
     ),
-    kv_host: str = typer.Option("127.0.0.1", help="Side-channel host peers connect to."),
-    kv_port: int = typer.Option(0, help="Side-channel port (0: the OS picks)."),
+    side_channel_host: str = typer.Option(
+        "127.0.0.1",
+        "--side-channel-host",
+        help="Address peers reach the KV side channel on (as `engine vllm`).",
+    ),
+    side_channel_port: int = typer.Option(
+        0, "--side-channel-port", help="KV side-channel port; 0 picks a free one."
+    ),
     kv_block_bytes: int = typer.Option(
         4096, help="Real bytes moved per KV block (scaled down from the profile's)."
     ),
@@ -129,8 +143,8 @@ def engine_sim(
             kv_events_buffer_steps=10_000,
             engine_id=engine_id,
             kv_transport=kv_transport,  # type: ignore[arg-type]
-            kv_host=kv_host,
-            kv_port=kv_port,
+            kv_host=side_channel_host,
+            kv_port=side_channel_port,
             kv_block_bytes=kv_block_bytes,
             kv_lease_s=kv_lease_s,
             kv_load_timeout_s=kv_load_timeout_s,

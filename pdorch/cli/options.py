@@ -57,7 +57,7 @@ def renamed(old_to_new: Mapping[str, str]) -> type[TyperCommand]:
                 new = aliases.get(name)
                 if new is not None:
                     print(
-                        f"pdorch {ctx.info_name}: {name} is deprecated (one more release); "
+                        f"{ctx.command_path}: {name} is deprecated (one more release); "
                         f"use {new}",
                         file=sys.stderr,
                     )

@@ -236,3 +236,13 @@ def test_recorded_commands_use_current_flags() -> None:
             assert flag in names, f"{where}: `pdorch {path} ... {flag}` is no option of it"
             seen += 1
     assert seen > 50  # the walk found the recorded commands
+
+
+def test_list_values_split_at_commas_and_concatenate_over_repeats() -> None:
+    from pdorch.cli.options import split_ints, split_list
+
+    assert split_list(["a,b", " c ", "d,,"], "--x") == ["a", "b", "c", "d"]
+    assert split_ints(["1,32", "64"], "--x") == [1, 32, 64]
+    for bad in ([], [","], ["1,x"]):
+        with pytest.raises(typer.BadParameter):
+            split_ints(bad, "--x")

@@ -57,8 +57,7 @@ def renamed(old_to_new: Mapping[str, str]) -> type[TyperCommand]:
                 new = aliases.get(name)
                 if new is not None:
                     print(
-                        f"{ctx.command_path}: {name} is deprecated (one more release); "
-                        f"use {new}",
+                        f"{ctx.command_path}: {name} is deprecated (one more release); use {new}",
                         file=sys.stderr,
                     )
                     arg = f"{new}{sep}{value}"

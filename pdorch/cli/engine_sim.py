@@ -15,13 +15,6 @@ RENAMED = {
 }
 """Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
 
-FLAG_OF_FIELD = {
-    "kv_memory_gb": "--kv-memory-gib",
-    "kv_host": "--side-channel-host",
-    "kv_port": "--side-channel-port",
-}
-"""Settings fields whose flag is not the field name (for validation messages)."""
-
 
 def engine_sim(
     role: str = typer.Option(
@@ -115,6 +108,7 @@ def engine_sim(
 
     from pydantic import ValidationError
 
+    from pools.launch import SIM_FLAG_OF_FIELD
     from pools.sim.server import SimServer
     from pools.sim.settings import SimEngineSettings
 
@@ -152,7 +146,7 @@ def engine_sim(
     except ValidationError as exc:
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"])
-            flag = FLAG_OF_FIELD.get(field, "--" + field.replace("_", "-"))
+            flag = SIM_FLAG_OF_FIELD.get(field, "--" + field.replace("_", "-"))
             print(f"{flag}: {err['msg']}", file=sys.stderr)
         raise typer.Exit(code=2) from None
 

@@ -246,3 +246,18 @@ def test_list_values_split_at_commas_and_concatenate_over_repeats() -> None:
     for bad in ([], [","], ["1,x"]):
         with pytest.raises(typer.BadParameter):
             split_ints(bad, "--x")
+
+
+def test_the_fleet_launcher_speaks_the_current_engine_sim_flags() -> None:
+    """`pools.launch` builds `pdorch engine sim` command lines from the settings' field names;
+    each flag it emits must be a current option, not a deprecated spelling."""
+    from pools.launch import sim_cli_args
+    from pools.launch_spec import SimLaunchSpec
+
+    spec = SimLaunchSpec(kind="sim", kv_memory_gb=1.5, num_blocks=64, tokenizer="/t")
+    args = sim_cli_args(spec, role="decode", served_model_name="m", block_size=16)
+    flags = {a for a in args if a.startswith("--")}
+    engine_sim = next(c for c in COMMANDS if c.path == "engine sim")
+    names = {n for o in _options(engine_sim) for n in _names(o)}
+    assert {"--kv-memory-gib", "--side-channel-host", "--side-channel-port"} <= flags
+    assert flags <= names, flags - names

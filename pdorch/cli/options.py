@@ -40,7 +40,7 @@ def split_ints(values: Iterable[str] | None, option: str) -> list[int]:
 def renamed(old_to_new: Mapping[str, str]) -> type[TyperCommand]:
     """A command class accepting each old flag spelling as a hidden alias of its new name.
 
-    Rewrites `--old` and `--old=VALUE` up to a bare `--` and warns once per flag on stderr;
+    Rewrites `--old` and `--old=VALUE` up to a bare `--`, saying so on stderr each time;
     `--help` lists only the new names.
     """
     aliases = dict(old_to_new)

@@ -261,3 +261,12 @@ def test_the_fleet_launcher_speaks_the_current_engine_sim_flags() -> None:
     names = {n for o in _options(engine_sim) for n in _names(o)}
     assert {"--kv-memory-gib", "--side-channel-host", "--side-channel-port"} <= flags
     assert flags <= names, flags - names
+
+
+def test_tiny_model_still_takes_its_directory_as_an_argument(tmp_path: Path) -> None:
+    # --seed -1 stops it after parsing: the old positional DIR must parse as --out DIR.
+    result = CliRunner().invoke(app, ["dev", "tiny-model", str(tmp_path / "m"), "--seed", "-1"])
+    assert result.exit_code == 2
+    assert "use --out DIR" in result.stderr
+    assert "--seed" in result.stderr and "extra argument" not in result.stderr
+    assert not (tmp_path / "m").exists()

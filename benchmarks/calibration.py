@@ -43,8 +43,8 @@ class Check:
 
 
 def _cmd(model: str, gpu: str, kv: float | None) -> str:
-    extra = f" --kv-memory-gb {kv:g}" if kv is not None else ""
-    return f"pdorch profile --model {model} --gpu {gpu}{extra} --json"
+    extra = f" --kv-memory-gib {kv:g}" if kv is not None else ""
+    return f"pdorch profile --model-profile {model} --gpu {gpu}{extra} --json"
 
 
 def run_checks() -> tuple[list[Check], dict[str, Any]]:

@@ -145,6 +145,14 @@ class _SimInProcess(_EngineBase):
             await server.stop()
 
 
+SIM_FLAG_OF_FIELD = {
+    "kv_memory_gb": "--kv-memory-gib",  # the flag names its unit (the value is GiB)
+    "kv_host": "--side-channel-host",  # the names `pdorch engine vllm` uses
+    "kv_port": "--side-channel-port",
+}
+"""`SimEngineSettings` fields whose `pdorch engine sim` flag is not `--field-name`."""
+
+
 def sim_cli_args(spec: SimLaunchSpec, **runtime: object) -> list[str]:
     """`pdorch engine sim` flags for `spec` plus run-time values (port 0: the OS picks).
 
@@ -157,7 +165,7 @@ def sim_cli_args(spec: SimLaunchSpec, **runtime: object) -> list[str]:
     for name, value in settings.model_dump().items():
         if name in skip or value is None:
             continue
-        flag = "--" + name.replace("_", "-")
+        flag = SIM_FLAG_OF_FIELD.get(name, "--" + name.replace("_", "-"))
         if isinstance(value, bool):
             args.append(flag if value else f"--no-{name.replace('_', '-')}")
         else:

@@ -17,6 +17,11 @@ from pathlib import Path
 
 import typer
 
+from pdorch.cli.options import split_list
+
+RENAMED = {"--model": "--model-profile"}
+"""Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
+
 DEFAULT_POLICIES = (
     "token_load,round_robin,least_request,consistent_hash,cache_aware,kv_overlap,llmd,dynamo"
 )
@@ -29,24 +34,32 @@ def bench_sim(
         help="Named workload (rl-rollouts, agentic, shared-prefix). Exclusive with --trace.",
     ),
     trace: Path | None = typer.Option(
-        None, "--trace", help="Trace file to replay (Mooncake JSONL or Azure CSV)."
+        None, "--trace", help="Trace file to replay (Mooncake JSONL or Azure CSV) instead."
     ),
     trace_format: str | None = typer.Option(
-        None, "--trace-format", help="mooncake | azure (default: detected from the file)."
+        None, "--trace-format", help="mooncake | azure; default: detected from the file."
     ),
-    policies: str = typer.Option(
-        DEFAULT_POLICIES,
+    policies: list[str] = typer.Option(
+        [DEFAULT_POLICIES],
         "--policies",
-        help="Comma-separated policies; NAME/always or NAME/never forces the P/D decision "
-        "(see benchmarks/fleet_sim/policies.py for each name's prefill and decode pick).",
+        metavar="NAME,...",
+        help="Policies, comma-separated or repeated; NAME/always or NAME/never forces the P/D "
+        "decision (see benchmarks/fleet_sim/policies.py for each name's prefill and decode "
+        "pick).",
     ),
-    fleet: str = typer.Option(
-        "4P4D",
+    fleet: list[str] = typer.Option(
+        ["4P4D"],
         "--fleet",
+        metavar="FLEET,...",
         help="Replicas per pool: 4P4D (4 prefill + 4 decode), 8C (8 colocated), 2P4D2C; "
-        "several, comma-separated (4P4D,8C), run every policy on each (rows FLEET:POLICY).",
+        "several, comma-separated or repeated (4P4D,8C), run every policy on each (rows "
+        "FLEET:POLICY).",
     ),
-    model: str = typer.Option("llama-3.1-8b", "--model", help="Model profile (pdorch profile)."),
+    model_profile: str = typer.Option(
+        "llama-3.1-8b",
+        "--model-profile",
+        help="Model profile of the simulated engines (timing model; see `pdorch profile`).",
+    ),
     gpu: str = typer.Option("h100", "--gpu", help="GPU profile: h100, h200, a100, l40s, b200."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallel size per replica."),
     block_size: int = typer.Option(
@@ -60,15 +73,23 @@ def bench_sim(
         1.0, "--rate-scale", min=0.0001, help="Arrival-rate multiplier (2 = twice the load)."
     ),
     max_requests: int | None = typer.Option(
-        None, "--max-requests", min=1, help="Replay only the first N trace rows."
+        None,
+        "--max-requests",
+        min=1,
+        help="Replay only the first N trace rows. Default: all of them.",
     ),
-    slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="TTFT SLO for goodput."),
+    slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="TTFT SLO for goodput, in ms."),
     slo_itl_ms: float = typer.Option(
-        100.0, "--slo-itl-ms", help="Per-request mean inter-token latency (TPOT) SLO for goodput."
+        100.0,
+        "--slo-itl-ms",
+        help="Per-request mean inter-token latency (TPOT) SLO for goodput, in ms.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the workload and seeded policies."),
     param: list[str] = typer.Option(
-        [], "--param", help="Workload parameter KEY=VALUE (repeatable), e.g. steps=8."
+        [],
+        "--param",
+        help="Workload parameter KEY=VALUE (JSON value), repeated for several (never split at "
+        "commas), e.g. --param steps=8.",
     ),
     fast_forward: bool = typer.Option(
         True,
@@ -79,10 +100,18 @@ def bench_sim(
         False, "--json", help="Print one JSON object on stdout; table and progress on stderr."
     ),
     out: Path | None = typer.Option(
-        None, "--out", help="Write report.md, plots and results.json into this folder."
+        None,
+        "--out",
+        help="Directory (created) to write report.md, PNG plots and results.json into. Default: "
+        "write no files.",
+        file_okay=False,
     ),
 ) -> None:
-    """Compare routing policies on a simulated P/D or colocated fleet (virtual time)."""
+    """Compare routing policies on a simulated P/D or colocated fleet (virtual time).
+
+    Example: `pdorch bench sim --workload rl-rollouts --policies token_load,round_robin
+    --fleet 4P4D,8C --json --out out/`
+    """
     import time
 
     from rich.console import Console
@@ -103,15 +132,12 @@ def bench_sim(
         raise typer.BadParameter(
             "give exactly one of --workload or --trace", param_hint="--workload"
         )
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    if not names:
-        raise typer.BadParameter("no policy given", param_hint="--policies")
+    names = split_list(policies, "--policies")
+    fleets_given = split_list(fleet, "--fleet")
     try:
         for n in names:
             router_config_for(n)
-        specs = [FleetSpec.parse(f) for f in fleet.split(",") if f.strip()]
-        if not specs:
-            raise ValueError("fleet: no fleet given")
+        specs = [FleetSpec.parse(f) for f in fleets_given]
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     kw: dict[str, object] = {}
@@ -156,7 +182,7 @@ def bench_sim(
             cfg = SimConfig(
                 fleet=spec,
                 policy=name,
-                model=model,
+                model=model_profile,
                 gpu=gpu,
                 tp=tp,
                 block_size=block_size,
@@ -175,7 +201,7 @@ def bench_sim(
     wall = time.perf_counter() - wall0
 
     fleets = ",".join(str(s) for s in specs)
-    table = Table(title=f"bench sim: {wl.name} on {fleets} ({model}, {gpu}, tp={tp})")
+    table = Table(title=f"bench sim: {wl.name} on {fleets} ({model_profile}, {gpu}, tp={tp})")
     cols = [c for c in TABLE_COLUMNS if any(c[0] in m for m in metrics.values())]
     table.add_column("policy")
     for _, label, _ in cols:
@@ -193,7 +219,7 @@ def bench_sim(
             "workload": source,
             "trace_format": trace_format,
             "fleet": fleets,
-            "model": model,
+            "model": model_profile,
             "gpu": gpu,
             "tp": tp,
             "block_size": block_size,

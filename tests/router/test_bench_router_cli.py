@@ -29,14 +29,12 @@ def test_json_shape_on_a_tiny_size(tmp_path: Path) -> None:
         "--prompt-tokens",
         "160",
         "--replicas",
-        "2",
-        "--replicas",
-        "3",
+        "2,3",  # a list option takes commas as well as repeats
         "--iterations",
         "5",
         "--ingest-blocks",
         "400",
-        "--output",
+        "--out",
         str(out),
     )
     assert proc.returncode == 0, proc.stderr

@@ -12,7 +12,8 @@ capacity (0 = unknown too), queues, unhealthy replicas (all of them, sometimes),
 (clones of a replica under another id), session keys, prompt text with shared prefixes (for
 `cache_aware`), and `max_tokens`. Each policy routes a sequence as `PdRouter` does: `pick`,
 then `on_request_routed` for the chosen replica (every 13th pick is not recorded as routed, as
-an explain call or an unused decode pick, so state must not change in `pick`).
+an explain call or an unused decode pick, so state must not change in `pick`; sampling configs
+route every pick, see `run_picks`).
 
 Per pick the log holds the chosen replica, the scores of the candidates that competed (those
 not in `rejected`), the score direction, and the rejected replica ids. `pd_router.json` holds
@@ -180,13 +181,17 @@ def run_picks(
 ) -> list[tuple[str | None, dict[str, float], bool, list[str]]]:
     """Feed `count` picks to a fresh policy built from `config`; the outcome per pick."""
     policy = build_policy(config, rng=random.Random(seed))
+    # A sampling pick draws once per routed request: a pick that is not routed may leave the
+    # draw for the next one, so sampling configs route every pick.
+    temperature = config.params.get("temperature", 0.0)
+    sampling = isinstance(temperature, float | int) and temperature > 0
     out: list[tuple[str | None, dict[str, float], bool, list[str]]] = []
     for i, (request, snaps) in enumerate(pick_inputs(count, seed)):
         now = float(i)
         d = policy.pick(request, snaps, now)
         competing = {rid: s for rid, s in d.scores.items() if rid not in d.rejected}
         out.append((d.chosen, competing, d.higher_is_better, sorted(d.rejected)))
-        if d.chosen is not None and i % 13 != 12:
+        if d.chosen is not None and (i % 13 != 12 or sampling):
             policy.on_request_routed(request, d.chosen, now)
     return out
 

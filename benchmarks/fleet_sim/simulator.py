@@ -61,6 +61,7 @@ from pools.sim.timing import TimingModel, make_timing
 from router.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 from router.kv_index import KvIndex
 from router.pd_router import PdRouter
+from router.policies.config import RouterPolicyConfig
 from router.replica_state import ReplicaStatic, RoutingRequest, build_snapshots
 from router.token_load import TokenLoad
 
@@ -86,6 +87,8 @@ class SimConfig:
     fast_forward: bool = True
     seed: int = 0
     kv_memory_gb: float | None = None
+    # The router's policies as a fleet file gives them; None: `router_config_for(policy)`.
+    router: RouterPolicyConfig | None = None
 
 
 @dataclass(slots=True)
@@ -241,9 +244,13 @@ class FleetSimulator:
         self.prefill_ids = [r.id for r in self.replicas if r.role == "prefill"]
         self.decode_ids = [r.id for r in self.replicas if r.role == "decode"]
         self.colocated_ids = [r.id for r in self.replicas if r.role == "colocated"]
-        router_cfg = router_config_for(config.policy)
+        router_cfg = (
+            config.router if config.router is not None else router_config_for(config.policy)
+        )
         self.router = PdRouter(router_cfg, seed=config.seed)
-        self.needs_text = "cache_aware" in (router_cfg.prefill.name, router_cfg.decode.name)
+        self.needs_text = any(
+            p.needs_prompt_text for p in (self.router.prefill_policy, self.router.decode_policy)
+        )
         self.index = KvIndex(config.model, bs, engine_hash_keys=True)
         self.load = TokenLoad(origin="sim")
         tps = 8192 / self.timing.prefill_time(8192)

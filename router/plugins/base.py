@@ -46,6 +46,8 @@ class Part(ABC, Generic[P]):
     kind: ClassVar[str] = ""
     name: ClassVar[str] = ""
     params_model: ClassVar[type[BaseModel]] = NoParams
+    # True for parts that read `RoutingRequest.prompt_text` (callers build it only then).
+    needs_prompt_text: ClassVar[bool] = False
 
     def __init__(self, params: P) -> None:
         self.params = params

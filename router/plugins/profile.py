@@ -44,6 +44,11 @@ class Profile:
         picker.check([s.name for s, _ in self.scorers])
 
     @property
+    def needs_prompt_text(self) -> bool:
+        """Whether any part reads the prompt text (`text_prefix`)."""
+        return any(p.needs_prompt_text for p in self._parts())
+
+    @property
     def weights(self) -> dict[str, float]:
         """Scorer name → weight."""
         return {s.name: w for s, w in self.scorers}

@@ -21,8 +21,9 @@ A policy may also replace a profile's sections, or define a new profile in place
 
 Errors are `PolicyConfigError` (a `ValueError`) whose message names the offending field as a
 dotted path (`prefill.params.balance_abs_threshold: ...`), so a typo in a long fleet file
-points at its line. `load_router_config` also accepts a whole fleet file (its
-`pools.*.policy` and `pd`) or a file with a top-level `router:` section holding the above.
+points at its line. `load_router_config` also accepts the above under a top-level `router:`
+key. A fleet file carries the same policies as `pools.{prefill,decode}.policy` and `pd`
+(`pdorch.config.fleet.FleetConfig.router_policy_config`).
 """
 
 from __future__ import annotations
@@ -92,19 +93,13 @@ def build_policy(
 
 
 def _router_section(data: dict[str, Any]) -> dict[str, Any]:
-    """The router part of a file: itself, its `router:` section, or a fleet file's policies."""
-    if "router" in data:
-        section = data["router"]
-        if not isinstance(section, dict):
-            raise PolicyConfigError("router: expected a mapping")
-        return section
-    if "pools" in data:
-        # A whole fleet file: validated as one (pdorch.config.fleet), read here as the router
-        # sees it, so a study runs exactly what the coordinator would.
-        from pdorch.config.fleet import parse_fleet_config
-
-        return parse_fleet_config(data).router_policy_config().model_dump()
-    return data
+    """The router part of a file: its top-level `router:` section, or the file itself."""
+    if "router" not in data:
+        return data
+    section = data["router"]
+    if not isinstance(section, dict):
+        raise PolicyConfigError("router: expected a mapping")
+    return section
 
 
 def load_router_config(source: str | Path | Mapping[str, Any]) -> RouterPolicyConfig:

@@ -42,6 +42,7 @@ class TextPrefixScorer(Scorer[TextPrefixParams]):
 
     name = "text_prefix"
     params_model = TextPrefixParams
+    needs_prompt_text = True
 
     def __init__(self, params: TextPrefixParams) -> None:
         super().__init__(params)

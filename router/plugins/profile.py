@@ -89,25 +89,38 @@ class Profile:
     def _score(
         self, request: RoutingRequest, candidates: Sequence[ReplicaSnapshot], now: float
     ) -> Scored:
+        # On every decision (benchmarks/router_bench.py): the scorers' own dicts are reused
+        # rather than copied, and a leading weight-1 scorer's scores are the total as they are
+        # (0.0 + 1.0 * s == s exactly, so single-scorer profiles rank by the formula itself).
         ids = [r.replica_id for r in candidates]
-        total = dict.fromkeys(ids, 0.0)
-        terms: dict[str, dict[str, float]] = {rid: {} for rid in ids}
+        total: dict[str, float] | None = None
+        terms: dict[str, dict[str, float]] = {}
         by_scorer: dict[str, dict[str, float]] = {}
         directions: dict[str, bool] = {}
         for scorer, weight in self.scorers:
             out = scorer.score(request, candidates, now)
             scores = out.scores
-            by_scorer[scorer.name] = scores
-            directions[scorer.name] = scorer.higher_is_better
+            name = scorer.name
+            by_scorer[name] = scores
+            directions[name] = scorer.higher_is_better
             w = weight if scorer.higher_is_better == self.higher_is_better else -weight
+            if total is None and w == 1.0:
+                total = dict(scores)
+            else:
+                if total is None:
+                    total = dict.fromkeys(ids, 0.0)
+                for rid in ids:
+                    total[rid] += w * scores[rid]
+            extra = out.terms
             for rid in ids:
-                s = scores[rid]
-                total[rid] += w * s
-                row = terms[rid]
-                row[scorer.name] = s
-                extra = out.terms.get(rid)
-                if extra:
-                    row.update(extra)
+                row = terms.get(rid)
+                more = extra.get(rid)
+                if row is None:
+                    row = terms[rid] = more if more is not None else {}
+                elif more:
+                    row.update(more)
+                row[name] = scores[rid]
+        assert total is not None  # a profile has at least one scorer
         return Scored(total, self.higher_is_better, by_scorer, directions, terms)
 
     def _reason(self, head: str, scored: Scored, chosen: str, notes: list[str]) -> str:

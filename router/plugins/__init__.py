@@ -8,7 +8,7 @@ profiles") and each part's module docstring for its formula, parameters and defa
 
 from __future__ import annotations
 
-from router.plugins.filters import health, kv_headroom
+from router.plugins.filters import health, kv_headroom, role
 from router.plugins.pickers import cache_aware, lexicographic, max_score, softmax
 from router.plugins.scorers import (
     dynamo_cost,
@@ -34,6 +34,7 @@ __all__ = [
     "max_score",
     "prefix",
     "queue",
+    "role",
     "round_robin",
     "session_hash",
     "softmax",

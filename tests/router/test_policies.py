@@ -574,3 +574,31 @@ def test_burst_on_hot_prefix_token_load_spreads_kv_overlap_piles() -> None:
     optimum = 40 / (10_000 * (1 / 1024 + 3 / 4096))
     assert token_makespan < overlap_makespan * 0.65
     assert token_makespan <= optimum * 1.1
+
+
+def test_role_filter_keeps_the_configured_pools() -> None:
+    profile = build_policy(
+        {
+            "name": "decode_or_colocated",
+            "filters": [{"name": "health"}, {"name": "role", "params": {"roles": ["decode"]}}],
+            "scorers": [{"name": "least_request"}],
+        }
+    )
+    replicas = [
+        rep("p0", role="prefill"),
+        rep("d0", role="decode", requests_in_flight=5),
+        rep("x", requests_in_flight=9),  # role not given: kept
+        rep("d1", role="decode", healthy=False),
+    ]
+    decision = profile.pick(request(), replicas, 0.0)
+    assert decision.chosen == "d0"
+    assert decision.rejected == {"p0": "role prefill not in ['decode']", "d1": "unhealthy"}
+    strict = build_policy(
+        {
+            "name": "decode_only",
+            "filters": [{"name": "role", "params": {"roles": ["decode"], "keep_unknown": False}}],
+            "scorers": [{"name": "least_request"}],
+        }
+    )
+    assert strict.pick(request(), [rep("x"), rep("p", role="prefill")], 0.0).chosen is None
+    assert "no candidate left by role" in strict.pick(request(), [rep("x")], 0.0).reason

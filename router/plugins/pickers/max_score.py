@@ -27,7 +27,9 @@ from router.plugins.registry import register
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
 _NUMERIC_FIELDS = {
-    f.name for f in fields(ReplicaSnapshot) if f.name not in ("replica_id", "prefill_tokens_per_s", "role")
+    f.name
+    for f in fields(ReplicaSnapshot)
+    if f.name not in ("replica_id", "prefill_tokens_per_s", "role")
 }
 
 

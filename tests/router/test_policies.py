@@ -602,3 +602,34 @@ def test_role_filter_keeps_the_configured_pools() -> None:
     )
     assert strict.pick(request(), [rep("x"), rep("p", role="prefill")], 0.0).chosen is None
     assert "no candidate left by role" in strict.pick(request(), [rep("x")], 0.0).reason
+
+
+def test_softmax_picker_reads_the_profiles_direction() -> None:
+    # llm-d's scorers (higher is better) under a sampling picker: the best total is drawn
+    # most often, and a fixed seed gives the same sequence.
+    config = {
+        "name": "llmd_sampled",
+        "scorers": [{"name": "prefix", "weight": 3}, {"name": "kv_utilization", "weight": 2}],
+        "picker": {"name": "softmax", "params": {"temperature": 0.3, "seed": 5}},
+    }
+    replicas = [rep("a", overlap_blocks=100), rep("b", kv_usage=0.9), rep("c", kv_usage=0.5)]
+    runs = []
+    for _ in range(2):
+        profile = build_policy(config)
+        runs.append([profile.route(request(), replicas, float(i)).chosen for i in range(300)])
+    assert runs[0] == runs[1]
+    counts = Counter(runs[0])
+    assert counts["a"] > counts["c"] > counts["b"]
+    decision = build_policy(config).pick(request(), replicas, 0.0)
+    assert decision.higher_is_better
+    assert decision.details["a"]["probability"] > decision.details["b"]["probability"]
+
+
+def test_tie_break_must_name_a_snapshot_field() -> None:
+    with pytest.raises(ValueError, match="not a replica snapshot field"):
+        build_policy(
+            {
+                "name": "token_load",
+                "picker": {"name": "max_score", "params": {"tie_break": ["-speed"]}},
+            }
+        )

@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -50,30 +50,28 @@ class MaxScoreParams(BaseModel):
         return value
 
 
-def best_key(
-    total: Mapping[str, float], higher_is_better: bool, tie_break: Sequence[str]
-) -> Callable[[ReplicaSnapshot], tuple[float, ...] | tuple[object, ...]]:
-    """Sort key: the smallest key is the best candidate (see module docstring)."""
-    getters = [
-        (item.removeprefix("-"), -1.0 if item.startswith("-") else 1.0) for item in tie_break
-    ]
-    sign = -1.0 if higher_is_better else 1.0
-
-    def key(r: ReplicaSnapshot) -> tuple[object, ...]:
-        ties = [s * float(getattr(r, name)) for name, s in getters]
-        return (sign * total[r.replica_id], *ties, r.replica_id)
-
-    return key
-
-
 def best(
     candidates: Sequence[ReplicaSnapshot],
     total: Mapping[str, float],
     higher_is_better: bool,
     tie_break: Sequence[str],
 ) -> str:
-    """The best candidate's id by `best_key`."""
-    return min(candidates, key=best_key(total, higher_is_better, tie_break)).replica_id
+    """The best candidate's id (see module docstring)."""
+    # The best value first, then the tie-break among the few that reach it: the same order
+    # as sorting by (total, *tie_break, id), without a key tuple per candidate.
+    values = total.values()
+    top = max(values) if higher_is_better else min(values)
+    tied = [r for r in candidates if total[r.replica_id] == top]
+    if len(tied) == 1:
+        return tied[0].replica_id
+    getters = [
+        (item.removeprefix("-"), -1.0 if item.startswith("-") else 1.0) for item in tie_break
+    ]
+
+    def key(r: ReplicaSnapshot) -> tuple[object, ...]:
+        return (*(s * float(getattr(r, name)) for name, s in getters), r.replica_id)
+
+    return min(tied, key=key).replica_id
 
 
 @register

@@ -11,7 +11,7 @@ tokenization (token ids are given):
     keys = index.keys_for(token_ids)                  # xxh3-64 block-key chain
     overlap = index.match(keys)                       # leading cached blocks per replica
     snapshots = build_snapshots(replicas, overlap, token_load, now)
-    prefill = TokenLoadPolicy.pick(request, snapshots, now)
+    prefill = token_load_profile.pick(request, snapshots, now)
     pd = decide_pd(request, snapshots, params, now)
 
 The prompt is the base prompt with its last 10% replaced by fresh random tokens every
@@ -45,7 +45,7 @@ from router.ingest_bench import measure_ingest_throughput
 from router.kv_events import BlockStored, EngineBlockHash
 from router.kv_index import KvIndex
 from router.pd_decision import PdDecisionParams, decide_pd
-from router.policies.token_load import TokenLoadPolicy
+from router.policies.config import build_policy
 from router.replica_state import RoutingRequest, build_snapshots
 from router.token_load import TokenLoad
 
@@ -192,7 +192,7 @@ def measure_decision_latency(
     replica_ids = [f"replica-{i:03d}" for i in range(replicas)]
     base = [rng.randrange(VOCAB) for _ in range(prompt_tokens)]
     _populate(index, load, replica_ids, base, rng, now)
-    policy = TokenLoadPolicy()
+    policy = build_policy({"name": "token_load"})
     pd_params = PdDecisionParams()
     suffix = max(1, prompt_tokens // 10)
     prompts = [

@@ -27,11 +27,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from router.explain import DecisionExplanation, explain_pd, explain_pick
 from router.pd_decision import PdDecision, decide_pd
-from router.policies.base import Policy
+from router.plugins.profile import Profile
 from router.policies.config import RouterPolicyConfig, build_policy
 from router.replica_state import PolicyDecision, ReplicaSnapshot, RoutingRequest
 from router.vocabulary import RouteKind
@@ -91,15 +90,15 @@ class PdRouter:
     def __init__(self, config: RouterPolicyConfig, seed: int = 0) -> None:
         self.config = config
         rng = random.Random(seed)
-        self.prefill_policy: Policy[Any] = build_policy(
+        self.prefill_policy: Profile = build_policy(
             config.prefill, rng=random.Random(rng.random()), field_prefix="prefill"
         )
-        self.decode_policy: Policy[Any] = build_policy(
+        self.decode_policy: Profile = build_policy(
             config.decode, rng=random.Random(rng.random()), field_prefix="decode"
         )
         # A separate instance for the colocated pool: stateful policies (round-robin counters,
         # text trees) must not mix two pools' histories.
-        self.colocated_policy: Policy[Any] = build_policy(
+        self.colocated_policy: Profile = build_policy(
             config.prefill, rng=random.Random(rng.random()), field_prefix="prefill"
         )
 

@@ -62,6 +62,7 @@ from pools.sim.request import SimRequest
 from pools.sim.timing import TimingModel, make_timing
 from router.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 from router.kv_index import KvIndex
+from router.policies.config import RouterPolicyConfig
 from router.replica_state import ReplicaStatic, RoutingRequest
 
 _ARRIVAL, _STEP, _TRANSFER, _TICK = 0, 1, 2, 3
@@ -86,6 +87,8 @@ class SimConfig:
     fast_forward: bool = True
     seed: int = 0
     kv_memory_gb: float | None = None
+    # The router's policies as a fleet file gives them; None: `router_config_for(policy)`.
+    router: RouterPolicyConfig | None = None
 
 
 @dataclass(slots=True)
@@ -241,8 +244,9 @@ class FleetSimulator:
         self.prefill_ids = [r.id for r in self.replicas if r.role == "prefill"]
         self.decode_ids = [r.id for r in self.replicas if r.role == "decode"]
         self.colocated_ids = [r.id for r in self.replicas if r.role == "colocated"]
-        router_cfg = router_config_for(config.policy)
-        self.needs_text = "cache_aware" in (router_cfg.prefill.name, router_cfg.decode.name)
+        router_cfg = (
+            config.router if config.router is not None else router_config_for(config.policy)
+        )
         self.index = KvIndex(config.model, bs, engine_hash_keys=True)
         tps = 8192 / self.timing.prefill_time(8192)
         self.static = {r.id: ReplicaStatic(prefill_tokens_per_s=tps) for r in self.replicas}
@@ -256,6 +260,10 @@ class FleetSimulator:
             )
         )
         self.load = self.routing.token_load  # the metrics ticks reconcile it
+        router = self.routing.lifecycle.router
+        self.needs_text = any(
+            p.needs_prompt_text for p in (router.prefill_policy, router.decode_policy)
+        )
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
         self.next_tick = 0.0

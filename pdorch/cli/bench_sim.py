@@ -1,6 +1,9 @@
 """`pdorch bench sim`: run routing policies on the virtual-time fleet simulator, side by side.
 
-Every policy sees the same arrivals (the same `Workload`). The progress bar goes to stderr;
+Every policy sees the same arrivals (the same `Workload`). A policy is a benchmark name
+(`--policies`, `benchmarks/fleet_sim/policies.py`) or the router section of a YAML file
+(`--router-config`: a production fleet file or a router file), so a study runs exactly the
+policies a coordinator would. The progress bar goes to stderr;
 the report is a rich table (stdout, or stderr with `--json`); `--json` prints exactly one JSON
 object on stdout: `{"policies": {NAME: {"ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
 "itl_p50_ms", "itl_p99_ms", "output_tokens_per_s", "goodput_rps", "hit_rate",
@@ -14,10 +17,14 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from pdorch.cli.options import split_list
+
+if TYPE_CHECKING:
+    from router.policies.config import RouterPolicyConfig
 
 RENAMED = {"--model": "--model-profile"}
 """Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
@@ -40,12 +47,21 @@ def bench_sim(
         None, "--trace-format", help="mooncake | azure; default: detected from the file."
     ),
     policies: list[str] = typer.Option(
-        [DEFAULT_POLICIES],
+        [],
         "--policies",
         metavar="NAME,...",
         help="Policies, comma-separated or repeated; NAME/always or NAME/never forces the P/D "
         "decision (see benchmarks/fleet_sim/policies.py for each name's prefill and decode "
-        "pick).",
+        f"pick). Default: {DEFAULT_POLICIES} (none when --router-config is given).",
+    ),
+    router_config: list[str] = typer.Option(
+        [],
+        "--router-config",
+        metavar="FILE,...",
+        help="YAML files with the router's policies, comma-separated or repeated, each run "
+        "beside --policies under the file's name (default: none): a whole fleet file (its "
+        "pools.*.policy and pd, as the coordinator reads them), a file with a top-level "
+        "router: section, or one with prefill/decode/pd.",
     ),
     fleet: list[str] = typer.Option(
         ["4P4D"],
@@ -132,12 +148,23 @@ def bench_sim(
         raise typer.BadParameter(
             "give exactly one of --workload or --trace", param_hint="--workload"
         )
-    names = split_list(policies, "--policies")
+    if not policies and not router_config:
+        policies = [DEFAULT_POLICIES]
+    names = split_list(policies, "--policies") if policies else []
+    router_files = (
+        [Path(f) for f in split_list(router_config, "--router-config")] if router_config else []
+    )
+    routers: dict[str, RouterPolicyConfig] = {}
+    for path in router_files:
+        label = path.stem if path.stem not in routers and path.stem not in names else str(path)
+        routers[label] = _load_router_file(path)
     fleets_given = split_list(fleet, "--fleet")
     try:
         for n in names:
-            router_config_for(n)
+            routers[n] = router_config_for(n)
         specs = [FleetSpec.parse(f) for f in fleets_given]
+        if not specs:
+            raise ValueError("fleet: no fleet given")
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
     kw: dict[str, object] = {}
@@ -171,7 +198,7 @@ def bench_sim(
         console=err,
         transient=as_json,
     ) as progress:
-        runs = [(spec, name) for spec in specs for name in names]
+        runs = [(spec, name) for spec in specs for name in routers]
         for spec, name in runs:
             label = name if len(specs) == 1 else f"{spec}:{name}"
             task = progress.add_task(f"{label:>24}", total=horizon, status="")
@@ -182,6 +209,7 @@ def bench_sim(
             cfg = SimConfig(
                 fleet=spec,
                 policy=name,
+                router=routers[name],
                 model=model_profile,
                 gpu=gpu,
                 tp=tp,
@@ -229,6 +257,7 @@ def bench_sim(
             "slo_itl_ms": slo_itl_ms,
             "seed": seed,
             "params": kw,
+            "router_configs": [str(p) for p in router_files],
             "requests": wl.num_requests,
         }
         command = "pdorch bench sim " + " ".join(shlex.quote(a) for a in sys.argv[1:][2:])
@@ -247,3 +276,25 @@ def bench_sim(
         err.print(f"report: {out / 'report.md'}")
     if as_json:
         sys.stdout.write(json.dumps(json_summary(metrics, wall)) + "\n")
+
+
+def _load_router_file(path: Path) -> RouterPolicyConfig:
+    """The router config in `path`: a fleet file's (validated as the coordinator validates
+    it, errors with file, line and field) or a router file's (errors name the field)."""
+    import yaml
+
+    from pdorch.config.fleet import FleetConfigError, load_fleet_config
+    from router.policies.config import PolicyConfigError, load_router_config
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise typer.BadParameter(f"{path}: {e}", param_hint="--router-config") from None
+    try:
+        if isinstance(data, dict) and "pools" in data:
+            return load_fleet_config(path).router_policy_config()
+        return load_router_config(path)
+    except FleetConfigError as e:
+        raise typer.BadParameter(str(e), param_hint="--router-config") from None
+    except PolicyConfigError as e:
+        raise typer.BadParameter(f"{path}: {e}", param_hint="--router-config") from None

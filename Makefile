@@ -44,6 +44,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports  # import contracts: [tool.importlinter] in pyproject.toml
 
 fmt: install
 	$(VENV)/bin/ruff format .

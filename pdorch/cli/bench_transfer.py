@@ -47,7 +47,7 @@ def bench_transfer(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from transfer.bench import METHODS, PATTERNS, run_bench
+    from benchmarks.transfer_bench import METHODS, PATTERNS, run_bench
 
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     unknown = [m for m in chosen if m not in METHODS]

@@ -108,6 +108,7 @@ def _result(
     return r
 
 
+@pytest.mark.unit
 def test_summary_metrics_and_group_latency() -> None:
     def session(sid: str, group: str) -> SessionSpec:
         return SessionSpec(sid, None, [TurnSpec([Segment(1, 4)], 5)], group=group)

@@ -111,6 +111,7 @@ def fake_engine(hf: HfPromptTokenizer) -> Iterator[FakeTokenizeEngine]:
         yield server
 
 
+@pytest.mark.integration
 async def test_engine_mode_asks_tokenize_and_caches(
     hf: HfPromptTokenizer, fake_engine: FakeTokenizeEngine
 ) -> None:
@@ -139,6 +140,7 @@ async def test_engine_mode_asks_tokenize_and_caches(
         await tok.aclose()
 
 
+@pytest.mark.integration
 async def test_engine_mode_unreachable_is_a_typed_error() -> None:
     async with httpx.AsyncClient(timeout=2.0) as client:
         tok = EnginePromptTokenizer(f"http://127.0.0.1:{free_port()}", client=client)

@@ -24,7 +24,7 @@ the populated index (what a long-running coordinator's old generation looks like
 stage's p50 is reported too (`stage_p50_us`: block_keys, index_match, snapshots,
 token_load_pick, pd_decision), so a slow stage is named.
 
-**Ingestion.** `router.ingest_bench.measure_ingest_throughput`: vLLM-format msgpack payloads
+**Ingestion.** `benchmarks.router_ingest.measure_ingest_throughput`: vLLM-format msgpack payloads
 decoded and applied to a `KvIndex` through the subscriber's frame path (no sockets), in blocks/s.
 
 Targets (issue 5): p99 <= 1 ms at 8k tokens x 64 replicas; >= 200k blocks/s ingestion.
@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from router.ingest_bench import measure_ingest_throughput
+from benchmarks.router_ingest import measure_ingest_throughput
 from router.kv_events import BlockStored, EngineBlockHash
 from router.kv_index import KvIndex
 from router.pd_decision import PdDecisionParams, decide_pd

@@ -54,7 +54,7 @@ def bench_transfer(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from transfer.bench import METHODS, PATTERNS, run_bench
+    from benchmarks.transfer_bench import METHODS, PATTERNS, run_bench
 
     chosen = tuple(split_list(methods, "--methods"))
     unknown = [m for m in chosen if m not in METHODS]

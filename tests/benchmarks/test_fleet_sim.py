@@ -132,6 +132,7 @@ def test_block_chain_ids_follow_token_positions() -> None:
     assert d.ids[0] != a.ids[0]
 
 
+@pytest.mark.integration
 def test_bench_sim_json_shape(tmp_path: Path) -> None:
     out = tmp_path / "report"
     proc = subprocess.run(

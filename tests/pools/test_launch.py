@@ -197,6 +197,7 @@ async def test_a_failing_engine_fails_the_launch_and_stops_the_rest(tmp_path: Pa
     await async_wait_until(none_left, timeout=5.0, message="engine process gone")
 
 
+@pytest.mark.unit
 def test_vllm_engines_get_cores_round_robin_and_ipc_events(tmp_path: Path) -> None:
     config = parse_fleet_config(
         {

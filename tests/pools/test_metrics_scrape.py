@@ -83,6 +83,7 @@ async def sim() -> AsyncIterator[SimServer]:
         await server.stop()
 
 
+@pytest.mark.integration
 async def test_scraper_feeds_the_fleet_from_a_sim_engine(sim: SimServer) -> None:
     assert sim.url is not None
     fleet = Fleet()

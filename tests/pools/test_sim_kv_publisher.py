@@ -84,6 +84,7 @@ def test_bind_connect_rule(endpoint: str, binds: bool) -> None:
     assert is_bind_endpoint(endpoint) is binds
 
 
+@pytest.mark.integration
 async def test_publisher_connects_to_a_binding_subscriber_and_replays(tmp_path: Path) -> None:
     """tcp://127.0.0.1:P is connected (the subscriber binds); replay is a bound ROUTER."""
     ctx = zmq.asyncio.Context()
@@ -143,6 +144,7 @@ async def test_publisher_connects_to_a_binding_subscriber_and_replays(tmp_path: 
         ctx.term()
 
 
+@pytest.mark.integration
 async def test_ipc_endpoint_binds(tmp_path: Path) -> None:
     ctx = zmq.asyncio.Context()
     endpoint = f"ipc://{tmp_path}/events"

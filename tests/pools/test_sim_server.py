@@ -353,6 +353,7 @@ async def test_decode_side_kv_pages_are_touched_at_start() -> None:
     assert grown["prefill"] < pool_bytes * 0.5, grown
 
 
+@pytest.mark.unit
 def test_touching_is_capped_to_the_leading_blocks() -> None:
     """Pools are sized like the GPU's (GiBs for small models): only the leading blocks, the
     ones handed out first, are touched."""

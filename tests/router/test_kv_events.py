@@ -177,6 +177,7 @@ def test_omitted_default_fields_decode() -> None:
     assert event.parent_block_hash is None and event.lora_name is None and event.extra_keys is None
 
 
+@pytest.mark.integration
 def test_encoding_roundtrips_and_vllm_reads_it() -> None:
     batch = KvEventBatch(
         3.5,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from router.ingest_bench import measure_ingest_throughput
+from benchmarks.router_ingest import measure_ingest_throughput
 
 
 def test_ingest_measurement_runs_the_whole_path() -> None:

@@ -63,9 +63,11 @@ from router.kv_index import KvIndex
 from router.pd_router import PdRouter
 from router.replica_state import ReplicaStatic, RoutingRequest, build_snapshots
 from router.token_load import TokenLoad
+from transfer.params import KvTransferParams
 
 _ARRIVAL, _STEP, _TRANSFER, _TICK = 0, 1, 2, 3
 _INF = float("inf")
+_PREFILL_LEG_PARAMS = KvTransferParams.prefill_request()  # what the coordinator's prefill leg sends
 _TEXT_BASE = 0x4E00  # CJK block: one printable char per block id for text-based policies
 
 
@@ -445,7 +447,7 @@ class FleetSimulator:
                     max_tokens=1,
                     num_prompt_tokens=prompt_tokens,
                     block_hashes=seq_hashes,
-                    kv_transfer_params={"do_remote_decode": True},
+                    kv_transfer_params=_PREFILL_LEG_PARAMS,
                 ),
                 now,
             )

@@ -63,6 +63,7 @@ from pools.health import classify_error
 from pools.pd_protocol import REQUEST_ID_HEADER, decode_leg_body, prefill_leg_body
 from router.pd_router import NoReplicaError
 from router.replica_state import RoutingRequest
+from transfer.params import KvTransferParams
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +222,7 @@ class RequestFlow:
             ) from None
         route = result.route
         decode = route.decode_replica
-        kv_params: dict[str, Any] | None = None
+        kv_params: KvTransferParams | None = None
         tl = c.token_load
         bs = c.block_size
         if route.disaggregate and route.prefill_replica is not None:
@@ -289,7 +290,7 @@ class RequestFlow:
             block_size=request.block_size,
         )
 
-    async def _prefill(self, replica_id: str, parsed: ParsedRequest) -> dict[str, Any] | None:
+    async def _prefill(self, replica_id: str, parsed: ParsedRequest) -> KvTransferParams | None:
         """The prefill leg; None (after reporting) when the decode side must prefill."""
         c = self.c
         replica = c.replica(replica_id)
@@ -321,7 +322,7 @@ class RequestFlow:
         self,
         decode: str,
         parsed: ParsedRequest,
-        kv_params: dict[str, Any] | None,
+        kv_params: KvTransferParams | None,
         request: RoutingRequest,
         result: RouteResult,
     ) -> Response:

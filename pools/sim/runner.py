@@ -51,6 +51,7 @@ from pools.sim.tokenization import SimTokenizer, load_tokenizer
 if TYPE_CHECKING:
     from pools.sim.engine_core import EngineCore, RemoteLoad, RequestOutput, StepResult
     from pools.sim.kv_publisher import ZmqKvEventPublisher
+    from transfer.params import KvTransferParams
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +302,7 @@ class SimEngine:
         prompt_token_ids: list[int],
         max_tokens: int,
         seed: int | None = None,
-        kv_transfer_params: dict[str, Any] | None = None,
+        kv_transfer_params: KvTransferParams | None = None,
     ) -> RequestStream:
         """Queue a request; raises ValueError (message names the field) if the core refuses."""
         from pools.sim.request import SimRequest
@@ -423,12 +424,11 @@ class SimEngine:
 
     # -- P/D ------------------------------------------------------------------------------
     def _hold_for_decode(self, out: RequestOutput, prompt_token_ids: list[int]) -> None:
-        params = out.kv_transfer_params or {}
-        groups = params.get("remote_block_ids") or [[]]
-        block_ids = list(groups[0]) if groups and isinstance(groups[0], list) else list(groups)
+        params = out.kv_transfer_params
+        block_ids = params.first_group() if params is not None else []
         if self._mover is None or self._kv is None or not block_ids:
             return
-        rid = str(params.get("remote_request_id") or out.request_id)
+        rid = (params.remote_request_id if params is not None else None) or out.request_id
         try:
             keys = content_keys(prompt_token_ids, self.settings.block_size, len(block_ids))
             self._kv.write(block_ids, keys)

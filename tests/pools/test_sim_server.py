@@ -19,8 +19,9 @@ from pools.sim.runner import KV_TOUCH_MAX_BYTES, touch_decode_pages
 from pools.sim.server import SimServer
 from pools.sim.settings import SimEngineSettings
 from tests.waiting import async_wait_until, wait_until
+from transfer.params import KvTransferParams
 
-PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False}
+PREFILL_PARAMS = KvTransferParams(do_remote_decode=True, do_remote_prefill=False)
 
 
 def settings(**overrides: Any) -> SimEngineSettings:
@@ -61,22 +62,22 @@ async def metric(client: httpx.AsyncClient, url: str, name: str) -> float:
 
 async def prefill_leg(
     client: httpx.AsyncClient, url: str, text: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    body = {"model": "tiny", "prompt": text, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS}
-    r = await client.post(f"{url}/v1/completions", json=body)
+) -> tuple[dict[str, Any], KvTransferParams]:
+    body = {"model": "tiny", "prompt": text, "max_tokens": 1}
+    leg = {**body, "kv_transfer_params": PREFILL_PARAMS.wire()}
+    r = await client.post(f"{url}/v1/completions", json=leg)
     assert r.status_code == 200, r.text
-    params: dict[str, Any] = r.json()["kv_transfer_params"]
-    return body, params
+    return body, KvTransferParams.parse(r.json()["kv_transfer_params"])
 
 
 async def test_disaggregated_equals_colocated_and_frees_prefill_blocks(pd: Any) -> None:
     prefill, decode, client = pd
     text = prompt()
     body, params = await prefill_leg(client, prefill.url, text)
-    assert prefill.engine.core.stats().num_held_blocks == len(params["remote_block_ids"][0])
+    assert prefill.engine.core.stats().num_held_blocks == len(params.block_ids())
     r = await client.post(
         f"{decode.url}/v1/completions",
-        json={**body, "max_tokens": 10, "kv_transfer_params": params},
+        json={**body, "max_tokens": 10, "kv_transfer_params": params.wire()},
     )
     assert r.status_code == 200, r.text
     colocated = await client.post(
@@ -96,9 +97,9 @@ async def test_corrupted_block_fails_verification_with_500(pd: Any) -> None:
     prefill, decode, client = pd
     body, params = await prefill_leg(client, prefill.url, prompt())
     # damage one held block's bytes on the owner: the decode side must notice
-    prefill.engine._kv.blocks[params["remote_block_ids"][0][1], :8] ^= 0xFF
+    prefill.engine._kv.blocks[params.block_ids()[1], :8] ^= 0xFF
     r = await client.post(
-        f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params}
+        f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params.wire()}
     )
     assert r.status_code == 500
     assert r.json()["error"]["type"] == "InternalServerError"
@@ -111,7 +112,7 @@ async def test_dead_prefill_side_gives_500_and_decode_stays_healthy(pd: Any) -> 
     body, params = await prefill_leg(client, prefill.url, prompt())
     await prefill.stop()
     r = await client.post(
-        f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params}
+        f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params.wire()}
     )
     assert r.status_code == 500
     assert r.json()["error"]["code"] == 500
@@ -127,7 +128,7 @@ async def test_unpulled_blocks_are_freed_when_the_lease_expires() -> None:
     try:
         async with httpx.AsyncClient(timeout=30.0) as client:
             _, params = await prefill_leg(client, prefill.url, prompt())
-            assert prefill.engine.core.stats().num_held_blocks == len(params["remote_block_ids"][0])
+            assert prefill.engine.core.stats().num_held_blocks == len(params.block_ids())
 
             async def freed() -> bool:
                 return prefill.engine.core.stats().num_held_blocks == 0
@@ -311,7 +312,7 @@ async def test_hung_prefill_side_gives_500_within_the_load_timeout() -> None:
             proc.send_signal(signal.SIGSTOP)
             started = asyncio.get_running_loop().time()
             r = await client.post(
-                f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params}
+                f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params.wire()}
             )
             waited = asyncio.get_running_loop().time() - started
             assert r.status_code == 500, r.text

@@ -43,10 +43,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from pools.roles import EngineRole
 from pools.sim.kv_store import SimKvStore, content_keys
 from pools.sim.metrics import EngineMetrics
 from pools.sim.settings import SimEngineSettings
 from pools.sim.tokenization import SimTokenizer, load_tokenizer
+from transfer.transports import KvTransport
 
 if TYPE_CHECKING:
     from pools.sim.engine_core import EngineCore, RemoteLoad, RequestOutput, StepResult
@@ -193,7 +195,7 @@ class SimEngine:
 
         s = self.settings
         kv_port = s.kv_port
-        if s.kv_transport != "none":
+        if s.kv_transport is not KvTransport.NONE:
             await self._start_mover()
             assert self._mover is not None
             kv_port = int(self._mover.address.port)
@@ -250,7 +252,7 @@ class SimEngine:
 
         s = self.settings
         pool = KvBlockPool(self.num_blocks, s.kv_block_bytes, touch=False)
-        if s.role != "prefill":
+        if s.role is not EngineRole.PREFILL:
             touch_decode_pages(pool.blocks_array())
         self._kv = SimKvStore(pool.blocks_array(), s.block_size)
         loop = asyncio.get_running_loop()
@@ -260,7 +262,7 @@ class SimEngine:
 
         self._mover = make_block_mover(
             pool,
-            kind="auto" if s.kv_transport == "none" else s.kv_transport,
+            kind=s.kv_transport,
             engine_id=self.engine_id,
             host=s.kv_host,
             port=s.kv_port,

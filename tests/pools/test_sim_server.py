@@ -15,6 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
+from pools.roles import EngineRole
 from pools.sim.runner import KV_TOUCH_MAX_BYTES, touch_decode_pages
 from pools.sim.server import SimServer
 from pools.sim.settings import SimEngineSettings
@@ -40,7 +41,10 @@ def settings(**overrides: Any) -> SimEngineSettings:
 
 @pytest.fixture
 async def pd() -> AsyncIterator[tuple[SimServer, SimServer, httpx.AsyncClient]]:
-    prefill, decode = SimServer(settings(role="prefill")), SimServer(settings(role="decode"))
+    prefill, decode = (
+        SimServer(settings(role=EngineRole.PREFILL)),
+        SimServer(settings(role=EngineRole.DECODE)),
+    )
     await prefill.start()
     await decode.start()
     try:

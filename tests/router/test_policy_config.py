@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from router.policies.config import (
     load_router_config,
 )
 from router.policies.llmd import LlmdPolicy
+from router.replica_state import PolicyDecision, ReplicaSnapshot, RoutingRequest
 
 EXAMPLE = """
 prefill:
@@ -122,9 +124,9 @@ def test_register_a_custom_policy() -> None:
 
         name = "always_first"
 
-        def pick(self, request, replicas, now):
-            from router.replica_state import PolicyDecision
-
+        def pick(
+            self, request: RoutingRequest, replicas: Sequence[ReplicaSnapshot], now: float
+        ) -> PolicyDecision:
             return PolicyDecision(self.name, replicas[0].replica_id, "first")
 
     assert get_policy("always_first") is AlwaysFirst
@@ -135,5 +137,7 @@ def test_register_a_custom_policy() -> None:
         class Clash(Policy[NoParams]):
             name = "always_first"
 
-            def pick(self, request, replicas, now):
+            def pick(
+                self, request: RoutingRequest, replicas: Sequence[ReplicaSnapshot], now: float
+            ) -> PolicyDecision:
                 raise NotImplementedError

@@ -245,7 +245,7 @@ def test_prefill_leg_holds_blocks_until_release_or_lease() -> None:
     params = prefill_leg(p_core, clock, "y", prompt(50, 900))
     finished_at = clock.t
     expiry = p_core.next_step_time(clock.t)
-    assert expiry == pytest.approx(finished_at + 30)
+    assert expiry is not None and expiry == pytest.approx(finished_at + 30)
     p_core.step(finished_at + 29.9)
     assert p_core.stats().num_held_blocks == 4
     p_core.step(expiry)

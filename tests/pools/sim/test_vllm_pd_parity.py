@@ -27,19 +27,6 @@ BS = 32
 NB = 60
 
 
-class FakeKvEventPublisher:
-    """Stands in for vLLM's ZMQ publisher inside its scheduler (events needed per step)."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    def publish(self, batch: Any) -> None:
-        self.events.extend(batch.events)
-
-    def shutdown(self) -> None:
-        pass
-
-
 def _stored(events: list[Any]) -> list[tuple[list[int], int | None]]:
     return [
         (list(e.block_hashes), e.parent_block_hash)
@@ -65,6 +52,8 @@ def test_pd_flow_matches_vllm_nixl_connector(
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request
     from vllm.v1.structured_output import StructuredOutputManager
+
+    from tests.pools.sim.fake_vllm_publisher import FakeKvEventPublisher
 
     def vllm_sched() -> tuple[Any, FakeKvEventPublisher]:
         args = EngineArgs(

@@ -332,11 +332,12 @@ def _case_mover(spec: CaseSpec, emit: Callable[[dict[str, Any]], None]) -> None:
     from transfer.factory import make_block_mover
     from transfer.nixl_mover import NixlSettings
     from transfer.params import PeerAddress
+    from transfer.transports import KvTransport, UcxTransport
 
     kind, transport = {
-        "nixl_shm": ("nixl", "auto"),
-        "nixl_tcp": ("nixl", "tcp"),
-        "tcp_mover": ("tcp", "auto"),
+        "nixl_shm": (KvTransport.NIXL, UcxTransport.AUTO),
+        "nixl_tcp": (KvTransport.NIXL, UcxTransport.TCP),
+        "tcp_mover": (KvTransport.TCP, UcxTransport.AUTO),
     }[spec.method]
     owner = _OwnerPeer(spec, kind, transport)
     try:
@@ -347,8 +348,8 @@ def _case_mover(spec: CaseSpec, emit: Callable[[dict[str, Any]], None]) -> None:
         async def main() -> None:
             mover = make_block_mover(
                 pool,
-                kind,  # type: ignore[arg-type]
-                settings=NixlSettings(transport=transport),  # type: ignore[arg-type]
+                kind,
+                settings=NixlSettings(transport=transport),
             )
             async with mover:
                 owner.hold("warmup", [0])

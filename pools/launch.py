@@ -46,11 +46,15 @@ from pools.launch_spec import (
 )
 from pools.ports import free_ports
 from pools.replica import ReplicaEndpoint
-from pools.vllm_spec import EngineRole
+from pools.roles import EngineRole
 
 log = logging.getLogger(__name__)
 
-_ROLES: dict[str, EngineRole] = {"prefill": "prefill", "decode": "decode", "colocated": "both"}
+_ROLES: dict[str, EngineRole] = {
+    "prefill": EngineRole.PREFILL,
+    "decode": EngineRole.DECODE,
+    "colocated": EngineRole.BOTH,
+}
 _LOG_TAIL_LINES = 30
 
 

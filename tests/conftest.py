@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from pools.ports import free_ports
+from pools.roles import EngineRole
 from pools.tiny_model import TinyModelSpec, build_tiny_model
 from pools.vllm_process import RunningVllm
-from pools.vllm_spec import EngineRole, VllmEngineSpec
+from pools.vllm_spec import VllmEngineSpec
 
 VLLM_PAIR_MAX_MODEL_LEN = 1024
 # Small enough that a test can force evictions with a few long prompts, large enough for
@@ -221,10 +222,10 @@ def vllm_pair(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     ipc_dir = Path(tempfile.mkdtemp(prefix="pdorch-ipc-"))
     ports = free_ports(4)
     prefill = RunningVllm(
-        _pair_spec("prefill", tiny_model_dir, 0, ports[0:2], ipc_dir), logs / "prefill.log"
+        _pair_spec(EngineRole.PREFILL, tiny_model_dir, 0, ports[0:2], ipc_dir), logs / "prefill.log"
     )
     decode = RunningVllm(
-        _pair_spec("decode", tiny_model_dir, 1, ports[2:4], ipc_dir), logs / "decode.log"
+        _pair_spec(EngineRole.DECODE, tiny_model_dir, 1, ports[2:4], ipc_dir), logs / "decode.log"
     )
     waiter = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     try:

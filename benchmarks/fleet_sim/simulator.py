@@ -64,9 +64,11 @@ from router.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEven
 from router.kv_index import KvIndex
 from router.policies.config import RouterPolicyConfig
 from router.replica_state import ReplicaStatic, RoutingRequest
+from transfer.params import KvTransferParams
 
 _ARRIVAL, _STEP, _TRANSFER, _TICK = 0, 1, 2, 3
 _INF = float("inf")
+_PREFILL_LEG_PARAMS = KvTransferParams.prefill_request()  # what the coordinator's prefill leg sends
 _TEXT_BASE = 0x4E00  # CJK block: one printable char per block id for text-based policies
 
 
@@ -428,7 +430,7 @@ class FleetSimulator:
                     max_tokens=1,
                     num_prompt_tokens=prompt_tokens,
                     block_hashes=seq_hashes,
-                    kv_transfer_params={"do_remote_decode": True},
+                    kv_transfer_params=_PREFILL_LEG_PARAMS,
                 ),
                 now,
             )

@@ -64,6 +64,7 @@ from router.lifecycle_plan import DecodeLeg
 from router.pd_router import NoReplicaError
 from router.replica_state import RoutingRequest
 from router.vocabulary import RouteKind
+from transfer.params import KvTransferParams
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ class RequestFlow:
         self._admitted_to_lifecycle = True
         leg = plan.decode
         self._show(leg)
-        kv_params: dict[str, Any] | None = None
+        kv_params: KvTransferParams | None = None
         if plan.prefill is not None:
             prefill = plan.prefill.replica
             c.expect_blocks(prefill, keys, now)
@@ -249,7 +250,7 @@ class RequestFlow:
         self.prefill_replica = leg.prefilled_by
         self.route_kind = leg.kind
 
-    async def _prefill(self, replica_id: str, parsed: ParsedRequest) -> dict[str, Any] | None:
+    async def _prefill(self, replica_id: str, parsed: ParsedRequest) -> KvTransferParams | None:
         """The prefill leg; None (after reporting) when the decode side must prefill."""
         c = self.c
         replica = c.replica(replica_id)
@@ -278,7 +279,7 @@ class RequestFlow:
         return None
 
     async def _decode(
-        self, leg: DecodeLeg, parsed: ParsedRequest, kv_params: dict[str, Any] | None
+        self, leg: DecodeLeg, parsed: ParsedRequest, kv_params: KvTransferParams | None
     ) -> Response:
         c = self.c
         lifecycle = c.lifecycle

@@ -49,6 +49,7 @@ from pools.sim.api_schemas import (
 from pools.sim.runner import EngineUnavailable
 
 if TYPE_CHECKING:
+    from pools.sim.engine_core import RequestOutput
     from pools.sim.runner import RequestStream, SimEngine
     from pools.sim.tokenization import SimTokenizer
 
@@ -103,6 +104,12 @@ def validation_error(exc: ValidationError) -> ApiError:
         lines.append(f"  {shown}")
     param = "body." + ".".join(str(p) for p in errors[0]["loc"]) if errors else None
     return ApiError("\n".join(lines), HTTPStatus.BAD_REQUEST, HTTPStatus.BAD_REQUEST.phrase, param)
+
+
+def _wire_params(final: RequestOutput | None) -> dict[str, Any] | None:
+    """A final output's `kv_transfer_params` as the response's JSON object (None: none)."""
+    params = final.kv_transfer_params if final is not None else None
+    return params.wire() if params is not None else None
 
 
 def _json_response(body: Any, status: int = 200) -> Response:
@@ -380,7 +387,7 @@ def create_app(engine: SimEngine) -> FastAPI:
                     "usage": usage,
                     "prompt_logprobs": None,
                     "prompt_token_ids": None,
-                    "kv_transfer_params": final.kv_transfer_params if final else None,
+                    "kv_transfer_params": _wire_params(final),
                 }
             else:
                 body = {
@@ -401,7 +408,7 @@ def create_app(engine: SimEngine) -> FastAPI:
                     "service_tier": None,
                     "system_fingerprint": None,
                     "usage": usage,
-                    "kv_transfer_params": final.kv_transfer_params if final else None,
+                    "kv_transfer_params": _wire_params(final),
                 }
             return _json_response(body)
 

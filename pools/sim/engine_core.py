@@ -43,7 +43,7 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pools.sim.block_pool import BlockPool, KVCacheBlock
 from pools.sim.config import EngineConfig
@@ -52,6 +52,7 @@ from pools.sim.kv_events import KVCacheEvent
 from pools.sim.request import RequestStatus, SimRequest
 from pools.sim.timing import TimingModel
 from pools.sim.token_gen import TokenGenerator
+from transfer.params import KvTransferParams
 
 if TYPE_CHECKING:
     from pools.sim.fast_forward import DecodeFastForward
@@ -77,7 +78,7 @@ class RequestOutput:
     num_external_tokens: int
     num_local_compute_tokens: int
     num_preemptions: int
-    kv_transfer_params: dict[str, Any] | None = None
+    kv_transfer_params: KvTransferParams | None = None
 
 
 @dataclass(slots=True)
@@ -85,7 +86,7 @@ class RemoteLoad:
     """KV the caller must move from a prefill engine into this one for a decode-leg request."""
 
     request_id: str
-    kv_transfer_params: dict[str, Any]
+    kv_transfer_params: KvTransferParams
     remote_engine_id: str | None
     remote_host: str | None
     remote_port: int | None
@@ -212,10 +213,10 @@ class _Req:
         self.sources_set = False
         self.num_local_cached_tokens = 0
         self.num_external_tokens = 0
-        params = sim.kv_transfer_params or None
-        self.kv_params: dict[str, Any] | None = params
-        self.do_remote_decode = bool(params and params.get("do_remote_decode"))
-        self.do_remote_prefill = bool(params and params.get("do_remote_prefill"))
+        params = sim.kv_transfer_params
+        self.kv_params: KvTransferParams | None = params
+        self.do_remote_decode = params is not None and params.do_remote_decode
+        self.do_remote_prefill = params is not None and params.do_remote_prefill
         self.load_result: bool | None = None
         self.skip_stats = False
 
@@ -665,18 +666,16 @@ class EngineCore:
             self._ext_hits += num_ext
 
     def _make_load(self, r: _Req, first_block: int, num_ext: int) -> RemoteLoad:
-        params = r.kv_params or {}
-        remote = params.get("remote_block_ids") or [[]]
-        remote_ids = list(remote[0]) if remote and isinstance(remote[0], list) else list(remote)
+        params = r.kv_params or KvTransferParams()
+        remote_ids = params.first_group()
         local_ids = [b.block_id for b in r.blocks[first_block:]]
-        port = params.get("remote_port")
         return RemoteLoad(
             request_id=r.request_id,
             kv_transfer_params=params,
-            remote_engine_id=params.get("remote_engine_id"),
-            remote_host=params.get("remote_host"),
-            remote_port=int(port) if port is not None else None,
-            remote_request_id=params.get("remote_request_id"),
+            remote_engine_id=params.remote_engine_id,
+            remote_host=params.remote_host,
+            remote_port=params.remote_port,
+            remote_request_id=params.remote_request_id,
             remote_block_ids=remote_ids[first_block : first_block + len(local_ids)],
             local_block_ids=local_ids,
             num_tokens=num_ext,
@@ -772,7 +771,7 @@ class EngineCore:
             return RequestStatus.FINISHED_STOPPED
         return None
 
-    def _finish(self, r: _Req, now: float, hold: bool) -> dict[str, Any] | None:
+    def _finish(self, r: _Req, now: float, hold: bool) -> KvTransferParams | None:
         """Retire a finished request: hold its blocks (prefill leg) or free them."""
         del self.requests[r.request_id]
         reason = r.status.finish_reason
@@ -791,22 +790,22 @@ class EngineCore:
             self.held[r.request_id] = (r.blocks, expiry)
             self._held_blocks += len(r.blocks)
             heapq.heappush(self._lease_heap, (expiry, r.request_id))
-            params = {
-                "do_remote_prefill": True,
-                "do_remote_decode": False,
-                "remote_block_ids": [[b.block_id for b in r.blocks]],
-                "remote_engine_id": self.config.engine_id,
-                "remote_request_id": r.request_id,
-                "remote_host": self.config.kv_host,
-                "remote_port": self.config.kv_port,
-                "tp_size": 1,
-                "dcp_size": 1,
-                "pp_size": 1,
-                "remote_num_tokens": r.num_computed_tokens,
-                "remote_blocks_expiry_time": None,
-                "transfer_mode": "pull",
-                "remote_prefill_cached_tokens": r.num_local_cached_tokens + r.num_external_tokens,
-            }
+            params = KvTransferParams(  # every key vLLM 0.32's NixlConnector returns
+                do_remote_prefill=True,
+                do_remote_decode=False,
+                remote_block_ids=[[b.block_id for b in r.blocks]],
+                remote_engine_id=self.config.engine_id,
+                remote_request_id=r.request_id,
+                remote_host=self.config.kv_host,
+                remote_port=self.config.kv_port,
+                tp_size=1,
+                dcp_size=1,
+                pp_size=1,
+                remote_num_tokens=r.num_computed_tokens,
+                remote_blocks_expiry_time=None,
+                transfer_mode="pull",
+                remote_prefill_cached_tokens=r.num_local_cached_tokens + r.num_external_tokens,
+            )
             r.blocks = []
             return params
         if r.blocks:

@@ -43,14 +43,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from pools.roles import EngineRole
 from pools.sim.kv_store import SimKvStore, content_keys
 from pools.sim.metrics import EngineMetrics
 from pools.sim.settings import SimEngineSettings
 from pools.sim.tokenization import SimTokenizer, load_tokenizer
+from transfer.transports import KvTransport
 
 if TYPE_CHECKING:
     from pools.sim.engine_core import EngineCore, RemoteLoad, RequestOutput, StepResult
     from pools.sim.kv_publisher import ZmqKvEventPublisher
+    from transfer.params import KvTransferParams
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +195,7 @@ class SimEngine:
 
         s = self.settings
         kv_port = s.kv_port
-        if s.kv_transport != "none":
+        if s.kv_transport is not KvTransport.NONE:
             await self._start_mover()
             assert self._mover is not None
             kv_port = int(self._mover.address.port)
@@ -249,7 +252,7 @@ class SimEngine:
 
         s = self.settings
         pool = KvBlockPool(self.num_blocks, s.kv_block_bytes, touch=False)
-        if s.role != "prefill":
+        if s.role is not EngineRole.PREFILL:
             touch_decode_pages(pool.blocks_array())
         self._kv = SimKvStore(pool.blocks_array(), s.block_size)
         loop = asyncio.get_running_loop()
@@ -259,7 +262,7 @@ class SimEngine:
 
         self._mover = make_block_mover(
             pool,
-            kind="auto" if s.kv_transport == "none" else s.kv_transport,
+            kind=s.kv_transport,
             engine_id=self.engine_id,
             host=s.kv_host,
             port=s.kv_port,
@@ -301,7 +304,7 @@ class SimEngine:
         prompt_token_ids: list[int],
         max_tokens: int,
         seed: int | None = None,
-        kv_transfer_params: dict[str, Any] | None = None,
+        kv_transfer_params: KvTransferParams | None = None,
     ) -> RequestStream:
         """Queue a request; raises ValueError (message names the field) if the core refuses."""
         from pools.sim.request import SimRequest
@@ -423,12 +426,11 @@ class SimEngine:
 
     # -- P/D ------------------------------------------------------------------------------
     def _hold_for_decode(self, out: RequestOutput, prompt_token_ids: list[int]) -> None:
-        params = out.kv_transfer_params or {}
-        groups = params.get("remote_block_ids") or [[]]
-        block_ids = list(groups[0]) if groups and isinstance(groups[0], list) else list(groups)
+        params = out.kv_transfer_params
+        block_ids = params.first_group() if params is not None else []
         if self._mover is None or self._kv is None or not block_ids:
             return
-        rid = str(params.get("remote_request_id") or out.request_id)
+        rid = (params.remote_request_id if params is not None else None) or out.request_id
         try:
             keys = content_keys(prompt_token_ids, self.settings.block_size, len(block_ids))
             self._kv.write(block_ids, keys)

@@ -333,7 +333,7 @@ def test_dynamo_softmax_is_deterministic_with_a_seed() -> None:
         rep("b", overlap_blocks=0, decode_blocks=100),
         rep("c", overlap_blocks=90, decode_blocks=400),
     ]
-    params = dict(temperature=0.5, seed=1234)
+    params: dict[str, Any] = dict(temperature=0.5, seed=1234)
     runs = []
     for _ in range(2):
         policy = make("dynamo", **params)
@@ -404,7 +404,7 @@ def test_token_load_step_model_on_a_colocated_replica() -> None:
         decode_blocks=1000,
         requests_in_flight=10,
     )
-    params = dict(max_num_batched_tokens=8192, decode_s_per_kv_token=1e-7)
+    params: dict[str, Any] = dict(max_num_batched_tokens=8192, decode_s_per_kv_token=1e-7)
     decision = make("token_load", **params).pick(req, [busy], 0.0)
     work = 14_000 + 1600  # queued + uncached
     steps = math.ceil(work / (8192 - 10))  # each step's budget is shared with 10 decodes
@@ -448,11 +448,12 @@ def test_token_load_pure_prefill_replicas_ignore_the_decode_terms() -> None:
         rep("p0", overlap_blocks=150, prefill_tokens_queued=30_000, requests_in_flight=40),
         rep("p1", overlap_blocks=0, prefill_tokens_queued=1_000, requests_in_flight=1),
     ]
-    for params in (
+    variants: tuple[dict[str, Any], ...] = (
         dict(),
         dict(decode_s_per_kv_token=1e-3, expected_output_tokens=100_000),
         dict(decode_s_per_kv_token=0.0, max_num_batched_tokens=1),
-    ):
+    )
+    for params in variants:
         decision = make("token_load", **params).pick(req, replicas, 0.0)
         assert decision.scores == {
             "p0": pytest.approx((30_000 + 800) / 10_000),

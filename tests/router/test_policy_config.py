@@ -79,7 +79,7 @@ def test_yaml_config_builds_profiles(tmp_path: Path) -> None:
     decode = build_policy(config.decode)
     # `params` reach every part that takes the key: the headroom filter and the scorer.
     takers = [p for p in (*decode.filters, *(s for s, _ in decode.scorers)) if p.name != "health"]
-    assert [p.params.expected_output_tokens for p in takers] == [512, 512]  # type: ignore[attr-defined]
+    assert [p.params.expected_output_tokens for p in takers] == [512, 512]
     path = tmp_path / "router.yaml"
     path.write_text(EXAMPLE)
     assert load_router_config(path) == config

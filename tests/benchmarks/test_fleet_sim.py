@@ -196,6 +196,7 @@ def _bench_sim(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 def test_bench_sim_runs_a_fleet_files_router_config(tmp_path: Path) -> None:
     # The demo fleet file routes as the `token_load` benchmark name does (token_load prefill,
     # token_load_decode decode, P/D defaults): both rows must be the same run.
@@ -213,6 +214,7 @@ def test_bench_sim_runs_a_fleet_files_router_config(tmp_path: Path) -> None:
     assert rows["fleet-sim"] != rows["mine"]
 
 
+@pytest.mark.integration
 def test_bench_sim_router_config_errors_name_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("decode: {name: token_load_decode, params: {kv_headroom_margin: 2}}\n")

@@ -34,16 +34,22 @@ $(VENV)/.project: $(VENV)/.nixl pyproject.toml
 
 install: $(VENV)/.project
 
+# The test tiers (docs/CONVENTIONS.md "Test tiers") as separate pytest processes: fast (unit +
+# integration), e2e with engines of their own, e2e on the shared vLLM pair. Non-zero if any
+# tier fails. TESTS narrows every tier, e.g. `make test TESTS=tests/router`.
+TESTS ?=
+
 test: install
-	$(PY) -m pytest
+	$(PY) -m tests.tiers $(TESTS)
 
 test-fast: install
-	$(PY) -m pytest -m "not e2e"
+	$(PY) -m pytest -m "not e2e" $(TESTS)
 
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports  # import contracts: [tool.importlinter] in pyproject.toml
 
 fmt: install
 	$(VENV)/bin/ruff format .

@@ -4,7 +4,7 @@ Run: `.venv/bin/python -m benchmarks.calibration` (writes `benchmarks/results/ca
 and `.json`). The numbers come from `TimingModel.summary()`, the same object
 `pdorch profile --json` prints.
 
-Facts (Llama-3.1-8B, bf16, one H100 80 GB; DESIGN.md "The simulated engine"):
+Facts (Llama-3.1-8B, bf16, one H100 80 GB; docs/DESIGN.md "The simulated engine"):
 KV = 128 KiB per token; a 60 GB KV pool ~ 490,000 tokens; decode ~ 4.8 ms per token alone and
 ~ 22 ms per token with the KV pool full. H200: 141 GB, 4.8 TB/s, same FLOP/s as H100.
 Each must be reproduced within 15%.
@@ -43,8 +43,8 @@ class Check:
 
 
 def _cmd(model: str, gpu: str, kv: float | None) -> str:
-    extra = f" --kv-memory-gb {kv:g}" if kv is not None else ""
-    return f"pdorch profile --model {model} --gpu {gpu}{extra} --json"
+    extra = f" --kv-memory-gib {kv:g}" if kv is not None else ""
+    return f"pdorch profile --model-profile {model} --gpu {gpu}{extra} --json"
 
 
 def run_checks() -> tuple[list[Check], dict[str, Any]]:

@@ -546,12 +546,13 @@ Measured = tuple[list[RequestTiming], dict[str, ServerMeans]]
 
 def measure_vllm(model_dir: Path, log_dir: Path, prompts: list[list[int]]) -> Measured:
     from pools.ports import free_ports
+    from pools.roles import EngineRole
     from pools.vllm_process import RunningVllm
     from pools.vllm_spec import VllmEngineSpec
 
     port, side = free_ports(2)
     spec = VllmEngineSpec(
-        role="both",
+        role=EngineRole.BOTH,
         model=model_dir,
         served_model_name=SERVED_NAME,
         port=port,

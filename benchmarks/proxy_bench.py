@@ -49,17 +49,11 @@ from benchmarks.proxy.processes import (
     write_pdorch_fleet,
 )
 from benchmarks.proxy.raw_http import RawHttpConnection, split_url
+from pools.pd_protocol import PREFILL_KV_TRANSFER_PARAMS
 from pools.ports import free_port
 
 TARGETS = ("direct", "vllm-router", "pdorch")
-_PREFILL_KV = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
+_PREFILL_KV = PREFILL_KV_TRANSFER_PARAMS.wire()
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
@@ -120,6 +114,7 @@ class _Worker:
         status, data = await self.conns["prefill"].post_json("/v1/completions", prefill, rid)
         if status != 200:
             return f"prefill HTTP {status}: {data[:200]!r}"
+        # passed on as the JSON it came in: the floor does no more work than any proxy must
         params = _decode(data).get("kv_transfer_params")
         if not params:
             return "prefill response without kv_transfer_params"

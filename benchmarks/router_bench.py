@@ -11,7 +11,7 @@ tokenization (token ids are given):
     keys = index.keys_for(token_ids)                  # xxh3-64 block-key chain
     overlap = index.match(keys)                       # leading cached blocks per replica
     snapshots = build_snapshots(replicas, overlap, token_load, now)
-    prefill = TokenLoadPolicy.pick(request, snapshots, now)
+    prefill = token_load_profile.pick(request, snapshots, now)
     pd = decide_pd(request, snapshots, params, now)
 
 The prompt is the base prompt with its last 10% replaced by fresh random tokens every
@@ -24,7 +24,7 @@ the populated index (what a long-running coordinator's old generation looks like
 stage's p50 is reported too (`stage_p50_us`: block_keys, index_match, snapshots,
 token_load_pick, pd_decision), so a slow stage is named.
 
-**Ingestion.** `router.ingest_bench.measure_ingest_throughput`: vLLM-format msgpack payloads
+**Ingestion.** `benchmarks.router_ingest.measure_ingest_throughput`: vLLM-format msgpack payloads
 decoded and applied to a `KvIndex` through the subscriber's frame path (no sockets), in blocks/s.
 
 Targets (issue 5): p99 <= 1 ms at 8k tokens x 64 replicas; >= 200k blocks/s ingestion.
@@ -41,11 +41,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from router.ingest_bench import measure_ingest_throughput
+from benchmarks.router_ingest import measure_ingest_throughput
 from router.kv_events import BlockStored, EngineBlockHash
 from router.kv_index import KvIndex
 from router.pd_decision import PdDecisionParams, decide_pd
-from router.policies.token_load import TokenLoadPolicy
+from router.policies.config import build_policy
 from router.replica_state import RoutingRequest, build_snapshots
 from router.token_load import TokenLoad
 
@@ -192,7 +192,7 @@ def measure_decision_latency(
     replica_ids = [f"replica-{i:03d}" for i in range(replicas)]
     base = [rng.randrange(VOCAB) for _ in range(prompt_tokens)]
     _populate(index, load, replica_ids, base, rng, now)
-    policy = TokenLoadPolicy()
+    policy = build_policy({"name": "token_load"})
     pd_params = PdDecisionParams()
     suffix = max(1, prompt_tokens // 10)
     prompts = [

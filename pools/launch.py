@@ -46,11 +46,15 @@ from pools.launch_spec import (
 )
 from pools.ports import free_ports
 from pools.replica import ReplicaEndpoint
-from pools.vllm_spec import EngineRole
+from pools.roles import EngineRole
 
 log = logging.getLogger(__name__)
 
-_ROLES: dict[str, EngineRole] = {"prefill": "prefill", "decode": "decode", "colocated": "both"}
+_ROLES: dict[str, EngineRole] = {
+    "prefill": EngineRole.PREFILL,
+    "decode": EngineRole.DECODE,
+    "colocated": EngineRole.BOTH,
+}
 _LOG_TAIL_LINES = 30
 
 
@@ -145,6 +149,14 @@ class _SimInProcess(_EngineBase):
             await server.stop()
 
 
+SIM_FLAG_OF_FIELD = {
+    "kv_memory_gb": "--kv-memory-gib",  # the flag names its unit (the value is GiB)
+    "kv_host": "--side-channel-host",  # the names `pdorch engine vllm` uses
+    "kv_port": "--side-channel-port",
+}
+"""`SimEngineSettings` fields whose `pdorch engine sim` flag is not `--field-name`."""
+
+
 def sim_cli_args(spec: SimLaunchSpec, **runtime: object) -> list[str]:
     """`pdorch engine sim` flags for `spec` plus run-time values (port 0: the OS picks).
 
@@ -157,7 +169,7 @@ def sim_cli_args(spec: SimLaunchSpec, **runtime: object) -> list[str]:
     for name, value in settings.model_dump().items():
         if name in skip or value is None:
             continue
-        flag = "--" + name.replace("_", "-")
+        flag = SIM_FLAG_OF_FIELD.get(name, "--" + name.replace("_", "-"))
         if isinstance(value, bool):
             args.append(flag if value else f"--no-{name.replace('_', '-')}")
         else:

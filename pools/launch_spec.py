@@ -20,8 +20,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from pools.replica import ReplicaEndpoint
+from pools.roles import EngineRole
 from pools.sim.settings import SimEngineSettings
-from pools.vllm_spec import Dtype, EngineDevice, EngineRole, HashAlgo, VllmEngineSpec
+from pools.vllm_spec import Dtype, EngineDevice, HashAlgo, VllmEngineSpec
+from transfer.transports import KvTransport
+from transfer.vllm_config import KvLoadFailurePolicy
 
 _ZMQ = re.compile(r"^(tcp|ipc|inproc)://.+")
 _HTTP = re.compile(r"^https?://[^/\s]+(/\S*)?$")
@@ -127,7 +130,7 @@ class VllmLaunchSpec(BaseModel):
     side_channel_host: str = "127.0.0.1"
     kv_transfer: bool = True
     kv_lease_s: int | None = Field(default=None, ge=1)
-    kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
+    kv_load_failure_policy: KvLoadFailurePolicy = "fail"
     enable_prefix_caching: bool = True
     prefix_caching_hash_algo: HashAlgo = "sha256_cbor"
     max_model_len: int = Field(default=2048, ge=16)
@@ -202,12 +205,12 @@ class SimLaunchSpec(BaseModel):
     enable_prefix_caching: bool = True
     tokenizer: str | None = None
     kv_events_buffer_steps: int = Field(default=10_000, ge=1)
-    kv_transport: Literal["auto", "nixl", "tcp", "none"] = "auto"
+    kv_transport: KvTransport = KvTransport.AUTO
     kv_host: str = "127.0.0.1"
     kv_block_bytes: int = Field(default=4096, ge=32)
     kv_lease_s: float = Field(default=30.0, gt=0)
     kv_load_timeout_s: float = Field(default=5.0, gt=0)
-    kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
+    kv_load_failure_policy: KvLoadFailurePolicy = "fail"
 
     @field_validator("model_profile")
     @classmethod

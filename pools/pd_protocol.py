@@ -8,8 +8,9 @@ A disaggregated request is two ordinary OpenAI requests with the same `X-Request
    `kv_transfer_params = {do_remote_decode: true, ...}` so the engine keeps the prompt's KV
    blocks for a decode engine to pull instead of freeing them;
 2. decode leg, to the decode engine: the client's body unchanged plus the
-   `kv_transfer_params` dict the prefill response returned, passed through untouched (its
-   keys are the connector's business, and vLLM adds keys between releases).
+   `kv_transfer_params` the prefill response returned, parsed into `transfer.KvTransferParams`
+   and sent back key for key (keys pdorch does not know are kept: vLLM adds keys between
+   releases).
 
 The body rewriting is pure and reused by the coordinator; `run_pd_request` is the minimal
 non-streaming driver that tests and tools use to exercise a real engine pair.
@@ -17,22 +18,16 @@ non-streaming driver that tests and tools use to exercise a real engine pair.
 
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
+from transfer.params import KvTransferParams
+
 REQUEST_ID_HEADER = "X-Request-Id"
-PREFILL_KV_TRANSFER_PARAMS: dict[str, Any] = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
+PREFILL_KV_TRANSFER_PARAMS = KvTransferParams.prefill_request()
 # Fields that make no sense for a one-token, non-streamed prefill answer.
 _DROPPED_FOR_PREFILL = ("stream_options", "min_tokens")
 
@@ -66,31 +61,31 @@ def prefill_leg_body(body: Mapping[str, Any]) -> dict[str, Any]:
         leg["max_completion_tokens"] = 1
     for key in _DROPPED_FOR_PREFILL:
         leg.pop(key, None)
-    leg["kv_transfer_params"] = dict(PREFILL_KV_TRANSFER_PARAMS)
+    leg["kv_transfer_params"] = PREFILL_KV_TRANSFER_PARAMS.wire()
     return leg
 
 
 def decode_leg_body(
-    body: Mapping[str, Any], kv_transfer_params: Mapping[str, Any]
+    body: Mapping[str, Any], kv_transfer_params: KvTransferParams
 ) -> dict[str, Any]:
     """The decode engine's body: the client's request plus the prefill's transfer params."""
     leg = dict(body)  # shallow, as in `prefill_leg_body`
-    # The engine's params are small and owned by the caller's retry logic: copied whole.
-    leg["kv_transfer_params"] = copy.deepcopy(dict(kv_transfer_params))
+    leg["kv_transfer_params"] = kv_transfer_params.wire()  # a fresh dict per leg
     return leg
 
 
-def kv_transfer_params_of(response_json: Mapping[str, Any]) -> dict[str, Any]:
-    """The top-level `kv_transfer_params` of a prefill response; ValueError if absent.
+def kv_transfer_params_of(response_json: Mapping[str, Any]) -> KvTransferParams:
+    """The top-level `kv_transfer_params` of a prefill response; ValueError if absent or bad.
 
     Absent params mean the engine has no KV connector (or refused the remote decode): the
     decode leg would then silently recompute the prompt, which P/D must not hide.
     """
-    params = response_json.get("kv_transfer_params")
-    if not isinstance(params, dict) or not params.get("do_remote_prefill"):
+    raw = response_json.get("kv_transfer_params")
+    params = KvTransferParams.parse(raw) if isinstance(raw, dict) else None
+    if params is None or not params.do_remote_prefill:
         raise ValueError(
             "prefill response carries no usable kv_transfer_params "
-            f"(got {params!r}); is the engine started with a KV connector?"
+            f"(got {raw!r}); is the engine started with a KV connector?"
         )
     return params
 

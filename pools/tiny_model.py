@@ -93,7 +93,7 @@ _SYLLABLES = (
 
 
 class TinyModelSpec(BaseModel):
-    """Shape of the tiny model. Defaults match RUNTIME-FACTS (vLLM serves this on CPU)."""
+    """Shape of the tiny model. Defaults match docs/RUNTIME-FACTS.md (vLLM serves this on CPU)."""
 
     seed: int = Field(default=0, ge=0, description="Seed of the random weights.")
     vocab_size: int = Field(

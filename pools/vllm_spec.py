@@ -22,9 +22,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from transfer.vllm_config import nixl_engine_env, nixl_kv_transfer_config_json
+from pools.roles import EngineRole
+from transfer.vllm_config import (
+    KvLoadFailurePolicy,
+    nixl_engine_env,
+    nixl_kv_transfer_config_json,
+)
 
-EngineRole = Literal["prefill", "decode", "both"]
 EngineDevice = Literal["cpu", "cuda"]
 HashAlgo = Literal["sha256_cbor", "sha256", "xxhash", "xxhash_cbor"]
 Dtype = Literal["bfloat16", "float16", "float32", "auto"]
@@ -62,7 +66,7 @@ class VllmEngineSpec(BaseModel):
     kv_lease_s: int | None = Field(
         default=None, ge=1, description="Seconds a prefill engine holds unpulled blocks (vLLM: 30)."
     )
-    kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
+    kv_load_failure_policy: KvLoadFailurePolicy = "fail"
     kv_events_endpoint: str | None = Field(
         default=None, description="ZMQ endpoint the engine publishes KV events on (None: off)."
     )

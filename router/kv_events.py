@@ -1,6 +1,6 @@
 """vLLM's KV-cache events, decoded with msgspec (the wire format engines publish over ZMQ).
 
-Wire format (vLLM ``ZmqEventPublisher``, see ``../shared/fixtures/vllm/README.md``):
+Wire format (vLLM ``ZmqEventPublisher``, see ``tests/fixtures/vllm/README.md``):
 
 * a ZMQ multipart message of 3 frames: ``topic`` (UTF-8, may be empty), ``seq`` (8-byte
   big-endian unsigned, counting from 0 per publisher; back to 0 when the engine restarts),

@@ -27,13 +27,13 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from router.explain import DecisionExplanation, explain_pd, explain_pick
 from router.pd_decision import PdDecision, decide_pd
-from router.policies.base import Policy
+from router.plugins.profile import Profile
 from router.policies.config import RouterPolicyConfig, build_policy
 from router.replica_state import PolicyDecision, ReplicaSnapshot, RoutingRequest
+from router.vocabulary import RouteKind
 
 
 class NoReplicaError(RuntimeError):
@@ -56,7 +56,7 @@ class PdRoute:
     prefill: PolicyDecision | None
     decode: PolicyDecision
     pd: PdDecision | None
-    pool: str  # "pd" | "decode" (decode prefills locally) | "colocated"
+    kind: RouteKind  # PD, LOCAL (the decode replica prefills) or COLOCATED; never FALLBACK
 
     def explain(
         self,
@@ -77,7 +77,7 @@ class PdRoute:
             else None,
             pd=explain_pd(self.pd) if self.pd is not None else None,
             decode=explain_pick(
-                "colocated" if self.pool == "colocated" else "decode",
+                "colocated" if self.kind is RouteKind.COLOCATED else "decode",
                 self.decode,
                 decode_snapshots,
             ),
@@ -90,15 +90,15 @@ class PdRouter:
     def __init__(self, config: RouterPolicyConfig, seed: int = 0) -> None:
         self.config = config
         rng = random.Random(seed)
-        self.prefill_policy: Policy[Any] = build_policy(
+        self.prefill_policy: Profile = build_policy(
             config.prefill, rng=random.Random(rng.random()), field_prefix="prefill"
         )
-        self.decode_policy: Policy[Any] = build_policy(
+        self.decode_policy: Profile = build_policy(
             config.decode, rng=random.Random(rng.random()), field_prefix="decode"
         )
         # A separate instance for the colocated pool: stateful policies (round-robin counters,
         # text trees) must not mix two pools' histories.
-        self.colocated_policy: Policy[Any] = build_policy(
+        self.colocated_policy: Profile = build_policy(
             config.prefill, rng=random.Random(rng.random()), field_prefix="prefill"
         )
 
@@ -128,12 +128,14 @@ class PdRouter:
                 if commit:
                     self.prefill_policy.on_request_routed(request, p_pick.chosen, now)
                     self.decode_policy.on_request_routed(request, d_pick.chosen, now)
-                return PdRoute(rid, True, p_pick.chosen, d_pick.chosen, p_pick, d_pick, pd, "pd")
+                return PdRoute(
+                    rid, True, p_pick.chosen, d_pick.chosen, p_pick, d_pick, pd, RouteKind.PD
+                )
         if colocated:
             return self._colocated(request, colocated, now, commit, pd=pd)
         if commit:
             self.decode_policy.on_request_routed(request, d_pick.chosen, now)
-        return PdRoute(rid, False, None, d_pick.chosen, None, d_pick, pd, "decode")
+        return PdRoute(rid, False, None, d_pick.chosen, None, d_pick, pd, RouteKind.LOCAL)
 
     def _colocated(
         self,
@@ -148,4 +150,6 @@ class PdRouter:
             raise NoReplicaError(f"request {request.request_id}: no healthy replica")
         if commit:
             self.colocated_policy.on_request_routed(request, pick.chosen, now)
-        return PdRoute(request.request_id, False, None, pick.chosen, None, pick, pd, "colocated")
+        return PdRoute(
+            request.request_id, False, None, pick.chosen, None, pick, pd, RouteKind.COLOCATED
+        )

@@ -60,6 +60,8 @@ class ReplicaSnapshot:
     - `prefill_tokens_per_s`: the replica's prefill throughput, if profiled (None = use the
       policy's default).
     - `cached_blocks`: blocks the index holds for the replica (Dynamo's tie-break: smaller tree).
+    - `role`: the replica's pool (`prefill` | `decode` | `colocated`) when the caller mixes
+      pools in one candidate list (the `role` filter reads it); None = not given.
 
     Read-only by convention; not `frozen` because frozen dataclasses construct several times
     slower and one decision builds a snapshot per candidate replica.
@@ -77,6 +79,7 @@ class ReplicaSnapshot:
     requests_in_flight: int = 0
     prefill_tokens_per_s: float | None = None
     cached_blocks: int = 0
+    role: str | None = None
 
 
 @dataclass(slots=True)

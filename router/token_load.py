@@ -3,7 +3,7 @@
 A replica's remaining work is (a) the prefill tokens admitted to it that are not cached and not
 yet prefilled, and (b) the KV blocks of the sequences it is decoding. Cache overlap only matters
 because it shrinks (a); this tracker is what lets a policy see (a) and (b) instead of request
-counts (DESIGN.md, "Routing").
+counts (docs/DESIGN.md, "Routing").
 
 Lifecycle, per (request, replica) entry; every call is idempotent and takes `now`:
 
@@ -283,6 +283,14 @@ class TokenLoad:
             metrics.num_waiting,
             metrics.kv_capacity_blocks,
         )
+
+    def tracked_load(self, replica_id: str) -> ReplicaLoad:
+        """The replica's load from request lifecycles alone (no metrics bound, no scrape
+        fields): what two callers that drive the same events must agree on."""
+        totals = self._totals.get(replica_id)
+        if totals is None:
+            return ReplicaLoad()
+        return ReplicaLoad(totals.prefill_tokens, totals.decode_blocks, totals.requests)
 
     def tracked_requests(self, replica_id: str | None = None) -> int:
         """Live entries (on one replica, or overall)."""

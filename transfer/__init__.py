@@ -14,13 +14,14 @@ from transfer.errors import (
     TransferFailed,
     TransferTimeout,
 )
-from transfer.factory import MoverKind, make_block_mover
+from transfer.factory import make_block_mover
 from transfer.lease import Lease, LeaseTable
 from transfer.mover import BlockMover, MoverStats, PullResult, Released
 from transfer.nixl_mover import NixlBlockMover, NixlSettings, nixl_available
 from transfer.params import KvTransferParams, PeerAddress
 from transfer.pool import KvBlockPool
 from transfer.tcp_mover import TcpBlockMover
+from transfer.transports import KvTransport, UcxTransport
 
 __all__ = [
     "BackendUnavailable",
@@ -28,11 +29,11 @@ __all__ = [
     "BlockMover",
     "KvBlockPool",
     "KvTransferParams",
+    "KvTransport",
     "LayoutMismatch",
     "Lease",
     "LeaseNotFound",
     "LeaseTable",
-    "MoverKind",
     "MoverStats",
     "NixlBlockMover",
     "NixlSettings",
@@ -44,6 +45,7 @@ __all__ = [
     "TransferError",
     "TransferFailed",
     "TransferTimeout",
+    "UcxTransport",
     "make_block_mover",
     "nixl_available",
 ]

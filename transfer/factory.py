@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 from transfer.errors import BackendUnavailable
 from transfer.mover import BlockMover, Released
 from transfer.nixl_mover import NixlBlockMover, NixlSettings, nixl_available
 from transfer.pool import KvBlockPool
 from transfer.tcp_mover import TcpBlockMover
-
-MoverKind = Literal["auto", "nixl", "tcp"]
+from transfer.transports import KvTransport
 
 
 def make_block_mover(
     pool: KvBlockPool,
-    kind: MoverKind = "auto",
+    kind: KvTransport = KvTransport.AUTO,
     *,
     engine_id: str | None = None,
     host: str = "127.0.0.1",
@@ -25,10 +23,14 @@ def make_block_mover(
     settings: NixlSettings | None = None,
     default_timeout_s: float = 10.0,
 ) -> BlockMover:
-    """`kind="auto"`: NIXL if importable, else TCP. `kind="nixl"` without NIXL raises
-    BackendUnavailable (no silent downgrade when NIXL was asked for)."""
-    use_nixl = kind == "nixl" or (kind == "auto" and nixl_available())
-    if kind == "nixl" and not nixl_available():
+    """`kind=auto`: NIXL if importable, else TCP. `kind=nixl` without NIXL raises
+    BackendUnavailable (no silent downgrade when NIXL was asked for); `kind=none` is a
+    ValueError (the caller wants no mover)."""
+    kind = KvTransport(kind)
+    if kind is KvTransport.NONE:
+        raise ValueError("kind='none' asks for no mover")
+    use_nixl = kind is KvTransport.NIXL or (kind is KvTransport.AUTO and nixl_available())
+    if kind is KvTransport.NIXL and not nixl_available():
         raise BackendUnavailable("kind='nixl' but nixl cannot be imported")
     if use_nixl:
         return NixlBlockMover(

@@ -48,6 +48,7 @@ from transfer.side_channel import (
     Request,
     SideChannelServer,
 )
+from transfer.transports import KvTransport
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class PullResult:
     num_blocks: int
     nbytes: int
     seconds: float
-    kind: str
+    kind: KvTransport
 
     @property
     def gbps(self) -> float:
@@ -110,7 +111,7 @@ class MoverStats:
 class BlockMover(Protocol):
     """What `pools/` codes against; `NixlBlockMover` and `TcpBlockMover` implement it."""
 
-    kind: str
+    kind: KvTransport
     pool: KvBlockPool
 
     @property
@@ -176,7 +177,7 @@ def _raise_fail(reply: Fail, peer: PeerAddress, request_id: str) -> None:
 class MoverBase(abc.ABC):
     """Shared owner + puller logic; see the module docstring."""
 
-    kind: str = "?"
+    kind: KvTransport  # set by each subclass
 
     def __init__(
         self,
@@ -431,7 +432,7 @@ class MoverBase(abc.ABC):
                 )
             if reply.kind != self.kind:
                 raise LayoutMismatch(
-                    f"peer {peer} runs a {reply.kind!r} mover, this one is {self.kind!r}",
+                    f"peer {peer} runs a {reply.kind!r} mover, this one is {self.kind.value!r}",
                     peer=str(peer),
                 )
             await self._connect_backend(link, reply)

@@ -1,6 +1,6 @@
 """The NIXL block mover: one NIXL agent per mover, one registration of the whole pool.
 
-Choices, and why (measured on this kind of machine, see RUNTIME-FACTS.md):
+Choices, and why (measured on this kind of machine, see docs/RUNTIME-FACTS.md):
 
 * **No NIXL progress thread** (`enable_prog_thread=False`): it spins ~0.8 core per agent even
   when idle, which two engines on two cores cannot afford. Instead the mover's asyncio tick calls
@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -43,12 +43,11 @@ from transfer.errors import BackendUnavailable, PeerGone, TransferFailed, Transf
 from transfer.mover import MoverBase, Released
 from transfer.pool import KvBlockPool
 from transfer.side_channel import HelloReply, PeerLink
+from transfer.transports import KvTransport, UcxTransport
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-Transport = Literal["auto", "shm", "tcp"]
 
 
 _BACKEND_PACKAGES = ("nixl_cu13", "nixl_cu12", "nixl_rocm")
@@ -122,19 +121,24 @@ class NixlSettings:
       (default 50 ms) otherwise (notifications for explicit `notify` still arrive).
     """
 
-    transport: Transport = "auto"
+    transport: UcxTransport = UcxTransport.AUTO
     backend_params: Mapping[str, str] = field(default_factory=dict)
     ucx_env: Mapping[str, str] = field(default_factory=dict)
     poll_interval_s: float = 0.0005
     idle_poll_interval_s: float = 0.05
 
+    def __post_init__(self) -> None:
+        # a plain string from a caller or a CLI flag becomes the member (ValueError if unknown)
+        object.__setattr__(self, "transport", UcxTransport(self.transport))
+
     def resolved_backend_params(self) -> dict[str, str]:
-        params = {} if self.transport == "tcp" else {"ucx_error_handling_mode": "none"}
+        tcp = self.transport is UcxTransport.TCP
+        params = {} if tcp else {"ucx_error_handling_mode": "none"}
         params.update(self.backend_params)
         return params
 
     def resolved_env(self) -> dict[str, str]:
-        env = {"UCX_TLS": "tcp"} if self.transport == "tcp" else {}
+        env = {"UCX_TLS": "tcp"} if self.transport is UcxTransport.TCP else {}
         env.update(self.ucx_env)
         return env
 
@@ -157,7 +161,7 @@ class _Inflight:
 class NixlBlockMover(MoverBase):
     """`BlockMover` over NIXL (UCX). See the module docstring for the design."""
 
-    kind = "nixl"
+    kind = KvTransport.NIXL
 
     def __init__(
         self,

@@ -30,6 +30,7 @@ from transfer.mover import Released
 from transfer.nixl_mover import NixlSettings
 from transfer.pattern import fill_pool
 from transfer.pool import KvBlockPool
+from transfer.transports import KvTransport, UcxTransport
 
 
 def _emit(event: dict[str, Any]) -> None:
@@ -100,8 +101,11 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m transfer.peer", description=__doc__)
-    parser.add_argument("--kind", choices=["auto", "nixl", "tcp"], default="auto")
-    parser.add_argument("--transport", choices=["auto", "shm", "tcp"], default="auto")
+    kinds = [k for k in KvTransport if k is not KvTransport.NONE]
+    parser.add_argument("--kind", type=KvTransport, choices=kinds, default=KvTransport.AUTO)
+    parser.add_argument(
+        "--transport", type=UcxTransport, choices=list(UcxTransport), default=UcxTransport.AUTO
+    )
     parser.add_argument("--num-blocks", type=int, required=True)
     parser.add_argument("--block-bytes", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)

@@ -19,6 +19,7 @@ import numpy as np
 from transfer.errors import TransferFailed
 from transfer.mover import PULL_HOLD_MARGIN_S, MoverBase, _raise_fail
 from transfer.side_channel import Fail, Notify, PeerLink, Read, ReadReply, Reply
+from transfer.transports import KvTransport
 
 CHUNK_BYTES = 16 << 20
 """Largest data reply (bytes); bounds the memory a pull pins in ZMQ queues at once."""
@@ -35,7 +36,7 @@ into one frame instead of one frame per run."""
 class TcpBlockMover(MoverBase):
     """`BlockMover` whose data goes over the side channel's TCP connection."""
 
-    kind = "tcp"
+    kind = KvTransport.TCP
 
     def _serve_read(self, request: Read) -> tuple[Reply, Sequence[Any]]:
         # Per-frame cost dominates small blocks, so: runs of adjacent ids go out as one frame

@@ -1,9 +1,10 @@
 """The discrete-event fleet simulator over virtual time (no sleeps, no threads).
 
 One `EngineCore` (`pools/sim`) per replica with a `TimingModel(model, gpu, tp)`; the real
-router: `KvIndex` fed by every core's KV events (drained after each step), `TokenLoad` driven
-through each request's lifecycle, the configured policies and the P/D decision via `PdRouter`;
-KV transfers timed by the link model; arrivals from a `Workload`.
+router: `KvIndex` fed by every core's KV events (drained after each step) and the coordinator's
+own `RequestLifecycle` (`router/lifecycle.py`: lookups, snapshots, `PdRouter`, `TokenLoad`),
+told what happens through `lifecycle_adapter.SimLifecycle`; KV transfers timed by the link
+model; arrivals from a `Workload`.
 
 Events (one heap, ordered by `(time, sequence number)`, so runs are deterministic):
 
@@ -52,6 +53,7 @@ from typing import Any
 
 from benchmarks.fleet_sim.block_ids import BlockChain
 from benchmarks.fleet_sim.fleet import FleetSpec
+from benchmarks.fleet_sim.lifecycle_adapter import SimLifecycle, build_sim_lifecycle
 from benchmarks.fleet_sim.policies import router_config_for
 from benchmarks.workloads.model import Segment, Workload, output_content_id
 from pools.sim.config import EngineConfig
@@ -66,12 +68,13 @@ from pools.sim.request import SimRequest
 from pools.sim.timing import TimingModel, make_timing
 from router.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 from router.kv_index import KvIndex
-from router.pd_router import PdRouter
-from router.replica_state import ReplicaStatic, RoutingRequest, build_snapshots
-from router.token_load import TokenLoad
+from router.policies.config import RouterPolicyConfig
+from router.replica_state import ReplicaStatic, RoutingRequest
+from transfer.params import KvTransferParams
 
 _ARRIVAL, _STEP, _TRANSFER, _TICK = 0, 1, 2, 3
 _INF = float("inf")
+_PREFILL_LEG_PARAMS = KvTransferParams.prefill_request()  # what the coordinator's prefill leg sends
 _TEXT_BASE = 0x4E00  # CJK block: one printable char per block id for text-based policies
 
 
@@ -92,6 +95,8 @@ class SimConfig:
     fast_forward: bool = True
     seed: int = 0
     kv_memory_gb: float | None = None
+    # The router's policies as a fleet file gives them; None: `router_config_for(policy)`.
+    router: RouterPolicyConfig | None = None
 
 
 @dataclass(slots=True)
@@ -247,13 +252,26 @@ class FleetSimulator:
         self.prefill_ids = [r.id for r in self.replicas if r.role == "prefill"]
         self.decode_ids = [r.id for r in self.replicas if r.role == "decode"]
         self.colocated_ids = [r.id for r in self.replicas if r.role == "colocated"]
-        router_cfg = router_config_for(config.policy)
-        self.router = PdRouter(router_cfg, seed=config.seed)
-        self.needs_text = "cache_aware" in (router_cfg.prefill.name, router_cfg.decode.name)
+        router_cfg = (
+            config.router if config.router is not None else router_config_for(config.policy)
+        )
         self.index = KvIndex(config.model, bs, engine_hash_keys=True)
-        self.load = TokenLoad(origin="sim")
         tps = 8192 / self.timing.prefill_time(8192)
         self.static = {r.id: ReplicaStatic(prefill_tokens_per_s=tps) for r in self.replicas}
+        self.routing = SimLifecycle(
+            build_sim_lifecycle(
+                router_cfg,
+                config.fleet.replica_ids(),
+                self.static,
+                self.index,
+                seed=config.seed,
+            )
+        )
+        self.load = self.routing.token_load  # the metrics ticks reconcile it
+        router = self.routing.lifecycle.router
+        self.needs_text = any(
+            p.needs_prompt_text for p in (router.prefill_policy, router.decode_policy)
+        )
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
         self.next_tick = 0.0
@@ -403,46 +421,13 @@ class FleetSimulator:
             prompt_text=text,
             max_tokens=spec.output_tokens,
         )
-        overlap = self.index.match(keys)
-        cached = {r.id: self.index.blocks(r.id) for r in self.replicas}
-
-        def snaps(ids: list[str]) -> list[Any]:
-            return build_snapshots(ids, overlap, self.load, now, self.static, cached)
-
-        route = self.router.route(
-            req,
-            snaps(self.prefill_ids),
-            snaps(self.decode_ids),
-            now,
-            colocated=snaps(self.colocated_ids),
-        )
-        d = self.by_id[route.decode_replica]
+        plan = self.routing.arrive(req, now)
+        d = self.by_id[plan.decode.replica]
         rec.decode_replica = d.id
-        if route.disaggregate and route.prefill_replica is not None:
-            p = self.by_id[route.prefill_replica]
+        if plan.prefill is not None:
+            p = self.by_id[plan.prefill.replica]
             rec.prefill_replica = p.id
             rec.disaggregated = True
-            p_over = overlap.get(p.id, 0)
-            self.load.on_admitted(
-                rid,
-                p.id,
-                now,
-                prompt_tokens=prompt_tokens,
-                uncached_tokens=prompt_tokens - p_over * bs,
-                block_size=bs,
-                decodes=False,
-            )
-            # The decode leg's incoming KV (what it will load) counts as its pending prefill
-            # until the transfer lands, so decode picks see legs still in prefill.
-            d_over = overlap.get(d.id, 0)
-            self.load.on_admitted(
-                rid,
-                d.id,
-                now,
-                prompt_tokens=prompt_tokens,
-                uncached_tokens=prompt_tokens - d_over * bs,
-                block_size=bs,
-            )
             d.inbound[p.index] = d.inbound.get(p.index, 0) + 1
             p.core.add_request(
                 SimRequest(
@@ -451,22 +436,13 @@ class FleetSimulator:
                     max_tokens=1,
                     num_prompt_tokens=prompt_tokens,
                     block_hashes=seq_hashes,
-                    kv_transfer_params={"do_remote_decode": True},
+                    kv_transfer_params=_PREFILL_LEG_PARAMS,
                 ),
                 now,
             )
             self._pending_decode[rid] = seq_hashes
             self._wake(p, now)
         else:
-            d_over = overlap.get(d.id, 0)
-            self.load.on_admitted(
-                rid,
-                d.id,
-                now,
-                prompt_tokens=prompt_tokens,
-                uncached_tokens=prompt_tokens - d_over * bs,
-                block_size=bs,
-            )
             d.core.add_request(
                 SimRequest(
                     rid,
@@ -527,15 +503,14 @@ class FleetSimulator:
 
     def _apply_outputs(self, rep: _Replica, res: StepResult, now: float) -> None:
         bs = self.config.block_size
-        load = self.load
+        routing = self.routing
         for out in res.outputs:
             rid = out.request_id
             rec = self.records[rid]
             if rep.role == "prefill":
                 # the prefill leg finished: its KV goes to the decode replica
                 rec.hit_tokens = out.num_local_cached_tokens
-                load.on_prefill_done(rid, rep.id, now)
-                d = self.by_id[rec.decode_replica]
+                d = self.by_id[routing.prefill_leg_done(rid, now).replica]
                 d.inbound[rep.index] -= 1
                 if out.finish_reason not in ("stop", "length") or out.kv_transfer_params is None:
                     raise RuntimeError(f"prefill leg {rid} ended with {out.finish_reason}")
@@ -561,15 +536,15 @@ class FleetSimulator:
                     rec.transfer_tokens = out.num_external_tokens
                     if rec.prefill_replica is not None:
                         self.by_id[rec.prefill_replica].core.release_held(rid, now)
-                load.on_tokens(rid, rep.id, now, n)
+                routing.token_output(rid, now, n)
             else:
                 if rec.last_token is not None:
                     gap = now - rec.last_token
                     self.itl.append(gap)
                     if gap > rec.max_itl:
                         rec.max_itl = gap
-                if (rec.prompt_tokens + n) % bs == 1:
-                    load.on_tokens(rid, rep.id, now, n)
+                if (rec.prompt_tokens + n) % bs == 1:  # a new block (the lifecycle's own test)
+                    routing.token_output(rid, now, n)
             rec.last_token = now
             rec.num_output = n
             if out.finished:
@@ -588,7 +563,7 @@ class FleetSimulator:
         ends: list[float] = ff.step_ends
         k = len(ends)
         gaps = [ends[0]] + [ends[j] - ends[j - 1] for j in range(1, k)]
-        load = self.load
+        routing = self.routing
         itl = self.itl
         for rid, n_after in zip(ff.request_ids, ff.num_output_tokens, strict=True):
             rec = self.records[rid]
@@ -602,7 +577,7 @@ class FleetSimulator:
             # on_tokens where the context crosses into a new block: (prompt + n) % bs == 1
             j = (1 - rec.prompt_tokens - n0 - 1) % bs
             while j < k:
-                load.on_tokens(rid, rep.id, ends[j], n0 + j + 1)
+                routing.token_output(rid, ends[j], n0 + j + 1)
                 j += bs
             rec.last_token = ends[-1]
             rec.num_output = n_after
@@ -610,7 +585,7 @@ class FleetSimulator:
     def _finish(self, rec: RequestRecord, rep: _Replica, now: float) -> None:
         rec.finish = now
         rec.finish_count += 1
-        self.load.on_finished(rec.request_id, now)
+        self.routing.finished(rec.request_id, now)
         self.records.pop(rec.request_id, None)
         self.outstanding -= 1
         si = rec.session
@@ -634,7 +609,7 @@ class FleetSimulator:
         if rec is not None and rec.prefill_replica is not None:
             self.by_id[rec.prefill_replica].core.release_held(rid, now)
             self._wake(self.by_id[rec.prefill_replica], now)
-        self.load.on_prefill_done(rid, d.id, now)
+        self.routing.transfer_landed(rid, now)
         self._wake(d, now)
 
     def _tick(self, now: float) -> None:

@@ -48,6 +48,9 @@ import numpy as np
 from benchmarks.workloads.model import Segment, SessionSpec, TurnSpec, Workload, content_id_for
 
 __all__ = [
+    "AZURE_CONVERSATION",
+    "MOONCAKE_CONVERSATION",
+    "TRACES_DIR",
     "TRACE_FORMATS",
     "TraceFormatError",
     "block_content_id",
@@ -58,6 +61,12 @@ __all__ = [
 ]
 
 TRACE_FORMATS = ("mooncake", "azure")
+
+# The repository's copies of the public traces (`benchmarks/traces/`: upstream bytes, licences,
+# SHA256SUMS). Repository data, not package data: an installed wheel does not ship them.
+TRACES_DIR = Path(__file__).resolve().parents[1] / "traces"
+MOONCAKE_CONVERSATION = TRACES_DIR / "mooncake" / "conversation_trace.jsonl"
+AZURE_CONVERSATION = TRACES_DIR / "azure" / "AzureLLMInferenceTrace_conv.csv"
 
 _MASK63 = (1 << 63) - 1
 _PHI = 0x9E3779B97F4A7C15

@@ -35,6 +35,7 @@ from pdorch.app.state import POOLS, Coordinator
 from pools.launch_spec import StaticEndpointSpec
 from router.pd_router import NoReplicaError
 from router.replica_state import RoutingRequest
+from router.vocabulary import RouteKind
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -81,11 +82,11 @@ def admin_router(c: Coordinator) -> APIRouter:
             parsed.max_tokens,
         )
         try:
-            result = c.route(routing, now, commit=False)
+            result = c.lifecycle.route(routing, now, commit=False)
         except NoReplicaError as err:
             raise ApiError(503, f"No healthy replica: {err}", code="no_replica") from None
         route = result.route
-        serving = result.colocated if route.pool == "colocated" else result.decode
+        serving = result.colocated if route.kind is RouteKind.COLOCATED else result.decode
         explanation = route.explain(routing, now, result.prefill, serving)
         return _json(
             {
@@ -94,7 +95,7 @@ def admin_router(c: Coordinator) -> APIRouter:
                 "prompt_tokens": prompt_tokens,
                 "block_keys": len(keys),
                 "route": {
-                    "pool": route.pool,
+                    "pool": route.kind,  # the route kind: pd | local | colocated
                     "disaggregate": route.disaggregate,
                     "prefill_replica": route.prefill_replica,
                     "decode_replica": route.decode_replica,

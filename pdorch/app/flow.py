@@ -1,4 +1,4 @@
-"""The P/D request flow of one client request (the contract: RUNTIME-FACTS.md, "Protocol").
+"""The P/D request flow of one client request (the contract: docs/RUNTIME-FACTS.md, "Protocol").
 
 ```
 admit (429) → read body (413) → validate (400/404) → tokenize → block keys
@@ -18,14 +18,13 @@ disconnect and the whole-request deadline (`request_timeout_s`, 504): a client t
 cancels the legs (the upstream connections are closed, the engines abort the requests) and releases
 the token load. After the first byte, `ProxyStream` does the same on disconnect.
 
-Token load (`TokenLoad`) per route:
-- disaggregated: prefill replica admitted with its uncached tokens (`decodes=False`, ends when
-  the prefill leg returns); decode replica admitted with 0 uncached, its KV counted from the
-  prefill's return;
-- local prefill: decode replica admitted with its own uncached tokens, prefill done at the
-  first byte;
-- streamed tokens: one per SSE `data:` event (vLLM sends one event per step), cumulative;
-- finished at the last byte, aborted on any failure or disconnect (always exactly once).
+Routing and token load are `RequestLifecycle`'s (`router/lifecycle.py`, the object the fleet
+simulator drives too): this module only sends the legs it plans and tells it what happened:
+`admit` → plan; the prefill leg's outcome → `prefill_done(ok)` → the decode leg (with the
+prefill's KV params, or the fallback that prefills locally); a decode failure before the first
+byte → `decode_failed(reached)` then `retry_decode`; streamed tokens → `tokens` (one per SSE
+`data:` event, vLLM sends one per step, cumulative; the first byte is the first such event);
+`finished` at the last byte, `aborted` on any failure or disconnect (always exactly once).
 
 Response headers: `x-request-id` (both legs' id), `x-pdorch-prefill` (the replica that
 prefilled: the prefill replica, or the decode replica when it prefilled locally),
@@ -57,12 +56,15 @@ from pdorch.app.legs import (
     prefill_leg,
 )
 from pdorch.app.openai_schema import ParsedRequest, RequestKind, parse_request
-from pdorch.app.state import Coordinator, RouteResult
+from pdorch.app.state import Coordinator
 from pools.fleet import FailureKind
 from pools.health import classify_error
 from pools.pd_protocol import REQUEST_ID_HEADER, decode_leg_body, prefill_leg_body
+from router.lifecycle_plan import DecodeLeg
 from router.pd_router import NoReplicaError
 from router.replica_state import RoutingRequest
+from router.vocabulary import RouteKind
+from transfer.params import KvTransferParams
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +116,10 @@ class RequestFlow:
         self.parsed: ParsedRequest | None = None
         self.decode_replica: str | None = None
         self.prefill_replica: str | None = None
-        self.route_label = "local"
+        self.route_kind = RouteKind.LOCAL
         self._closed = False
         self._admitted = False
+        self._admitted_to_lifecycle = False
 
     # ---- entry -------------------------------------------------------------------------------
 
@@ -213,83 +216,41 @@ class RequestFlow:
             parsed.prompt_text,
             parsed.max_tokens,
         )
+        lifecycle = c.lifecycle
         try:
-            result = c.route(request, now)
+            plan = lifecycle.admit(request, now)
         except NoReplicaError as err:
             raise ApiError(
                 503, f"No healthy replica can serve the request: {err}", code="no_replica"
             ) from None
-        route = result.route
-        decode = route.decode_replica
-        kv_params: dict[str, Any] | None = None
-        tl = c.token_load
-        bs = c.block_size
-        if route.disaggregate and route.prefill_replica is not None:
-            prefill = route.prefill_replica
-            self.prefill_replica = prefill
-            self.route_label = "pd"
-            tl.on_admitted(
-                self.request_id,
-                prefill,
-                now,
-                prompt_tokens=prompt_tokens,
-                uncached_tokens=request.uncached_tokens(result.overlap.get(prefill, 0)),
-                block_size=bs,
-                decodes=False,
-            )
-            tl.on_admitted(
-                self.request_id,
-                decode,
-                now,
-                prompt_tokens=prompt_tokens,
-                uncached_tokens=0,
-                block_size=bs,
-            )
-            c.record_routed(prefill, keys, now)
-            c.record_routed(decode, keys, now)
+        self._admitted_to_lifecycle = True
+        leg = plan.decode
+        self._show(leg)
+        kv_params: KvTransferParams | None = None
+        if plan.prefill is not None:
+            prefill = plan.prefill.replica
+            c.expect_blocks(prefill, keys, now)
+            c.expect_blocks(leg.replica, keys, now)
             kv_params = await self._prefill(prefill, parsed)
-            now = c.now()
             if kv_params is not None:
                 c.report_success(prefill)
-                tl.on_prefill_done(self.request_id, prefill, now)
-                tl.on_prefill_done(self.request_id, decode, now)
-            else:
-                tl.on_aborted(self.request_id, now, prefill)
-                self._readmit(decode, request, result, now)
-                self.prefill_replica = decode
-                self.route_label = "fallback"
+            confirmed = lifecycle.prefill_done(self.request_id, c.now(), ok=kv_params is not None)
+            assert confirmed is not None  # a PD plan's request is in flight until we end it
+            leg = confirmed
+            self._show(leg)
         else:
-            self.prefill_replica = decode
-            self.route_label = "colocated" if route.pool == "colocated" else "local"
-            tl.on_admitted(
-                self.request_id,
-                decode,
-                now,
-                prompt_tokens=prompt_tokens,
-                uncached_tokens=request.uncached_tokens(result.overlap.get(decode, 0)),
-                block_size=bs,
-            )
-            c.record_routed(decode, keys, now)
-        c.metrics.routes.labels(self.route_label).inc()
+            c.expect_blocks(leg.replica, keys, now)
+        c.metrics.routes.labels(self.route_kind).inc()
         c.token_load_changed()
-        return await self._decode(decode, parsed, kv_params, request, result)
+        return await self._decode(leg, parsed, kv_params)
 
-    def _readmit(
-        self, replica: str, request: RoutingRequest, result: RouteResult, now: float
-    ) -> None:
-        """The replica now prefills the prompt itself: count its uncached tokens."""
-        tl = self.c.token_load
-        tl.on_aborted(self.request_id, now, replica)
-        tl.on_admitted(
-            self.request_id,
-            replica,
-            now,
-            prompt_tokens=request.prompt_tokens,
-            uncached_tokens=request.uncached_tokens(result.overlap.get(replica, 0)),
-            block_size=request.block_size,
-        )
+    def _show(self, leg: DecodeLeg) -> None:
+        """The response headers follow the leg being sent."""
+        self.decode_replica = leg.replica
+        self.prefill_replica = leg.prefilled_by
+        self.route_kind = leg.kind
 
-    async def _prefill(self, replica_id: str, parsed: ParsedRequest) -> dict[str, Any] | None:
+    async def _prefill(self, replica_id: str, parsed: ParsedRequest) -> KvTransferParams | None:
         """The prefill leg; None (after reporting) when the decode side must prefill."""
         c = self.c
         replica = c.replica(replica_id)
@@ -318,47 +279,29 @@ class RequestFlow:
         return None
 
     async def _decode(
-        self,
-        decode: str,
-        parsed: ParsedRequest,
-        kv_params: dict[str, Any] | None,
-        request: RoutingRequest,
-        result: RouteResult,
+        self, leg: DecodeLeg, parsed: ParsedRequest, kv_params: KvTransferParams | None
     ) -> Response:
         c = self.c
-        tried: list[str] = []
+        lifecycle = c.lifecycle
+        tried = 0
         last = "no decode replica"
         for attempt in range(1 + c.settings.decode_retries):
             if attempt:
-                now = c.now()
-                nxt = c.repick(result, tried, now)
-                if nxt is None:
+                retry = lifecycle.retry_decode(self.request_id, c.now())
+                if retry is None:
                     break
                 c.metrics.decode_retries.inc()
-                decode = nxt
-                if kv_params is None:
-                    self._readmit(decode, request, result, now)
-                else:
-                    c.token_load.on_admitted(
-                        self.request_id,
-                        decode,
-                        now,
-                        prompt_tokens=request.prompt_tokens,
-                        uncached_tokens=0,
-                        block_size=request.block_size,
-                    )
-                    c.token_load.on_prefill_done(self.request_id, decode, now)
-                if self.route_label != "pd":
-                    self.prefill_replica = decode
-            tried.append(decode)
-            self.decode_replica = decode
+                leg = retry
+                self._show(leg)
+            tried += 1
+            decode = leg.replica
             replica = c.replica(decode)
             if replica is None:
                 last = f"{decode}: removed from the fleet"
+                lifecycle.decode_failed(self.request_id, c.now(), reached=False)
                 continue
-            body = _encode(
-                decode_leg_body(parsed.body, kv_params) if kv_params is not None else parsed.body
-            )
+            sent = kv_params if leg.with_kv else None
+            body = _encode(decode_leg_body(parsed.body, sent) if sent is not None else parsed.body)
             url = replica.url + self.path
             try:
                 if parsed.stream:
@@ -378,12 +321,8 @@ class RequestFlow:
                 last = f"{decode}: {failure.detail}"
                 if failure.kind is not None:
                     c.report_failure(decode, failure.kind, failure.detail)
-                c.token_load.on_aborted(self.request_id, c.now(), decode)
-                if failure.reached:
-                    kv_params = None  # the blocks may have been claimed: prefill locally
-                    if self.route_label == "pd":
-                        self.route_label = "fallback"
-                        self.prefill_replica = None
+                # `reached`: the engine may have claimed the blocks, the next one prefills
+                lifecycle.decode_failed(self.request_id, c.now(), reached=failure.reached)
                 log.info("request %s: decode on %s failed: %s", self.request_id, decode, last)
                 continue
             c.report_success(decode)
@@ -393,7 +332,7 @@ class RequestFlow:
             headers = self._route_headers()
             return Response(content, status_code=200, media_type=ctype, headers=headers)
         raise ApiError(
-            502, f"Every decode attempt failed ({len(tried)}); last: {last}", code="decode_failed"
+            502, f"Every decode attempt failed ({tried}); last: {last}", code="decode_failed"
         )
 
     # ---- bookkeeping -------------------------------------------------------------------------
@@ -403,7 +342,7 @@ class RequestFlow:
             "x-request-id": self.request_id,
             "x-pdorch-prefill": self.prefill_replica or self.decode_replica or "",
             "x-pdorch-decode": self.decode_replica or "",
-            "x-pdorch-route": self.route_label,
+            "x-pdorch-route": self.route_kind,
         }
 
     def _finish(self, ok: bool, status: int) -> None:
@@ -411,12 +350,13 @@ class RequestFlow:
         if self._closed:
             return
         self._closed = True
-        now = self.c.now()
-        if ok:
-            self.c.token_load.on_finished(self.request_id, now)
-        else:
-            self.c.token_load.on_aborted(self.request_id, now)
-        self.c.token_load_changed()
+        if self._admitted_to_lifecycle:
+            now = self.c.now()
+            if ok:
+                self.c.lifecycle.finished(self.request_id, now)
+            else:
+                self.c.lifecycle.aborted(self.request_id, now)
+            self.c.token_load_changed()
         if self._admitted:
             self.c.release()
         self.c.metrics.requests.labels(self.endpoint, str(status)).inc()
@@ -449,10 +389,10 @@ class ProxyStream(StreamingResponse):
         flow = self.flow
         c = flow.c
         rid = flow.request_id
-        tl = c.token_load
+        lifecycle = c.lifecycle
         chunk = self.stream.first
-        tl.on_prefill_done(rid, self.replica_id, c.now())
         events = chunk.count(b"data: ")
+        lifecycle.tokens(rid, c.now(), events)  # the first byte: the prompt is computed
         tail = chunk[-32:]
         yield chunk
         try:
@@ -460,7 +400,7 @@ class ProxyStream(StreamingResponse):
                 if not chunk:
                     continue
                 events += chunk.count(b"data: ")
-                tl.on_tokens(rid, self.replica_id, c.now(), events)
+                lifecycle.tokens(rid, c.now(), events)
                 tail = (tail + chunk)[-32:]
                 yield chunk
         except Exception as exc:  # aiohttp read/payload errors: the engine died or hung

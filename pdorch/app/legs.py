@@ -2,8 +2,9 @@
 (`pdorch/app/upstream.py`: why aiohttp, connector and timeout settings).
 
 - `prefill_leg`: POST the prefill body (`pools.pd_protocol.prefill_leg_body`), read the JSON,
-  return its `kv_transfer_params`. Any failure (connection, timeout, 5xx, 4xx, no params) is a
-  `LegFailure`: the caller lets the decode replica prefill locally.
+  return its `kv_transfer_params` (a `transfer.KvTransferParams`). Any failure (connection,
+  timeout, 5xx, 4xx, no or bad params) is a `LegFailure`: the caller lets the decode replica
+  prefill locally.
 - `open_decode_stream`: POST the decode body and read up to the *first chunk* of the answer.
   Until that chunk, nothing was sent to the client, so a failure (`LegFailure`) can still be
   retried on another decode replica; a 4xx answer is the client's fault and comes back as
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import httpx
@@ -34,6 +34,7 @@ import msgspec
 from pools.fleet import FailureKind
 from pools.health import classify_error
 from pools.pd_protocol import kv_transfer_params_of
+from transfer.params import KvTransferParams
 
 _decode_json = msgspec.json.Decoder().decode
 JSON_HEADERS = {"content-type": "application/json"}
@@ -84,7 +85,7 @@ def _content_type(response: aiohttp.ClientResponse) -> str:
 
 async def prefill_leg(
     session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
-) -> dict[str, Any]:
+) -> KvTransferParams:
     """Run the prefill leg; its `kv_transfer_params` or `LegFailure`."""
     try:
         async with session.post(url, data=body, headers=headers) as response:

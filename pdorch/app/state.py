@@ -2,17 +2,20 @@
 
 It owns, per process:
 - the fleet view (`pools.fleet.Fleet`), its health checker and metrics scraper;
-- the routing state: `PdRouter` (prefill pick → P/D decision → decode pick, the same code the
-  fleet simulator runs), `TokenLoad`, the precise `KvIndex` fed by a `KvEventSubscriber`, and an
-  `ApproxKvIndex` for replicas that publish no KV events (recorded when we route there);
+- the routing state: one `RequestLifecycle` (`router/lifecycle.py`, the object the fleet
+  simulator drives too) over `PdRouter`, `TokenLoad`, the precise `KvIndex` fed by a
+  `KvEventSubscriber`, and an `ApproxKvIndex` for replicas that publish no KV events (recorded
+  when we route there); the coordinator hands it pool membership and health as fleet events
+  arrive;
 - one `aiohttp.ClientSession` for the request legs (`upstream.py`: the hot path) and the
   health probes, and one shared `httpx.AsyncClient` for scrapes, `/tokenize` and admin (and
   the probes too when the caller passes its own `client`);
 - the prompt tokenizer and the coordinator's Prometheus metrics.
 
 Fleet events drive the router state (listener `_on_fleet_event`):
-`ReplicaAdded` → follow its KV events, make it a candidate; `ReplicaRemoved` → stop following,
-drop its index entries, token load and policy state; `ReplicaHealthChanged` → candidate health;
+`ReplicaAdded` → follow its KV events, make it a lifecycle member; `ReplicaRemoved` → stop
+following, drop its index entries, token load and policy state; `ReplicaHealthChanged` →
+candidate health;
 `ReplicaMetricsUpdated` → `TokenLoad.observe_metrics` (reconciliation).
 
 Several coordinators (issue 6 item 6) plug in through `export_token_load_deltas()` and
@@ -29,7 +32,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,19 +61,17 @@ from router.approx_index import ApproxKvIndex
 from router.hash_match_monitor import HashMatchMonitor
 from router.kv_event_subscriber import EngineEventSource, KvEventSubscriber
 from router.kv_index import KvIndex
-from router.pd_router import PdRoute, PdRouter
-from router.replica_state import (
-    ReplicaSnapshot,
-    ReplicaStatic,
-    RoutingRequest,
-    build_snapshots,
-)
+from router.lifecycle import RequestLifecycle
+from router.lifecycle_plan import LifecycleEvent
+from router.pd_router import PdRouter
+from router.replica_state import ReplicaStatic
 from router.token_load import TokenLoad, TokenLoadDelta
 from router.tokenization import TokenizerMode
+from router.vocabulary import PoolName
 
 log = logging.getLogger(__name__)
 
-POOLS = ("prefill", "decode", "colocated")
+POOLS = tuple(PoolName)
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
@@ -95,18 +96,6 @@ class CoordinatorLimits:
         )
 
 
-@dataclass(slots=True)
-class RouteResult:
-    """A routed request: the route and the snapshots it was made from (for explain)."""
-
-    request: RoutingRequest
-    route: PdRoute
-    overlap: dict[str, int]
-    prefill: list[ReplicaSnapshot]
-    decode: list[ReplicaSnapshot]
-    colocated: list[ReplicaSnapshot]
-
-
 class Coordinator:
     """Router state + fleet wiring of one coordinator (see the module docstring)."""
 
@@ -122,6 +111,7 @@ class Coordinator:
         seed: int = 0,
         run_health_checks: bool = True,
         scrape_metrics: bool = True,
+        recorder: list[LifecycleEvent] | None = None,
     ) -> None:
         self.config = config
         self.settings = config.coordinator
@@ -138,6 +128,10 @@ class Coordinator:
         self.index = KvIndex(self.served_model, self.block_size)
         self.approx = ApproxKvIndex()
         self.subscriber = KvEventSubscriber(self.index)
+        # `recorder`: every request event with its inputs (the lifecycle agreement test)
+        self.lifecycle = RequestLifecycle(
+            self.router, self.token_load, self.index, self.approx, recorder=recorder
+        )
         # checks that our block keys match what engines report storing (tokenizer drift)
         self.hash_monitor = HashMatchMonitor()
         self._hash_checked_at = float("-inf")
@@ -178,9 +172,6 @@ class Coordinator:
         )
         self.metrics = CoordinatorMetrics(self)
         self.in_flight = 0
-        self._pool_ids: dict[str, list[str]] = {pool: [] for pool in POOLS}
-        self._static: dict[str, ReplicaStatic] = {}
-        self._approx_replicas: set[str] = set()
         self._unsubscribe: Callable[[], None] | None = None
         self._started = False
         self.delta_listeners: list[Callable[[list[TokenLoadDelta]], None]] = []
@@ -262,40 +253,27 @@ class Coordinator:
         replica = event.replica
         rid = replica.replica_id
         if isinstance(event, ReplicaAdded):
-            ids = self._pool_ids.setdefault(replica.pool, [])
-            if rid not in ids:
-                ids.append(rid)
-                ids.sort()
-            self._static[rid] = ReplicaStatic(healthy=replica.routable)
             ep = replica.endpoint
+            self.lifecycle.add_replica(
+                rid,
+                PoolName(replica.pool),
+                ReplicaStatic(healthy=replica.routable),
+                approximate=ep.kv_events_endpoint is None,
+            )
             if ep.kv_events_endpoint is not None:
                 self.subscriber.add_engine(
                     EngineEventSource(
                         rid, ep.kv_events_endpoint, ep.kv_events_replay_endpoint, ep.kv_events_topic
                     )
                 )
-            else:
-                self._approx_replicas.add(rid)
         elif isinstance(event, ReplicaRemoved):
-            ids = self._pool_ids.get(replica.pool, [])
-            if rid in ids:
-                ids.remove(rid)
-            self._static.pop(rid, None)
-            self._approx_replicas.discard(rid)
+            self.lifecycle.remove_replica(rid, event.now)
             self.subscriber.remove_engine(rid)
             self.index.remove_replica(rid)
             self.approx.remove_replica(rid)
-            self.token_load.remove_replica(rid, event.now)
-            for policy in (
-                self.router.prefill_policy,
-                self.router.decode_policy,
-                self.router.colocated_policy,
-            ):
-                policy.on_replica_removed(rid, event.now)
             self.tokens.forget(replica.url)
         elif isinstance(event, ReplicaHealthChanged):
-            if rid in self._static:
-                self._static[rid] = ReplicaStatic(healthy=replica.routable)
+            self.lifecycle.set_static(rid, ReplicaStatic(healthy=replica.routable))
             log.info("replica %s: %s → %s (%s)", rid, event.old, event.new, event.reason)
         elif isinstance(event, ReplicaMetricsUpdated):
             if event.now - self._hash_checked_at >= 1.0:  # piggy-backs on the scrape loop
@@ -326,62 +304,15 @@ class Coordinator:
         """True when some replica can serve a whole request (a decode or colocated one)."""
         return bool(self.fleet.routable("decode") or self.fleet.routable("colocated"))
 
-    def overlap(self, keys: Sequence[int], now: float) -> dict[str, int]:
-        """Leading cached blocks per replica: the precise index, plus the approximate one for
-        replicas without KV events."""
-        if not keys:
-            return {}
-        overlap = self.index.match(keys)
-        if self._approx_replicas:
-            for rid, blocks in self.approx.match(keys, now).items():
-                if rid in self._approx_replicas and blocks > overlap.get(rid, 0):
-                    overlap[rid] = blocks
-        return overlap
-
-    def snapshots(
-        self, pool: str, overlap: Mapping[str, int], now: float, exclude: Iterable[str] = ()
-    ) -> list[ReplicaSnapshot]:
-        """Candidates of `pool` (unhealthy ones included, marked, so explain shows them)."""
-        snaps = build_snapshots(
-            self._pool_ids.get(pool, ()), overlap, self.token_load, now, static=self._static
-        )
-        excluded = set(exclude)
-        if excluded:
-            for snap in snaps:
-                if snap.replica_id in excluded:
-                    snap.healthy = False
-        return snaps
-
-    # ---- routing -----------------------------------------------------------------------------
-
-    def route(self, request: RoutingRequest, now: float, commit: bool = True) -> RouteResult:
-        """Run `PdRouter` over the current snapshots; `NoReplicaError` when nobody can serve."""
-        overlap = self.overlap(request.block_keys, now)
-        prefill = self.snapshots("prefill", overlap, now)
-        decode = self.snapshots("decode", overlap, now)
-        colocated = self.snapshots("colocated", overlap, now)
-        route = self.router.route(request, prefill, decode, now, colocated=colocated, commit=commit)
-        return RouteResult(request, route, overlap, prefill, decode, colocated)
-
-    def repick(self, result: RouteResult, exclude: Iterable[str], now: float) -> str | None:
-        """Another replica to serve the whole request after `exclude` failed (decode retry)."""
-        pool = "colocated" if result.route.pool == "colocated" else "decode"
-        policy = self.router.colocated_policy if pool == "colocated" else self.router.decode_policy
-        snaps = self.snapshots(pool, result.overlap, now, exclude=exclude)
-        pick = policy.pick(result.request, snaps, now)
-        if pick.chosen is None and pool == "decode" and self._pool_ids.get("colocated"):
-            snaps = self.snapshots("colocated", result.overlap, now, exclude=exclude)
-            pick = self.router.colocated_policy.pick(result.request, snaps, now)
-        return pick.chosen
-
-    def record_routed(self, replica_id: str, keys: Sequence[int], now: float) -> None:
-        """`replica_id` will hold `keys`: remember it (replicas without KV events), or expect
-        its KV events to say so (the hash-match monitor warns when they do not)."""
-        if not keys:
-            return
-        if replica_id in self._approx_replicas:
-            self.approx.record(replica_id, keys, now)
-        elif self.tokens.mode != TokenizerMode.CHARS.value:
+    def expect_blocks(self, replica_id: str, keys: Sequence[int], now: float) -> None:
+        """`replica_id` will hold `keys`: expect its KV events to say so (the hash-match
+        monitor warns when they do not). The lifecycle records routes to replicas without KV
+        events in the approximate index itself."""
+        if (
+            keys
+            and not self.lifecycle.is_approximate(replica_id)
+            and self.tokens.mode != TokenizerMode.CHARS.value
+        ):
             self.hash_monitor.on_routed(replica_id, keys, now)
 
     # ---- request-path health feedback --------------------------------------------------------
@@ -470,9 +401,9 @@ class Coordinator:
                         "prefix_hit_rate": m.prefix_hit_rate if m else None,
                         "metrics_age_s": round(now - m.scraped_at, 3) if m else None,
                         "kv_events": r.endpoint.kv_events_endpoint,
-                        "indexed_blocks": self.index.blocks(r.replica_id)
-                        if r.replica_id not in self._approx_replicas
-                        else self.approx.blocks(r.replica_id),
+                        "indexed_blocks": self.approx.blocks(r.replica_id)
+                        if self.lifecycle.is_approximate(r.replica_id)
+                        else self.index.blocks(r.replica_id),
                     }
                 )
             pools[pool] = {

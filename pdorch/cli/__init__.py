@@ -15,6 +15,7 @@ from pdorch.cli import bench_router, bench_transfer, dev_tiny_model, engine_sim,
 from pdorch.cli import bench_sim as bench_sim_cmd
 from pdorch.cli import profile as profile_cmd
 from pdorch.cli import serve as serve_cmd
+from pdorch.cli.options import renamed
 
 app = typer.Typer(
     name="pdorch",
@@ -39,17 +40,18 @@ app.add_typer(dev_app, name="dev")
 app.add_typer(engine_app, name="engine")
 app.add_typer(bench_app, name="bench")
 
-dev_app.command("tiny-model")(dev_tiny_model.tiny_model)
-engine_app.command("vllm")(engine_vllm.engine_vllm)
-engine_app.command("sim")(engine_sim.engine_sim)
+dev_app.command("tiny-model", cls=dev_tiny_model.PositionalDirIsOut)(dev_tiny_model.tiny_model)
+# cls=renamed(...): the old flag spellings of a command keep working, hidden, for one release.
+engine_app.command("vllm", cls=renamed(engine_vllm.RENAMED))(engine_vllm.engine_vllm)
+engine_app.command("sim", cls=renamed(engine_sim.RENAMED))(engine_sim.engine_sim)
 bench_app.command("transfer")(bench_transfer.bench_transfer)
-bench_app.command("router")(bench_router.bench_router)
-bench_app.command("sim")(bench_sim_cmd.bench_sim)
-bench_app.command("live")(bench_live_cmd.bench_live)
-bench_app.command("proxy")(bench_proxy_cmd.bench_proxy)
-app.command("profile")(profile_cmd.profile)
+bench_app.command("router", cls=renamed(bench_router.RENAMED))(bench_router.bench_router)
+bench_app.command("sim", cls=renamed(bench_sim_cmd.RENAMED))(bench_sim_cmd.bench_sim)
+bench_app.command("live", cls=renamed(bench_live_cmd.RENAMED))(bench_live_cmd.bench_live)
+bench_app.command("proxy", cls=renamed(bench_proxy_cmd.RENAMED))(bench_proxy_cmd.bench_proxy)
+app.command("profile", cls=renamed(profile_cmd.RENAMED))(profile_cmd.profile)
 app.command("serve")(serve_cmd.serve)
 
 
 def main() -> None:
-    app()
+    app(prog_name="pdorch")  # also under `python -c "from pdorch.cli import main; main()"`

@@ -15,6 +15,13 @@ from typing import Any
 
 import typer
 
+RENAMED = {
+    "--model": "--served-model-name",
+    "--duration": "--duration-s",
+    "--request-timeout": "--request-timeout-s",
+}
+"""Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
+
 
 def _parse_params(items: list[str]) -> dict[str, Any]:
     params: dict[str, Any] = {}
@@ -48,7 +55,7 @@ def bench_live(
     trace_format: str | None = typer.Option(
         None,
         "--trace-format",
-        help="mooncake | azure; detected from the extension/content when omitted.",
+        help="mooncake | azure; default: detected from the extension/content.",
     ),
     rate_scale: float = typer.Option(
         1.0,
@@ -60,18 +67,24 @@ def bench_live(
         "--concurrency",
         min=1,
         help="Cap on concurrently active sessions (overrides the workload's closed-loop cap; "
-        "open-loop arrivals wait for a slot).",
+        "open-loop arrivals wait for a slot). Default: the workload's.",
     ),
-    duration: float | None = typer.Option(
+    duration_s: float | None = typer.Option(
         None,
-        "--duration",
-        help="Stop after this many seconds: no new requests, in-flight ones are cancelled.",
+        "--duration-s",
+        help="Stop after this many seconds: no new requests, in-flight ones are cancelled. "
+        "Default: run the whole workload.",
     ),
     max_requests: int | None = typer.Option(
-        None, "--max-requests", min=1, help="Start at most this many requests, then drain."
+        None,
+        "--max-requests",
+        min=1,
+        help="Start at most this many requests, then drain. Default: all of the workload's.",
     ),
-    model: str | None = typer.Option(
-        None, "--model", help="Model name to request (default: the first of GET /v1/models)."
+    served_model_name: str | None = typer.Option(
+        None,
+        "--served-model-name",
+        help="Served model name to put in each request (default: the first of GET /v1/models).",
     ),
     api: str = typer.Option(
         "chat", "--api", help="chat (/v1/chat/completions, multi-turn messages) | completions."
@@ -80,10 +93,12 @@ def bench_live(
     param: list[str] = typer.Option(
         [],
         "--param",
-        help="Workload parameter KEY=VALUE (JSON value), repeatable, e.g. --param steps=2 "
-        "--param sessions=20; for traces: spread_buckets=true.",
+        help="Workload parameter KEY=VALUE (JSON value), repeated for several (never split at "
+        "commas), e.g. --param steps=2 --param sessions=20; for traces: spread_buckets=true.",
     ),
-    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds per request."),
+    request_timeout_s: float = typer.Option(
+        600.0, "--request-timeout-s", help="Seconds a request may take before it counts as failed."
+    ),
     ignore_eos: bool = typer.Option(
         True,
         "--ignore-eos/--no-ignore-eos",
@@ -98,13 +113,19 @@ def bench_live(
     out: Path | None = typer.Option(
         None,
         "--out",
-        help="Write results.json (the summary) and requests.jsonl (one line per request) here.",
+        help="Directory (created) to write results.json (the summary) and requests.jsonl (one "
+        "line per request) into. Default: write no files.",
+        file_okay=False,
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object on stdout; table and progress on stderr."
     ),
 ) -> None:
-    """Measure TTFT, ITL, TPOT and throughput of an OpenAI endpoint under a workload."""
+    """Measure TTFT, ITL, TPOT and throughput of an OpenAI endpoint under a workload.
+
+    Example: `pdorch bench live --url http://127.0.0.1:8000 --workload agentic --duration-s 60
+    --json --out out/`
+    """
     import asyncio
 
     import httpx
@@ -123,8 +144,8 @@ def bench_live(
         raise typer.BadParameter("give exactly one of --workload NAME or --trace PATH")
     for name, value in (
         ("--rate-scale", rate_scale),
-        ("--duration", duration),
-        ("--request-timeout", request_timeout),
+        ("--duration-s", duration_s),
+        ("--request-timeout-s", request_timeout_s),
     ):
         if value is not None and value <= 0:
             raise typer.BadParameter(f"must be > 0, got {value}", param_hint=name)
@@ -147,11 +168,14 @@ def bench_live(
         err.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
 
+    model = served_model_name
     if model is None:
         try:
             model = _first_model(httpx, base_url)
         except Exception as e:  # any failure to list models is reported the same way
-            err.print(f"[red]error:[/red] cannot list models at {base_url}: {e}; pass --model")
+            err.print(
+                f"[red]error:[/red] cannot list models at {base_url}: {e}; pass --served-model-name"
+            )
             raise typer.Exit(2) from None
 
     cfg = LiveConfig(
@@ -159,9 +183,9 @@ def bench_live(
         model=model,
         api="chat" if api == "chat" else "completions",
         concurrency=concurrency,
-        duration_s=duration,
+        duration_s=duration_s,
         max_requests=max_requests,
-        request_timeout_s=request_timeout,
+        request_timeout_s=request_timeout_s,
         ignore_eos=ignore_eos,
     )
     total = wl.num_requests if max_requests is None else min(wl.num_requests, max_requests)

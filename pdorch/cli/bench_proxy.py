@@ -15,24 +15,26 @@ from pathlib import Path
 
 import typer
 
+from pdorch.cli.options import split_ints, split_list
 
-def _parse_list(text: str, option: str) -> list[str]:
-    items = [part.strip() for part in text.split(",") if part.strip()]
-    if not items:
-        raise typer.BadParameter(f"{option}: give at least one value")
-    return items
+RENAMED = {"--output": "--out"}
+"""Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
 
 
 def bench_proxy(
     requests: int = typer.Option(
         2000, min=1, help="Timed requests per (target, concurrency); p99 needs >= 100."
     ),
-    concurrency: str = typer.Option(
-        "1,32", help="Comma-separated concurrent clients, e.g. 1,32 (each on its own connection)."
+    concurrency: list[str] = typer.Option(
+        ["1,32"],
+        metavar="N,...",
+        help="Concurrent clients, comma-separated or repeated, e.g. 1,32 (each on its own "
+        "connection).",
     ),
-    targets: str = typer.Option(
-        "direct,vllm-router,pdorch",
-        help="Comma-separated targets: direct (the client does both legs, no proxy), "
+    targets: list[str] = typer.Option(
+        ["direct,vllm-router,pdorch"],
+        metavar="NAME,...",
+        help="Targets, comma-separated or repeated: direct (the client does both legs, no proxy), "
         "vllm-router (--vllm-pd-disaggregation), pdorch (pdorch serve). A target that cannot "
         "start is listed under `skipped`.",
     ),
@@ -46,18 +48,27 @@ def bench_proxy(
         help="Engines' real seconds per simulated second: tiny = engines answer almost at "
         "once, so the proxy is the bottleneck.",
     ),
-    model_profile: str = typer.Option("tiny", help="Simulated engines' model profile."),
+    model_profile: str = typer.Option(
+        "tiny", help="Simulated engines' model profile (timing model; see `pdorch profile`)."
+    ),
     log_dir: Path | None = typer.Option(
         None, help="Where engine/proxy logs go (default: a new temp directory)."
     ),
-    output: Path | None = typer.Option(
-        None, help="Also write the JSON object to this file (e.g. benchmarks/results/proxy.json)."
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="File to also write the JSON object to (e.g. benchmarks/results/proxy.json). "
+        "Default: write no file.",
+        dir_okay=False,
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object on stdout; table and progress on stderr."
     ),
 ) -> None:
-    """Compare P/D proxies on the same two simulated engines (separate processes, one run)."""
+    """Compare P/D proxies on the same two simulated engines (separate processes, one run).
+
+    Example: `pdorch bench proxy --requests 2000 --concurrency 1,32 --json --out proxy.json`
+    """
     import asyncio
 
     from rich.console import Console
@@ -66,15 +77,10 @@ def bench_proxy(
 
     from benchmarks.proxy_bench import TARGETS, ProxyBenchConfig, run_proxy_bench
 
-    try:
-        levels = tuple(int(c) for c in _parse_list(concurrency, "--concurrency"))
-    except ValueError:
-        raise typer.BadParameter(
-            f"--concurrency: {concurrency!r} is not a list of integers"
-        ) from None
+    levels = tuple(split_ints(concurrency, "--concurrency"))
     if any(c < 1 for c in levels):
         raise typer.BadParameter("--concurrency: every value must be >= 1")
-    chosen = tuple(_parse_list(targets, "--targets"))
+    chosen = tuple(split_list(targets, "--targets"))
     unknown = [t for t in chosen if t not in TARGETS]
     if unknown:
         raise typer.BadParameter(f"--targets: unknown {unknown}; choose from {list(TARGETS)}")
@@ -139,8 +145,8 @@ def bench_proxy(
             err.print(f"[red]{row['target']} C={row['concurrency']}: {row['first_error']}")
 
     text = json.dumps(result, indent=2)
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text + "\n")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
     if as_json:
         sys.stdout.write(text + "\n")

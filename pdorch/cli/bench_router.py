@@ -14,17 +14,25 @@ from pathlib import Path
 
 import typer
 
+from pdorch.cli.options import split_ints
+
+RENAMED = {"--output": "--out"}
+"""Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
+
 
 def bench_router(
-    prompt_tokens: list[int] = typer.Option(
-        [1024, 8192, 32768],
+    prompt_tokens_list: list[str] = typer.Option(
+        ["1024,8192,32768"],
         "--prompt-tokens",
-        help="Prompt length(s) in tokens to time decisions for; repeat the option for several.",
+        metavar="N,...",
+        help="Prompt length(s) in tokens to time decisions for; comma-separated or repeated.",
     ),
-    replicas: list[int] = typer.Option(
-        [8, 64, 256],
+    replicas_list: list[str] = typer.Option(
+        ["8,64,256"],
         "--replicas",
-        help="Candidate replica count(s), each with a populated KV index; repeat for several.",
+        metavar="N,...",
+        help="Candidate replica count(s), each with a populated KV index; comma-separated or "
+        "repeated.",
     ),
     iterations: int = typer.Option(
         300, min=1, help="Timed decisions per (prompt tokens, replicas) pair; p99 needs >= 100."
@@ -37,14 +45,23 @@ def bench_router(
     ),
     block_size: int = typer.Option(16, min=1, help="Tokens per KV block (vLLM --block-size)."),
     seed: int = typer.Option(0, help="Seed of the synthetic prompts, index and event stream."),
-    output: Path | None = typer.Option(
-        None, help="Also write the JSON object to this file (e.g. benchmarks/results/router.json)."
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="File to also write the JSON object to (e.g. benchmarks/results/router.json). "
+        "Default: write no file.",
+        dir_okay=False,
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object on stdout; table and progress on stderr."
     ),
 ) -> None:
-    """Time the router: block-key hashing + KV index match + token-load pick, and ingestion."""
+    """Time the router: block-key hashing + KV index match + token-load pick, and ingestion.
+
+    Example: `pdorch bench router --prompt-tokens 1024,8192 --replicas 8,64 --json`
+    """
+    prompt_tokens = split_ints(prompt_tokens_list, "--prompt-tokens")
+    replicas = split_ints(replicas_list, "--replicas")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     from rich.table import Table
@@ -122,9 +139,9 @@ def bench_router(
         )
     table.caption = "\n".join(caption)
     data = result.to_json()
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(data, indent=2) + "\n")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(data, indent=2) + "\n")
     if as_json:
         err.print(table)
         sys.stdout.write(json.dumps(data) + "\n")

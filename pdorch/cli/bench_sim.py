@@ -1,6 +1,9 @@
 """`pdorch bench sim`: run routing policies on the virtual-time fleet simulator, side by side.
 
-Every policy sees the same arrivals (the same `Workload`). The progress bar goes to stderr;
+Every policy sees the same arrivals (the same `Workload`). A policy is a benchmark name
+(`--policies`, `benchmarks/fleet_sim/policies.py`) or the router section of a YAML file
+(`--router-config`: a production fleet file or a router file), so a study runs exactly the
+policies a coordinator would. The progress bar goes to stderr;
 the report is a rich table (stdout, or stderr with `--json`); `--json` prints exactly one JSON
 object on stdout: `{"policies": {NAME: {"ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
 "itl_p50_ms", "itl_p99_ms", "output_tokens_per_s", "goodput_rps", "hit_rate",
@@ -14,8 +17,17 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+from pdorch.cli.options import split_list
+
+if TYPE_CHECKING:
+    from router.policies.config import RouterPolicyConfig
+
+RENAMED = {"--model": "--model-profile"}
+"""Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
 
 DEFAULT_POLICIES = (
     "token_load,round_robin,least_request,consistent_hash,cache_aware,kv_overlap,llmd,dynamo"
@@ -29,24 +41,41 @@ def bench_sim(
         help="Named workload (rl-rollouts, agentic, shared-prefix). Exclusive with --trace.",
     ),
     trace: Path | None = typer.Option(
-        None, "--trace", help="Trace file to replay (Mooncake JSONL or Azure CSV)."
+        None, "--trace", help="Trace file to replay (Mooncake JSONL or Azure CSV) instead."
     ),
     trace_format: str | None = typer.Option(
-        None, "--trace-format", help="mooncake | azure (default: detected from the file)."
+        None, "--trace-format", help="mooncake | azure; default: detected from the file."
     ),
-    policies: str = typer.Option(
-        DEFAULT_POLICIES,
+    policies: list[str] = typer.Option(
+        [],
         "--policies",
-        help="Comma-separated policies; NAME/always or NAME/never forces the P/D decision "
-        "(see benchmarks/fleet_sim/policies.py for each name's prefill and decode pick).",
+        metavar="NAME,...",
+        help="Policies, comma-separated or repeated; NAME/always or NAME/never forces the P/D "
+        "decision (see benchmarks/fleet_sim/policies.py for each name's prefill and decode "
+        f"pick). Default: {DEFAULT_POLICIES} (none when --router-config is given).",
     ),
-    fleet: str = typer.Option(
-        "4P4D",
+    router_config: list[str] = typer.Option(
+        [],
+        "--router-config",
+        metavar="FILE,...",
+        help="YAML files with the router's policies, comma-separated or repeated, each run "
+        "beside --policies under the file's name (default: none): a whole fleet file (its "
+        "pools.*.policy and pd, as the coordinator reads them), a file with a top-level "
+        "router: section, or one with prefill/decode/pd.",
+    ),
+    fleet: list[str] = typer.Option(
+        ["4P4D"],
         "--fleet",
+        metavar="FLEET,...",
         help="Replicas per pool: 4P4D (4 prefill + 4 decode), 8C (8 colocated), 2P4D2C; "
-        "several, comma-separated (4P4D,8C), run every policy on each (rows FLEET:POLICY).",
+        "several, comma-separated or repeated (4P4D,8C), run every policy on each (rows "
+        "FLEET:POLICY).",
     ),
-    model: str = typer.Option("llama-3.1-8b", "--model", help="Model profile (pdorch profile)."),
+    model_profile: str = typer.Option(
+        "llama-3.1-8b",
+        "--model-profile",
+        help="Model profile of the simulated engines (timing model; see `pdorch profile`).",
+    ),
     gpu: str = typer.Option("h100", "--gpu", help="GPU profile: h100, h200, a100, l40s, b200."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallel size per replica."),
     block_size: int = typer.Option(
@@ -60,15 +89,23 @@ def bench_sim(
         1.0, "--rate-scale", min=0.0001, help="Arrival-rate multiplier (2 = twice the load)."
     ),
     max_requests: int | None = typer.Option(
-        None, "--max-requests", min=1, help="Replay only the first N trace rows."
+        None,
+        "--max-requests",
+        min=1,
+        help="Replay only the first N trace rows. Default: all of them.",
     ),
-    slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="TTFT SLO for goodput."),
+    slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="TTFT SLO for goodput, in ms."),
     slo_itl_ms: float = typer.Option(
-        100.0, "--slo-itl-ms", help="Per-request mean inter-token latency (TPOT) SLO for goodput."
+        100.0,
+        "--slo-itl-ms",
+        help="Per-request mean inter-token latency (TPOT) SLO for goodput, in ms.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the workload and seeded policies."),
     param: list[str] = typer.Option(
-        [], "--param", help="Workload parameter KEY=VALUE (repeatable), e.g. steps=8."
+        [],
+        "--param",
+        help="Workload parameter KEY=VALUE (JSON value), repeated for several (never split at "
+        "commas), e.g. --param steps=8.",
     ),
     fast_forward: bool = typer.Option(
         True,
@@ -79,10 +116,18 @@ def bench_sim(
         False, "--json", help="Print one JSON object on stdout; table and progress on stderr."
     ),
     out: Path | None = typer.Option(
-        None, "--out", help="Write report.md, plots and results.json into this folder."
+        None,
+        "--out",
+        help="Directory (created) to write report.md, PNG plots and results.json into. Default: "
+        "write no files.",
+        file_okay=False,
     ),
 ) -> None:
-    """Compare routing policies on a simulated P/D or colocated fleet (virtual time)."""
+    """Compare routing policies on a simulated P/D or colocated fleet (virtual time).
+
+    Example: `pdorch bench sim --workload rl-rollouts --policies token_load,round_robin
+    --fleet 4P4D,8C --json --out out/`
+    """
     import time
 
     from rich.console import Console
@@ -103,13 +148,21 @@ def bench_sim(
         raise typer.BadParameter(
             "give exactly one of --workload or --trace", param_hint="--workload"
         )
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    if not names:
-        raise typer.BadParameter("no policy given", param_hint="--policies")
+    if not policies and not router_config:
+        policies = [DEFAULT_POLICIES]
+    names = split_list(policies, "--policies") if policies else []
+    router_files = (
+        [Path(f) for f in split_list(router_config, "--router-config")] if router_config else []
+    )
+    routers: dict[str, RouterPolicyConfig] = {}
+    for path in router_files:
+        label = path.stem if path.stem not in routers and path.stem not in names else str(path)
+        routers[label] = _load_router_file(path)
+    fleets_given = split_list(fleet, "--fleet")
     try:
         for n in names:
-            router_config_for(n)
-        specs = [FleetSpec.parse(f) for f in fleet.split(",") if f.strip()]
+            routers[n] = router_config_for(n)
+        specs = [FleetSpec.parse(f) for f in fleets_given]
         if not specs:
             raise ValueError("fleet: no fleet given")
     except ValueError as e:
@@ -145,7 +198,7 @@ def bench_sim(
         console=err,
         transient=as_json,
     ) as progress:
-        runs = [(spec, name) for spec in specs for name in names]
+        runs = [(spec, name) for spec in specs for name in routers]
         for spec, name in runs:
             label = name if len(specs) == 1 else f"{spec}:{name}"
             task = progress.add_task(f"{label:>24}", total=horizon, status="")
@@ -156,7 +209,8 @@ def bench_sim(
             cfg = SimConfig(
                 fleet=spec,
                 policy=name,
-                model=model,
+                router=routers[name],
+                model=model_profile,
                 gpu=gpu,
                 tp=tp,
                 block_size=block_size,
@@ -175,7 +229,7 @@ def bench_sim(
     wall = time.perf_counter() - wall0
 
     fleets = ",".join(str(s) for s in specs)
-    table = Table(title=f"bench sim: {wl.name} on {fleets} ({model}, {gpu}, tp={tp})")
+    table = Table(title=f"bench sim: {wl.name} on {fleets} ({model_profile}, {gpu}, tp={tp})")
     cols = [c for c in TABLE_COLUMNS if any(c[0] in m for m in metrics.values())]
     table.add_column("policy")
     for _, label, _ in cols:
@@ -193,7 +247,7 @@ def bench_sim(
             "workload": source,
             "trace_format": trace_format,
             "fleet": fleets,
-            "model": model,
+            "model": model_profile,
             "gpu": gpu,
             "tp": tp,
             "block_size": block_size,
@@ -203,6 +257,7 @@ def bench_sim(
             "slo_itl_ms": slo_itl_ms,
             "seed": seed,
             "params": kw,
+            "router_configs": [str(p) for p in router_files],
             "requests": wl.num_requests,
         }
         command = "pdorch bench sim " + " ".join(shlex.quote(a) for a in sys.argv[1:][2:])
@@ -221,3 +276,25 @@ def bench_sim(
         err.print(f"report: {out / 'report.md'}")
     if as_json:
         sys.stdout.write(json.dumps(json_summary(metrics, wall)) + "\n")
+
+
+def _load_router_file(path: Path) -> RouterPolicyConfig:
+    """The router config in `path`: a fleet file's (validated as the coordinator validates
+    it, errors with file, line and field) or a router file's (errors name the field)."""
+    import yaml
+
+    from pdorch.config.fleet import FleetConfigError, load_fleet_config
+    from router.policies.config import PolicyConfigError, load_router_config
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise typer.BadParameter(f"{path}: {e}", param_hint="--router-config") from None
+    try:
+        if isinstance(data, dict) and "pools" in data:
+            return load_fleet_config(path).router_policy_config()
+        return load_router_config(path)
+    except FleetConfigError as e:
+        raise typer.BadParameter(str(e), param_hint="--router-config") from None
+    except PolicyConfigError as e:
+        raise typer.BadParameter(f"{path}: {e}", param_hint="--router-config") from None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from pdorch.cli.options import split_list
+
 
 def bench_transfer(
     total_mib: int = typer.Option(
@@ -13,24 +15,27 @@ def bench_transfer(
         help="MiB moved per repetition of each case (block size x pattern x method). Pools "
         "hold 2x this on each side, so expect ~4x in memory per running case.",
     ),
-    methods: str = typer.Option(
-        "memcpy,tcp_socket,nixl_shm,nixl_tcp,tcp_mover",
+    methods: list[str] = typer.Option(
+        ["memcpy,tcp_socket,nixl_shm,nixl_tcp,tcp_mover"],
         "--methods",
-        help="Comma-separated subset of: memcpy (in-process ceiling), tcp_socket (plain "
-        "socket), nixl_shm (NIXL, UCX shared memory), nixl_tcp (NIXL, UCX over TCP), "
-        "tcp_mover (pdorch's TCP fallback mover).",
+        metavar="NAME,...",
+        help="Methods, comma-separated or repeated, a subset of: memcpy (in-process ceiling), "
+        "tcp_socket (plain socket), nixl_shm (NIXL, UCX shared memory), nixl_tcp (NIXL, UCX "
+        "over TCP), tcp_mover (pdorch's TCP fallback mover).",
     ),
-    block_kib: str = typer.Option(
-        "16,256,2048",
+    block_kib: list[str] = typer.Option(
+        ["16,256,2048"],
         "--block-kib",
-        help="Comma-separated block sizes in KiB. Add your model's KV block size (bytes per "
-        "token x tokens per block, all layers) to see the fabric at the size P/D will move.",
+        metavar="KIB,...",
+        help="Block sizes in KiB, comma-separated or repeated. Add your model's KV block size "
+        "(bytes per token x tokens per block, all layers) to see the fabric at the size P/D "
+        "will move.",
     ),
     json_out: bool = typer.Option(
         False,
         "--json",
-        help="Print exactly one JSON object on stdout ({'rows': [...], 'targets': [...], ...}); "
-        "progress and logs go to stderr.",
+        help="Print exactly one JSON object on stdout ({'rows': [...], 'targets': [...], ...}) "
+        "instead of the table; progress and logs go to stderr.",
     ),
 ) -> None:
     """Move KV blocks between two processes with every available method and compare GB/s.
@@ -38,7 +43,9 @@ def bench_transfer(
     Block sizes 16 KiB, 256 KiB and 2 MiB (by default); contiguous and scattered block ids; every
     received block is verified (xxh3). "x memcpy" is a method's median GB/s over the best
     in-process memcpy of the same blocks. Targets: NIXL shm >= 0.5x memcpy at 2 MiB blocks;
-    scattered 16 KiB blocks >= 2 GB/s.
+    scattered 16 KiB blocks >= 2 GB/s (GB/s = 10^9 bytes per second).
+
+    Example: `pdorch bench transfer --total-mib 128 --methods memcpy,nixl_shm --json`
     """
     import json
     from typing import Any
@@ -47,14 +54,14 @@ def bench_transfer(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from transfer.bench import METHODS, PATTERNS, run_bench
+    from benchmarks.transfer_bench import METHODS, PATTERNS, run_bench
 
-    chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
+    chosen = tuple(split_list(methods, "--methods"))
     unknown = [m for m in chosen if m not in METHODS]
     if unknown or not chosen:
         raise typer.BadParameter(f"unknown methods {unknown}; choose from {list(METHODS)}")
     try:
-        sizes = tuple(int(float(k) * 1024) for k in block_kib.split(",") if k.strip())
+        sizes = tuple(int(float(k) * 1024) for k in split_list(block_kib, "--block-kib"))
     except ValueError:
         raise typer.BadParameter(f"--block-kib: not numbers: {block_kib!r}") from None
     if not sizes or any(size <= 0 or size % 8 for size in sizes):

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 import typer
 
+RENAMED = {
+    "--kv-memory-gb": "--kv-memory-gib",
+    "--kv-host": "--side-channel-host",  # the name `engine vllm` uses for the same thing
+    "--kv-port": "--side-channel-port",
+}
+"""Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
+
 
 def engine_sim(
     role: str = typer.Option(
@@ -16,21 +23,30 @@ def engine_sim(
         "of request; the role tells the pool what to route to it.",
     ),
     host: str = typer.Option("127.0.0.1", help="HTTP bind address."),
-    port: int = typer.Option(8000, help="HTTP port (0: the OS picks one; see the ready line)."),
+    port: int = typer.Option(
+        0,
+        help="HTTP port; 0 (the default) lets the OS pick one, printed on the ready line. "
+        "Engines never default to 8000, the port of `pdorch serve`.",
+    ),
     model_profile: str = typer.Option(
         "tiny", help="Model profile for timing and KV size (see `pdorch profile`)."
     ),
     gpu: str = typer.Option("h100", help="GPU profile: h100, h200, a100, l40s, b200, cpu."),
     tp: int = typer.Option(1, help="Tensor-parallel degree."),
-    kv_memory_gb: float | None = typer.Option(
-        None, help="KV pool in GB (default: vLLM's memory accounting for the GPU)."
+    kv_memory_gib: float | None = typer.Option(
+        None,
+        "--kv-memory-gib",
+        help="KV pool per GPU in GiB (2^30 bytes). Default: vLLM's memory accounting for the GPU "
+        "(see `pdorch profile`).",
     ),
     time_scale: float = typer.Option(
         1.0, help="Real seconds per simulated second (0.01 = 100x faster than the GPU)."
     ),
     block_size: int = typer.Option(16, help="Tokens per KV block (vLLM --block-size)."),
     num_blocks: int | None = typer.Option(
-        None, help="KV blocks incl. the null block (vLLM --num-gpu-blocks-override)."
+        None,
+        help="KV blocks incl. the null block (vLLM --num-gpu-blocks-override). Default: "
+        "the KV pool (--kv-memory-gib) over the block size.",
     ),
     max_num_seqs: int = typer.Option(256, help="Max running sequences per step."),
     max_num_batched_tokens: int = typer.Option(8192, help="Token budget per step."),
@@ -43,10 +59,10 @@ def engine_sim(
     kv_events_endpoint: str | None = typer.Option(
         None,
         help="ZMQ endpoint for KV events, e.g. tcp://*:5557 (bind) or tcp://127.0.0.1:5557 "
-        "(connect to a binding subscriber), as vLLM decides.",
+        "(connect to a binding subscriber), as vLLM decides. Default: no events.",
     ),
     kv_events_replay_endpoint: str | None = typer.Option(
-        None, help="ZMQ ROUTER endpoint that replays buffered event batches."
+        None, help="ZMQ ROUTER endpoint that replays buffered event batches; default: none."
     ),
     kv_events_topic: str = typer.Option("kv-events", help="Topic frame of every event message."),
     served_model_name: str | None = typer.Option(
@@ -61,9 +77,17 @@ def engine_sim(
     kv_transport: str = typer.Option(
         "auto", help="How KV blocks move between engines: auto | nixl | tcp | none."
     ),
-    kv_host: str = typer.Option("127.0.0.1", help="Side-channel host peers connect to."),
-    kv_port: int = typer.Option(0, help="Side-channel port (0: the OS picks)."),
-    kv_block_bytes: int = typer.Option(4096, help="Real bytes per KV block (scaled down)."),
+    side_channel_host: str = typer.Option(
+        "127.0.0.1",
+        "--side-channel-host",
+        help="Address peers reach the KV side channel on (as `engine vllm`).",
+    ),
+    side_channel_port: int = typer.Option(
+        0, "--side-channel-port", help="KV side-channel port; 0 picks a free one."
+    ),
+    kv_block_bytes: int = typer.Option(
+        4096, help="Real bytes moved per KV block (scaled down from the profile's)."
+    ),
     kv_lease_s: float = typer.Option(
         30.0, help="Seconds a prefill engine holds blocks nobody has pulled."
     ),
@@ -73,7 +97,10 @@ def engine_sim(
     log_level: str = typer.Option("warning", help="Log level for stderr."),
 ) -> None:
     """Run a simulated vLLM engine: vLLM's HTTP API, metrics, KV events and P/D protocol,
-    with GPU-profile timing and no GPU."""
+    with GPU-profile timing and no GPU.
+
+    Example: `pdorch engine sim --role decode --model-profile llama-3.1-8b --time-scale 0.01`
+    """
     import asyncio
     import logging
     import signal
@@ -81,6 +108,7 @@ def engine_sim(
 
     from pydantic import ValidationError
 
+    from pools.launch import SIM_FLAG_OF_FIELD
     from pools.sim.server import SimServer
     from pools.sim.settings import SimEngineSettings
 
@@ -93,7 +121,7 @@ def engine_sim(
             model_profile=model_profile,
             gpu=gpu,
             tp=tp,
-            kv_memory_gb=kv_memory_gb,
+            kv_memory_gb=kv_memory_gib,
             time_scale=time_scale,
             block_size=block_size,
             num_blocks=num_blocks,
@@ -109,8 +137,8 @@ def engine_sim(
             kv_events_buffer_steps=10_000,
             engine_id=engine_id,
             kv_transport=kv_transport,  # type: ignore[arg-type]
-            kv_host=kv_host,
-            kv_port=kv_port,
+            kv_host=side_channel_host,
+            kv_port=side_channel_port,
             kv_block_bytes=kv_block_bytes,
             kv_lease_s=kv_lease_s,
             kv_load_timeout_s=kv_load_timeout_s,
@@ -118,7 +146,8 @@ def engine_sim(
     except ValidationError as exc:
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"])
-            print(f"--{field.replace('_', '-')}: {err['msg']}", file=sys.stderr)
+            flag = SIM_FLAG_OF_FIELD.get(field, "--" + field.replace("_", "-"))
+            print(f"{flag}: {err['msg']}", file=sys.stderr)
         raise typer.Exit(code=2) from None
 
     async def serve() -> None:

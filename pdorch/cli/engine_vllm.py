@@ -17,6 +17,11 @@ from types import FrameType
 
 import typer
 
+from pdorch.cli.options import split_ints
+
+RENAMED = {"--model": "--model-dir", "--start-timeout": "--start-timeout-s"}
+"""Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
+
 
 class _StopRequested(BaseException):
     """Raised from the signal handler to unwind start-up or serving into the `finally`."""
@@ -27,8 +32,11 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def engine_vllm(
-    model: Path = typer.Option(
-        ..., "--model", help="Model directory (e.g. one built by `pdorch dev tiny-model`)."
+    model_dir: Path = typer.Option(
+        ...,
+        "--model-dir",
+        help="Model directory, passed to vLLM as --model (e.g. one built by `pdorch dev "
+        "tiny-model`).",
     ),
     role: str = typer.Option(
         ...,
@@ -39,7 +47,9 @@ def engine_vllm(
     port: int = typer.Option(0, "--port", help="HTTP port; 0 picks a free one."),
     host: str = typer.Option("127.0.0.1", "--host", help="HTTP bind address."),
     served_model_name: str | None = typer.Option(
-        None, "--served-model-name", help="Model name clients send; default: the dir name."
+        None,
+        "--served-model-name",
+        help="Model name clients send (vLLM --served-model-name); default: the directory name.",
     ),
     side_channel_port: int = typer.Option(
         0, "--side-channel-port", help="NIXL handshake port; 0 picks a free one."
@@ -57,10 +67,12 @@ def engine_vllm(
         None,
         "--kv-events-endpoint",
         help="ZMQ endpoint for KV events. ipc:// or tcp://*:PORT makes the engine bind; "
-        "tcp://HOST:PORT makes it connect to a subscriber that binds.",
+        "tcp://HOST:PORT makes it connect to a subscriber that binds. Default: no events.",
     ),
     kv_events_replay_endpoint: str | None = typer.Option(
-        None, "--kv-events-replay-endpoint", help="ZMQ ROUTER endpoint for event replay."
+        None,
+        "--kv-events-replay-endpoint",
+        help="ZMQ ROUTER endpoint for event replay; default: no replay.",
     ),
     kv_events_topic: str = typer.Option("kv-events", "--kv-events-topic", help="Event topic."),
     block_size: int = typer.Option(
@@ -71,36 +83,51 @@ def engine_vllm(
         None,
         "--cpu-core",
         help="CPU core(s) for the engine's threads, e.g. 0 or 0-3 (VLLM_CPU_OMP_THREADS_BIND); "
-        "pin engines that share a host to different cores.",
+        "pin engines that share a host to different cores. Default: vLLM's choice.",
     ),
     kv_cache_space_gib: int = typer.Option(
         1, "--kv-cache-space-gib", help="KV cache GiB on CPU (VLLM_CPU_KVCACHE_SPACE)."
     ),
     num_gpu_blocks: int | None = typer.Option(
-        None, "--num-gpu-blocks", help="Fix the KV pool to N blocks (small N forces evictions)."
+        None,
+        "--num-gpu-blocks",
+        help="Fix the KV pool to N blocks (vLLM --num-gpu-blocks-override; small N forces "
+        "evictions). Default: sized from --kv-cache-space-gib / GPU memory.",
     ),
     device: str = typer.Option("cpu", "--device", help="cpu (vllm-cpu) or cuda."),
-    gpu_ids: str | None = typer.Option(
-        None, "--gpu-ids", help="Comma-separated GPU ids (CUDA_VISIBLE_DEVICES); cuda only."
+    gpu_ids: list[str] | None = typer.Option(
+        None,
+        "--gpu-ids",
+        metavar="ID,...",
+        help="GPU ids for CUDA_VISIBLE_DEVICES, comma-separated or repeated (0,1); cuda only. "
+        "Default: every visible GPU.",
     ),
     dtype: str = typer.Option("bfloat16", "--dtype", help="bfloat16, float16, float32 or auto."),
     enforce_eager: bool = typer.Option(
         True, "--enforce-eager/--no-enforce-eager", help="Skip graph compilation (~40 s saved)."
     ),
     kv_lease_s: int | None = typer.Option(
-        None, "--kv-lease-s", help="Seconds a prefill engine holds unpulled KV (vLLM: 30)."
+        None,
+        "--kv-lease-s",
+        help="Seconds a prefill engine holds unpulled KV; default: vLLM's (30 s).",
     ),
     vllm_arg: list[str] | None = typer.Option(
-        None, "--vllm-arg", help="Extra vLLM flag, verbatim; repeat for several."
+        None,
+        "--vllm-arg",
+        help="Extra vLLM flag, verbatim (--vllm-arg=--max-num-seqs=8); repeat for several "
+        "(never split at commas).",
     ),
     log_file: Path | None = typer.Option(
         None, "--log-file", help="Engine log; default: a file in the temp dir (path on stderr)."
     ),
-    start_timeout: float = typer.Option(
-        600.0, "--start-timeout", help="Seconds to wait for /health before giving up."
+    start_timeout_s: float = typer.Option(
+        600.0, "--start-timeout-s", help="Seconds to wait for /health before giving up."
     ),
 ) -> None:
-    """Start a vLLM engine, print `ready <url>` when healthy, stop it on SIGINT/SIGTERM."""
+    """Start a vLLM engine, print `ready <url>` when healthy, stop it on SIGINT/SIGTERM.
+
+    Example: `pdorch engine vllm --model-dir .cache/tiny-model --role prefill`
+    """
     from pydantic import ValidationError
     from rich.console import Console
 
@@ -115,7 +142,7 @@ def engine_vllm(
         spec = VllmEngineSpec.model_validate(
             {
                 "role": role,
-                "model": model,
+                "model": model_dir,
                 "served_model_name": served_model_name,
                 "host": host,
                 "port": port or next(picked),
@@ -134,7 +161,7 @@ def engine_vllm(
                 "enforce_eager": enforce_eager,
                 "dtype": dtype,
                 "device": device,
-                "gpu_ids": None if gpu_ids is None else [int(i) for i in gpu_ids.split(",")],
+                "gpu_ids": None if gpu_ids is None else split_ints(gpu_ids, "--gpu-ids"),
                 "extra_args": vllm_arg or [],
             }
         )
@@ -153,7 +180,7 @@ def engine_vllm(
             f"(side channel {spec.side_channel_host}:{spec.side_channel_port}); log: {log_file}"
         )
         engine.start()
-        engine.wait_healthy(start_timeout)
+        engine.wait_healthy(start_timeout_s)
         sys.stdout.write(f"ready {engine.url}\n")
         sys.stdout.flush()
         while True:

@@ -7,12 +7,16 @@ import sys
 
 import typer
 
+RENAMED = {"--model": "--model-profile", "--kv-memory-gb": "--kv-memory-gib"}
+"""Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
+
 
 def profile(
-    model: str = typer.Option(
+    model_profile: str = typer.Option(
         ...,
-        "--model",
-        help="Model profile: llama-3.1-8b, llama-3.1-70b, qwen3-32b, tiny (the CPU test model).",
+        "--model-profile",
+        help="Model profile (timing model): llama-3.1-8b, llama-3.1-70b, qwen3-32b, tiny (the "
+        "CPU test model).",
     ),
     gpu: str = typer.Option(
         ...,
@@ -26,23 +30,28 @@ def profile(
         min=1,
         help="Tensor-parallel size: weights, FLOPs and KV heads split over N GPUs.",
     ),
-    kv_memory_gb: float | None = typer.Option(
+    kv_memory_gib: float | None = typer.Option(
         None,
-        "--kv-memory-gb",
-        help="KV-cache memory per GPU in GiB. Default: vLLM's accounting "
+        "--kv-memory-gib",
+        help="KV-cache memory per GPU in GiB (2^30 bytes). Default: vLLM's accounting "
         "(0.9 x GPU memory - weights - activations - non-torch memory).",
     ),
     as_json: bool = typer.Option(
-        False, "--json", help="Print one JSON object on stdout instead of a table."
+        False, "--json", help="Print one JSON object on stdout instead of the table."
     ),
 ) -> None:
     """Print KV bytes per token, KV capacity, prefill time (1k/8k/32k tokens) and decode time per
-    token (batch 1, full KV pool) from the simulated engine's roofline timing model."""
+    token (batch 1, full KV pool) from the simulated engine's roofline timing model.
+
+    Example: `pdorch profile --model-profile llama-3.1-8b --gpu h100 --kv-memory-gib 60`
+    """
     from pools.sim.profiles import get_gpu, get_model
     from pools.sim.timing import TimingModel
 
     try:
-        timing = TimingModel(get_model(model), get_gpu(gpu), tp=tp, kv_memory_gb=kv_memory_gb)
+        timing = TimingModel(
+            get_model(model_profile), get_gpu(gpu), tp=tp, kv_memory_gb=kv_memory_gib
+        )
     except (KeyError, ValueError) as e:
         msg = e.args[0] if e.args else str(e)
         print(f"error: {msg}", file=sys.stderr)
@@ -55,7 +64,7 @@ def profile(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{model} on {gpu} (tp={tp})")
+    table = Table(title=f"{model_profile} on {gpu} (tp={tp})")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_row("parameters", f"{summary['num_params'] / 1e9:.2f} B")

@@ -19,6 +19,8 @@ from typing import Any
 
 import typer
 
+from pdorch.cli.options import split_list
+
 DEMO_MODEL = "llama-3.1-8b"
 
 
@@ -85,20 +87,32 @@ def serve(
         help="Several coordinators over one fleet: the ZMQ endpoint this coordinator publishes "
         "its token-load deltas on (e.g. tcp://10.0.0.2:7300). Replaces the fleet file's "
         "sync.bind (creates the sync: section if missing), so one file serves every "
-        "coordinator. See pdorch/SYNC.md.",
+        "coordinator. See pdorch/SYNC.md. Default: the fleet file's sync.bind.",
     ),
     sync_peer: list[str] | None = typer.Option(
         None,
         "--sync-peer",
-        metavar="ENDPOINT",
-        help="Another coordinator's --sync-bind endpoint to follow (repeat for each; appended "
-        "to sync.peers; this coordinator's own endpoint is skipped, so every process can be "
-        "given the full list).",
+        metavar="ENDPOINT,...",
+        help="Other coordinators' --sync-bind endpoints to follow, comma-separated or repeated "
+        "(appended to sync.peers; this coordinator's own endpoint is skipped, so every process "
+        "can be given the full list). Default: the fleet file's sync.peers.",
     ),
     log_level: str = typer.Option("warning", help="Log level (stderr): debug, info, warning."),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="Once serving, print one JSON object line on stdout ({url, served_model_name, "
+        "replicas: [{replica, pool, kind, url, kv_events_endpoint}]}) for scripts; the table "
+        "and messages go to stderr.",
+    ),
 ) -> None:
-    """Serve the OpenAI API (completions, chat; stream or not) over a P/D fleet."""
+    """Serve the OpenAI API (completions, chat; stream or not) over a P/D fleet.
+
+    Example: `pdorch serve` (the demo on http://127.0.0.1:8000), or
+    `pdorch serve --config deploy/examples/fleet-vllm-cpu.yaml --port 8080`
+    """
     import asyncio
+    import json
     import logging
     import signal
     import sys
@@ -110,14 +124,14 @@ def serve(
     from pools.launch import FleetLaunchError
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
-    console = Console()
     err = Console(stderr=True)
+    console = err if as_json else Console()
     try:
         fleet = (
             load_fleet_config(config)
             if config is not None
             else parse_fleet_config(demo_fleet(), source="embedded demo fleet")
-        ).with_sync_overrides(sync_bind, sync_peer or ())
+        ).with_sync_overrides(sync_bind, split_list(sync_peer, "--sync-peer") if sync_peer else ())
     except FleetConfigError as exc:
         err.print(f"[red]invalid fleet config[/red]\n{exc}")
         raise typer.Exit(2) from None
@@ -142,6 +156,23 @@ def serve(
                     e.replica_id, e.pool, e.kind, e.url, e.kv_events_endpoint or "(approximate)"
                 )
             console.print(table)
+            if as_json:
+                started = {
+                    "url": running.url,
+                    "served_model_name": fleet.served_model_name,
+                    "replicas": [
+                        {
+                            "replica": e.replica_id,
+                            "pool": e.pool,
+                            "kind": e.kind,
+                            "url": e.url,
+                            "kv_events_endpoint": e.kv_events_endpoint,
+                        }
+                        for e in running.fleet.endpoints
+                    ],
+                }
+                sys.stdout.write(json.dumps(started) + "\n")
+                sys.stdout.flush()
             console.print(
                 f"[bold green]serving[/bold green] {fleet.served_model_name!r} "
                 f"(OpenAI API) at [bold]{running.url}/v1[/bold]  "

@@ -46,6 +46,7 @@ from pools.launch_spec import (
     replica_ids,
 )
 from pools.metrics_scrape import MetricsSettings
+from pools.roles import EngineRole
 from router.pd_decision import PdDecisionParams
 from router.policies.config import PolicyConfig, PolicyConfigError, RouterPolicyConfig, build_policy
 from router.tokenization import TokenizationConfig, TokenizerMode
@@ -368,7 +369,7 @@ def _check_vllm_spec(spec: VllmLaunchSpec, path: tuple[str | int, ...], fleet: F
     count vs max_model_len, ...) fail at load time, naming the launch spec's field."""
     try:
         spec.engine_spec(
-            role="both",
+            role=EngineRole.BOTH,
             port=1,
             side_channel_port=2,
             served_model_name=fleet.served_model_name,

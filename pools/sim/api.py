@@ -52,8 +52,15 @@ from pools.sim.api_schemas import ChatCompletionRequest, CompletionRequest, Toke
 from pools.sim.streams import EngineUnavailable
 
 if TYPE_CHECKING:
+    from pools.sim.outputs import RequestOutput
     from pools.sim.runner import SimEngine
     from pools.sim.streams import RequestStream
+
+
+def _wire_params(final: RequestOutput | None) -> dict[str, Any] | None:
+    """A final output's `kv_transfer_params` as the response's JSON object (None: none)."""
+    params = final.kv_transfer_params if final is not None else None
+    return params.wire() if params is not None else None
 
 
 def create_app(engine: SimEngine) -> FastAPI:
@@ -297,7 +304,7 @@ def create_app(engine: SimEngine) -> FastAPI:
                     "usage": usage,
                     "prompt_logprobs": None,
                     "prompt_token_ids": None,
-                    "kv_transfer_params": final.kv_transfer_params if final else None,
+                    "kv_transfer_params": _wire_params(final),
                 }
             else:
                 body = {
@@ -318,7 +325,7 @@ def create_app(engine: SimEngine) -> FastAPI:
                     "service_tier": None,
                     "system_fingerprint": None,
                     "usage": usage,
-                    "kv_transfer_params": final.kv_transfer_params if final else None,
+                    "kv_transfer_params": _wire_params(final),
                 }
             return json_response(body)
 

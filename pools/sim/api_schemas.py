@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from transfer.params import KvTransferParams
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -34,7 +36,7 @@ class _SamplingFields(BaseModel):
     min_tokens: int = Field(0, ge=0)
     ignore_eos: bool = False
     stop: str | list[str] | None = None
-    kv_transfer_params: dict[str, Any] | None = None
+    kv_transfer_params: KvTransferParams | None = None
     request_id: str | None = None
 
 

@@ -17,13 +17,12 @@ Pure: times are the caller's `now`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pools.sim.config import EngineConfig
 from pools.sim.kv_cache_manager import KVCacheManager
 from pools.sim.outputs import RemoteLoad
 from pools.sim.request import Request
 from transfer.lease import LeaseTable
+from transfer.params import KvTransferParams
 
 
 class ConnectorState:
@@ -54,18 +53,16 @@ class ConnectorState:
         r.do_remote_prefill = False
         r.load_result = None
         self.num_loading += 1
-        params = r.kv_params or {}
-        remote = params.get("remote_block_ids") or [[]]
-        remote_ids = list(remote[0]) if remote and isinstance(remote[0], list) else list(remote)
+        params = r.kv_params or KvTransferParams()
+        remote_ids = params.first_group()
         local_ids = [b.block_id for b in r.blocks[first_block:]]
-        port = params.get("remote_port")
         load = RemoteLoad(
             request_id=r.request_id,
             kv_transfer_params=params,
-            remote_engine_id=params.get("remote_engine_id"),
-            remote_host=params.get("remote_host"),
-            remote_port=int(port) if port is not None else None,
-            remote_request_id=params.get("remote_request_id"),
+            remote_engine_id=params.remote_engine_id,
+            remote_host=params.remote_host,
+            remote_port=params.remote_port,
+            remote_request_id=params.remote_request_id,
             remote_block_ids=remote_ids[first_block : first_block + len(local_ids)],
             local_block_ids=local_ids,
             num_tokens=num_ext,
@@ -103,7 +100,7 @@ class ConnectorState:
         return self.num_loading + len(self.finished_loads)
 
     # ------------------------------------------------------------------ prefill side
-    def hold(self, r: Request, now: float) -> dict[str, Any]:
+    def hold(self, r: Request, now: float) -> KvTransferParams:
         """Hold finished `r`'s blocks for the decode leg until `now + kv_lease_duration_s`;
         returns the `kv_transfer_params` for the decode leg (vLLM 0.32 NixlConnector keys)."""
         cfg = self.config
@@ -111,22 +108,22 @@ class ConnectorState:
         if rid in self.leases:  # the id came back while its old blocks were still held
             self.release(rid)
         self.leases.hold(rid, [b.block_id for b in r.blocks], now + cfg.kv_lease_duration_s)
-        return {
-            "do_remote_prefill": True,
-            "do_remote_decode": False,
-            "remote_block_ids": [[b.block_id for b in r.blocks]],
-            "remote_engine_id": cfg.engine_id,
-            "remote_request_id": rid,
-            "remote_host": cfg.kv_host,
-            "remote_port": cfg.kv_port,
-            "tp_size": 1,
-            "dcp_size": 1,
-            "pp_size": 1,
-            "remote_num_tokens": r.num_computed_tokens,
-            "remote_blocks_expiry_time": None,
-            "transfer_mode": "pull",
-            "remote_prefill_cached_tokens": r.num_local_cached_tokens + r.num_external_tokens,
-        }
+        return KvTransferParams(  # every key vLLM 0.32's NixlConnector returns
+            do_remote_prefill=True,
+            do_remote_decode=False,
+            remote_block_ids=[[b.block_id for b in r.blocks]],
+            remote_engine_id=cfg.engine_id,
+            remote_request_id=rid,
+            remote_host=cfg.kv_host,
+            remote_port=cfg.kv_port,
+            tp_size=1,
+            dcp_size=1,
+            pp_size=1,
+            remote_num_tokens=r.num_computed_tokens,
+            remote_blocks_expiry_time=None,
+            transfer_mode="pull",
+            remote_prefill_cached_tokens=r.num_local_cached_tokens + r.num_external_tokens,
+        )
 
     def release(self, request_id: str) -> bool:
         """Free the blocks held for `request_id` (its KV was pulled); False if none."""

@@ -1,7 +1,7 @@
 """KV-cache events over ZMQ, on vLLM's wire (a publisher that vLLM's subscribers cannot tell apart).
 
 Wire format (vLLM 0.32 `ZmqEventPublisher`, checked against the real captures in
-`../shared/fixtures/vllm/`):
+`tests/fixtures/vllm/`):
 
 - PUB socket, one multipart message per engine step that changed the cache:
   `[topic (UTF-8), seq (8-byte big-endian, from 0 per publisher), payload (msgpack)]`,

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pools.roles import EngineRole
 from pools.sim.kv_store import SimKvStore, content_keys
 from pools.sim.metrics import EngineMetrics
 from pools.sim.outputs import RemoteLoad, RequestOutput
@@ -85,7 +86,7 @@ class SimKvTransport:
 
         s = self.settings
         pool = KvBlockPool(self.num_blocks, s.kv_block_bytes, touch=False)
-        if s.role != "prefill":
+        if s.role is not EngineRole.PREFILL:
             touch_decode_pages(pool.blocks_array())
         self._kv = SimKvStore(pool.blocks_array(), s.block_size)
         loop = asyncio.get_running_loop()
@@ -95,7 +96,7 @@ class SimKvTransport:
 
         self._mover = make_block_mover(
             pool,
-            kind="auto" if s.kv_transport == "none" else s.kv_transport,
+            kind=s.kv_transport,
             engine_id=self.engine_id,
             host=s.kv_host,
             port=s.kv_port,
@@ -125,12 +126,11 @@ class SimKvTransport:
     # -- prefill side ---------------------------------------------------------------------
     def hold(self, out: RequestOutput, prompt_token_ids: list[int]) -> None:
         """Write a finished prefill leg's blocks and lend them to the decode side."""
-        params = out.kv_transfer_params or {}
-        groups = params.get("remote_block_ids") or [[]]
-        block_ids = list(groups[0]) if groups and isinstance(groups[0], list) else list(groups)
+        params = out.kv_transfer_params
+        block_ids = params.first_group() if params is not None else []
         if self._mover is None or self._kv is None or not block_ids:
             return
-        rid = str(params.get("remote_request_id") or out.request_id)
+        rid = (params.remote_request_id if params is not None else None) or out.request_id
         try:
             keys = content_keys(prompt_token_ids, self.settings.block_size, len(block_ids))
             self._kv.write(block_ids, keys)

@@ -2,7 +2,7 @@
 
 The simulated engine must be scraped by the same code that scrapes real vLLM, so the names,
 types, label sets and histogram buckets below are those of vLLM 0.32's `/metrics` (see the real
-captures in `../shared/fixtures/vllm/metrics_*.txt`): every series carries `engine="0"` and
+captures in `tests/fixtures/vllm/metrics_*.txt`): every series carries `engine="0"` and
 `model_name=<served name>`, counters are exposed as `<name>_total` with a `<name>_created`
 gauge, labels are printed in sorted order.
 

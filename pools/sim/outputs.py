@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from transfer.params import KvTransferParams
 
 if TYPE_CHECKING:
     from pools.sim.request import Request
@@ -27,7 +29,7 @@ class RequestOutput:
     num_external_tokens: int
     num_local_compute_tokens: int
     num_preemptions: int
-    kv_transfer_params: dict[str, Any] | None = None
+    kv_transfer_params: KvTransferParams | None = None
 
 
 @dataclass(slots=True)
@@ -35,7 +37,7 @@ class RemoteLoad:
     """KV the caller must move from a prefill engine into this one for a decode-leg request."""
 
     request_id: str
-    kv_transfer_params: dict[str, Any]
+    kv_transfer_params: KvTransferParams
     remote_engine_id: str | None
     remote_host: str | None
     remote_port: int | None

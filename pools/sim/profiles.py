@@ -139,7 +139,7 @@ LINKS: dict[str, LinkProfile] = {
         LinkProfile("rdma-400g", 50e9, 10e-6, 0.8),  # ConnectX-7 400 Gb/s per GPU
         LinkProfile("rdma-200g", 25e9, 10e-6, 0.8),
         LinkProfile("ethernet-100g", 12.5e9, 50e-6, 0.7),
-        # NIXL over UCX shared memory on one host (RUNTIME-FACTS: ~3 GB/s scattered blocks).
+        # NIXL over UCX shared memory on one host (docs/RUNTIME-FACTS.md: ~3 GB/s scattered blocks).
         LinkProfile("shm", 3e9, 1e-4, 1.0),
     )
 }

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
 from pools.sim.block_pool import KVCacheBlock
 from pools.sim.hashing import BlockHasher
+from transfer.params import KvTransferParams
 
 
 class RequestStatus(enum.IntEnum):
@@ -50,8 +50,8 @@ class SimRequest:
       `stop_reason`), as vLLM's `SamplingParams.stop_token_ids`.
     - `seed`: with the prompt, determines the generated tokens (None = 0).
     - `cache_salt`, `lora_name`/`lora_id`/`lora_path`: enter the block hashes as in vLLM.
-    - `kv_transfer_params`: vLLM's NixlConnector dict: `{"do_remote_decode": True, ...}` on
-      the prefill leg, the prefill response's dict (`do_remote_prefill: True`) on the decode leg.
+    - `kv_transfer_params`: vLLM's NixlConnector params: `do_remote_decode` on the prefill
+      leg, the prefill response's params (`do_remote_prefill`) on the decode leg.
     - Token-free mode (the fleet simulator's fast path, additive): `prompt_token_ids=[]`,
       `num_prompt_tokens=N` and `block_hashes` = the hashes of the sequence's full blocks
       (prompt, and optionally the expected output so decoded blocks are cached too). The core
@@ -70,7 +70,7 @@ class SimRequest:
     lora_name: str | None = None
     lora_id: int | None = None
     lora_path: str | None = None
-    kv_transfer_params: dict[str, Any] | None = None
+    kv_transfer_params: KvTransferParams | None = None
     num_prompt_tokens: int | None = None
     block_hashes: list[bytes] | None = None
 
@@ -167,10 +167,10 @@ class Request:
         self.sources_set = False
         self.num_local_cached_tokens = 0
         self.num_external_tokens = 0
-        params = sim.kv_transfer_params or None
-        self.kv_params: dict[str, Any] | None = params
-        self.do_remote_decode = bool(params and params.get("do_remote_decode"))
-        self.do_remote_prefill = bool(params and params.get("do_remote_prefill"))
+        params = sim.kv_transfer_params
+        self.kv_params: KvTransferParams | None = params
+        self.do_remote_decode = params is not None and params.do_remote_decode
+        self.do_remote_prefill = params is not None and params.do_remote_prefill
         self.load_result: bool | None = None
         self.skip_stats = False
 

@@ -43,12 +43,14 @@ from pools.sim.metrics import EngineMetrics
 from pools.sim.settings import SimEngineSettings
 from pools.sim.streams import EngineUnavailable, RequestStream, StreamDelta
 from pools.sim.tokenization import SimTokenizer, load_tokenizer
+from transfer.transports import KvTransport
 
 if TYPE_CHECKING:
     from pools.sim.driver import EngineDriver
     from pools.sim.engine_core import EngineCore, StepResult
     from pools.sim.kv_events import KVCacheEvent
     from pools.sim.kv_publisher import ZmqKvEventPublisher
+    from transfer.params import KvTransferParams
 
 __all__ = [
     "KV_TOUCH_MAX_BYTES",
@@ -132,7 +134,7 @@ class SimEngine:
 
         s = self.settings
         kv_port = s.kv_port
-        if s.kv_transport != "none":
+        if s.kv_transport is not KvTransport.NONE:
             await self._transport.start(self._on_release)
             kv_port = self._transport.port or kv_port
         config = EngineConfig(
@@ -206,7 +208,7 @@ class SimEngine:
         prompt_token_ids: list[int],
         max_tokens: int,
         seed: int | None = None,
-        kv_transfer_params: dict[str, Any] | None = None,
+        kv_transfer_params: KvTransferParams | None = None,
     ) -> RequestStream:
         """Queue a request; raises ValueError (message names the field) if the core refuses."""
         from pools.sim.request import SimRequest

@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from pools.sim.block_pool import KVCacheBlock
 from pools.sim.config import EngineConfig
@@ -57,6 +56,7 @@ from pools.sim.outputs import (
 from pools.sim.request import Request, RequestStatus, SimRequest, check_stop
 from pools.sim.stats import EngineCounters
 from pools.sim.token_gen import TokenGenerator
+from transfer.params import KvTransferParams
 
 StepTime = Callable[..., float]
 """`TimingModel.step_time(num_tokens, num_seqs, attn_ctx_tokens, kv_read_tokens, *,
@@ -514,7 +514,7 @@ class Scheduler:
         self.counters.num_preemptions += 1
         self.waiting.appendleft(r)
 
-    def _finish(self, r: Request, now: float, hold: bool) -> dict[str, Any] | None:
+    def _finish(self, r: Request, now: float, hold: bool) -> KvTransferParams | None:
         """Retire a finished request: hold its blocks (prefill leg) or free them."""
         del self.requests[r.request_id]
         reason = r.status.finish_reason

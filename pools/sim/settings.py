@@ -7,12 +7,11 @@ config from them in `SimEngine`.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
-Role = Literal["prefill", "decode", "both"]
-KvTransport = Literal["auto", "nixl", "tcp", "none"]
+from pools.roles import EngineRole
+from transfer.transports import KvTransport
+from transfer.vllm_config import KvLoadFailurePolicy
 
 
 class SimEngineSettings(BaseModel):
@@ -20,8 +19,8 @@ class SimEngineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    role: Role = Field(
-        "both",
+    role: EngineRole = Field(
+        EngineRole.BOTH,
         description="What the pool uses this engine for. Like vLLM's kv_both, every engine can "
         "still serve prefill-only, decode-with-remote-KV and colocated requests.",
     )
@@ -67,7 +66,7 @@ class SimEngineSettings(BaseModel):
     kv_events_buffer_steps: int = Field(10_000, ge=1)
     engine_id: str | None = Field(None, description="KV engine id (default: a random uuid4).")
     kv_transport: KvTransport = Field(
-        "auto",
+        KvTransport.AUTO,
         description="How KV blocks move between simulated engines: nixl, tcp, auto (nixl when "
         "importable) or none (no P/D).",
     )
@@ -82,4 +81,4 @@ class SimEngineSettings(BaseModel):
     kv_load_timeout_s: float = Field(
         5.0, gt=0, description="Real seconds a decode engine waits for a KV pull before failing."
     )
-    kv_load_failure_policy: Literal["fail", "recompute"] = "fail"
+    kv_load_failure_policy: KvLoadFailurePolicy = "fail"

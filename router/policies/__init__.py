@@ -1,37 +1,29 @@
-"""Routing policies: one module per policy, one interface (`Policy`), one registry.
+"""Routing policies by name: the compatibility layer over `router/plugins/`.
 
-Importing this package registers every built-in policy. See `router/README.md` for the
-formula, parameters and defaults of each, and each module's docstring for the same beside code.
+A policy is a named profile (`router/profiles/NAME.yaml`) of plugin parts; `config.py` is the
+YAML schema a fleet file's pool `policy:` and `pdorch bench sim --router-config` take, and
+`build_policy` turns one into a `router.plugins.profile.Profile`. The formulas live in the
+parts (`router/plugins/{filters,scorers,pickers}/`), once each.
 """
 
 from __future__ import annotations
 
-from router.policies import (
-    cache_aware,
-    consistent_hash,
-    dynamo,
-    kv_overlap,
-    least_request,
-    llmd,
-    round_robin,
-    token_load,
+from router.plugins.spec import deprecated_aliases, get_profile_spec, profile_names
+from router.policies.config import (
+    PolicyConfig,
+    PolicyConfigError,
+    RouterPolicyConfig,
+    build_policy,
+    load_router_config,
 )
-from router.policies.base import NoParams, Policy
-from router.policies.registry import deprecated_aliases, get_policy, policy_names, register
 
 __all__ = [
-    "NoParams",
-    "Policy",
-    "cache_aware",
-    "consistent_hash",
+    "PolicyConfig",
+    "PolicyConfigError",
+    "RouterPolicyConfig",
+    "build_policy",
     "deprecated_aliases",
-    "dynamo",
-    "get_policy",
-    "kv_overlap",
-    "least_request",
-    "llmd",
-    "policy_names",
-    "register",
-    "round_robin",
-    "token_load",
+    "get_profile_spec",
+    "load_router_config",
+    "profile_names",
 ]

@@ -1,20 +1,29 @@
-"""Policy configuration from YAML: a name, its parameters, and (for scorer mixes) weights.
-
-One block per role; the P/D decision's parameters sit beside them::
+"""Router configuration from YAML: per role a policy (a named profile, adjustable), plus the
+P/D decision's parameters::
 
     prefill:
-      name: llmd
+      name: llmd                               # a shipped profile (router/profiles/)
       weights: {prefix: 3, queue: 2, kv_utilization: 2}
     decode:
       name: token_load_decode
-      params: {expected_output_tokens: 512}
+      params: {expected_output_tokens: 512}    # set on every part of the profile that has it
     pd:
       min_uncached_tokens: 512
       max_prefill_queue_s: 1.0
 
+A policy may also replace a profile's sections, or define a new profile in place::
+
+    prefill:
+      name: my_mix                             # not shipped: scorers (and a picker) required
+      filters: [{name: health}]
+      scorers: [{name: prefix, weight: 2}, {name: token_load, weight: 1000}]
+      picker: {name: softmax, params: {temperature: 0.2, seed: 1}}
+
 Errors are `PolicyConfigError` (a `ValueError`) whose message names the offending field as a
-dotted path (`prefill.params.balance_abs_threshold: ...`), built from pydantic's error
-locations, so a typo in a 200-line fleet file points at its line.
+dotted path (`prefill.params.balance_abs_threshold: ...`), so a typo in a long fleet file
+points at its line. `load_router_config` also accepts the above under a top-level `router:`
+key. A fleet file carries the same policies as `pools.{prefill,decode}.policy` and `pd`
+(`pdorch.config.fleet.FleetConfig.router_policy_config`).
 """
 
 from __future__ import annotations
@@ -28,21 +37,35 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from router.pd_decision import PdDecisionParams
-from router.policies.base import Policy
-from router.policies.registry import get_policy
+from router.plugins.profile import Profile
+from router.plugins.spec import (
+    PartSpec,
+    ScorerSpec,
+    build_profile,
+    format_error,
+    profile_spec,
+)
+from router.plugins.spec import ProfileError as PolicyConfigError
 
-
-class PolicyConfigError(ValueError):
-    """A policy configuration is invalid; the message names the field."""
+__all__ = [
+    "PolicyConfig",
+    "PolicyConfigError",
+    "RouterPolicyConfig",
+    "build_policy",
+    "load_router_config",
+]
 
 
 class PolicyConfig(BaseModel):
-    """One policy: registered `name`, its `params`, and `weights` for scorer mixes."""
+    """One policy: profile `name`, `params` and `weights` adjustments, optional sections."""
 
     model_config = ConfigDict(extra="forbid")
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
     weights: dict[str, float] | None = None
+    filters: list[PartSpec] | None = None
+    scorers: list[ScorerSpec] | None = None
+    picker: PartSpec | None = None
 
 
 class RouterPolicyConfig(BaseModel):
@@ -54,44 +77,35 @@ class RouterPolicyConfig(BaseModel):
     pd: PdDecisionParams = Field(default_factory=PdDecisionParams)
 
 
-def _format(err: ValidationError, prefix: str) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in (*([prefix] if prefix else []), *e["loc"]))
-        parts.append(f"{loc}: {e['msg']}")
-    return "; ".join(parts)
-
-
 def build_policy(
     config: PolicyConfig | Mapping[str, Any],
     rng: random.Random | None = None,
     field_prefix: str = "",
-) -> Policy[Any]:
-    """Instantiate the configured policy, validating its params and weights."""
+) -> Profile:
+    """Instantiate the configured profile, validating every part, param and weight."""
     if not isinstance(config, PolicyConfig):
         try:
             config = PolicyConfig.model_validate(dict(config))
         except ValidationError as err:
-            raise PolicyConfigError(_format(err, field_prefix)) from None
-    where = f"{field_prefix}." if field_prefix else ""
-    try:
-        cls = get_policy(config.name)
-    except KeyError as err:
-        raise PolicyConfigError(f"{where}name: {err.args[0]}") from None
-    try:
-        params = cls.params_model.model_validate(config.params)
-    except ValidationError as err:
-        raise PolicyConfigError(_format(err, f"{where}params")) from None
-    try:
-        return cls(params, weights=config.weights, rng=rng)
-    except ValueError as err:
-        raise PolicyConfigError(f"{where}{err}") from None
+            raise PolicyConfigError(format_error(err, field_prefix)) from None
+    spec = profile_spec(config.name, config.filters, config.scorers, config.picker, field_prefix)
+    return build_profile(spec, config.params, config.weights, rng=rng, where=field_prefix)
+
+
+def _router_section(data: dict[str, Any]) -> dict[str, Any]:
+    """The router part of a file: its top-level `router:` section, or the file itself."""
+    if "router" not in data:
+        return data
+    section = data["router"]
+    if not isinstance(section, dict):
+        raise PolicyConfigError("router: expected a mapping")
+    return section
 
 
 def load_router_config(source: str | Path | Mapping[str, Any]) -> RouterPolicyConfig:
-    """Parse a router policy config from YAML text, a YAML file, or a mapping.
+    """Parse a router config from YAML text, a YAML file, or a mapping (see module docstring).
 
-    Policy names, params and weights are validated here too, so a bad file fails at load time.
+    Profiles, parts, params and weights are validated here too, so a bad file fails at load.
     """
     if isinstance(source, Path):
         data: Any = yaml.safe_load(source.read_text())
@@ -103,10 +117,11 @@ def load_router_config(source: str | Path | Mapping[str, Any]) -> RouterPolicyCo
         data = {}
     if not isinstance(data, dict):
         raise PolicyConfigError("router config: expected a mapping at the top level")
+    data = _router_section(data)
     try:
         config = RouterPolicyConfig.model_validate(data)
     except ValidationError as err:
-        raise PolicyConfigError(_format(err, "")) from None
+        raise PolicyConfigError(format_error(err, "")) from None
     build_policy(config.prefill, field_prefix="prefill")
     build_policy(config.decode, field_prefix="decode")
     return config

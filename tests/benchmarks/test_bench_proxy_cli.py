@@ -36,7 +36,7 @@ def test_json_shape_on_a_tiny_run(tmp_path: Path) -> None:
             "direct,vllm-router,pdorch",
             "--log-dir",
             str(tmp_path / "logs"),
-            "--output",
+            "--out",
             str(out),
         ],
         capture_output=True,

@@ -132,6 +132,7 @@ def test_block_chain_ids_follow_token_positions() -> None:
     assert d.ids[0] != a.ids[0]
 
 
+@pytest.mark.integration
 def test_bench_sim_json_shape(tmp_path: Path) -> None:
     out = tmp_path / "report"
     proc = subprocess.run(
@@ -185,3 +186,46 @@ def test_bench_sim_json_shape(tmp_path: Path) -> None:
         assert row["completed"] == 16
     for name in ("report.md", "results.json", "ttft_cdf.png", "load_balance.png", "hit_rate.png"):
         assert (out / name).is_file()
+
+
+def _bench_sim(*args: str) -> subprocess.CompletedProcess[str]:
+    base = [str(PDORCH), "bench", "sim", "--workload", "rl-rollouts", "--param", "steps=1"]
+    small = ["--param", "turns=2", "--param", "output_tokens=32", "--fleet", "2P2D", "--json"]
+    return subprocess.run(
+        [*base, *small, *args], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.mark.integration
+def test_bench_sim_runs_a_fleet_files_router_config(tmp_path: Path) -> None:
+    # The demo fleet file routes as the `token_load` benchmark name does (token_load prefill,
+    # token_load_decode decode, P/D defaults): both rows must be the same run.
+    fleet = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "fleet-sim.yaml"
+    llmd = tmp_path / "mine.yaml"
+    llmd.write_text("router:\n  prefill: {name: llmd}\n  decode: {name: llmd}\n")
+    proc = _bench_sim(
+        "--policies", "token_load,llmd", "--router-config", str(fleet), "--router-config", str(llmd)
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(proc.stdout)["policies"]
+    assert set(rows) == {"token_load", "llmd", "fleet-sim", "mine"}
+    assert rows["fleet-sim"] == rows["token_load"]
+    assert rows["mine"] == rows["llmd"]
+    assert rows["fleet-sim"] != rows["mine"]
+
+
+@pytest.mark.integration
+def test_bench_sim_router_config_errors_name_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("decode: {name: token_load_decode, params: {kv_headroom_margin: 2}}\n")
+    proc = _bench_sim("--router-config", str(bad))
+    assert proc.returncode != 0
+    assert "decode.params.kv_headroom_margin" in proc.stderr
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "served_model_name: m\npools:\n  decode:\n    policy: {name: nope}\n"
+        "    endpoints: [{url: 'http://127.0.0.1:1'}]\n"
+    )
+    proc = _bench_sim("--router-config", str(fleet))
+    assert proc.returncode != 0
+    assert "pools.decode.policy.name" in proc.stderr

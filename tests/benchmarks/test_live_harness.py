@@ -175,7 +175,7 @@ def test_open_loop_arrivals_follow_the_trace_clock(sim_url: str, tmp_path: Path)
 def test_duration_and_max_requests_bound_the_run(sim_url: str) -> None:
     t0 = time.monotonic()
     code, data, err = bench_live(
-        "--url", sim_url, "--workload", "agentic", "--json", "--duration", "1.5",
+        "--url", sim_url, "--workload", "agentic", "--json", "--duration-s", "1.5",
         "--param", "system_tokens=128", "--param", "tool_median=32",
         "--param", "task_median=32", "--param", "rate=20",
     )  # fmt: skip

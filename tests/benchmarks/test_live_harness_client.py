@@ -1,7 +1,8 @@
 """The live client's failure detection against a misbehaving real HTTP server, and the summary.
 
 `FakeMisbehavingOpenAI` is a named fake: no real engine truncates streams or sends an `error`
-chunk on demand, so a tiny FastAPI app served by uvicorn on loopback does it here.
+chunk on demand, so a tiny FastAPI app served on loopback (`tests/threaded_server.py`) does it
+here.
 """
 
 from __future__ import annotations
@@ -56,25 +57,10 @@ def _fake_app() -> object:
 
 @pytest.fixture(scope="module")
 def fake_url() -> Iterator[str]:
-    import threading
+    from tests.threaded_server import ThreadedHttpServer
 
-    import uvicorn
-
-    from tests.ports import free_port
-    from tests.waiting import wait_until
-
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(_fake_app(), host="127.0.0.1", port=port, log_level="warning")  # type: ignore[arg-type]
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, 30.0, message="fake server start")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with ThreadedHttpServer(_fake_app()) as server:
+        yield server.url
 
 
 def _run(url: str) -> RequestResult:
@@ -122,6 +108,7 @@ def _result(
     return r
 
 
+@pytest.mark.unit
 def test_summary_metrics_and_group_latency() -> None:
     def session(sid: str, group: str) -> SessionSpec:
         return SessionSpec(sid, None, [TurnSpec([Segment(1, 4)], 5)], group=group)

@@ -11,16 +11,14 @@ import pytest
 
 from benchmarks.workloads import Segment, TraceFormatError, Workload, load_workload
 from benchmarks.workloads.traces import block_content_id, detect_trace_format
-
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
-MOONCAKE = TRACES / "mooncake" / "conversation_trace.jsonl"
-AZURE = TRACES / "azure" / "AzureLLMInferenceTrace_conv.csv"
+from tests.data import AZURE_CONVERSATION as AZURE
+from tests.data import MOONCAKE_CONVERSATION as MOONCAKE
+from tests.data import require_file
 
 
 @pytest.fixture(scope="module")
 def mooncake() -> Workload:
-    assert MOONCAKE.is_file(), f"{MOONCAKE} missing: the tests read ../shared beside the checkout"
-    return load_workload(MOONCAKE)
+    return load_workload(require_file(MOONCAKE))
 
 
 def test_mooncake_real_file_rows_and_lengths(mooncake: Workload) -> None:
@@ -90,8 +88,7 @@ def test_mooncake_spread_buckets() -> None:
 
 
 def test_azure_real_file() -> None:
-    assert AZURE.is_file(), f"{AZURE} missing: the tests read ../shared beside the checkout"
-    w = load_workload(AZURE)
+    w = load_workload(require_file(AZURE))
     with AZURE.open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == len(w.sessions) == 19_366

@@ -10,6 +10,7 @@ from benchmarks.workloads.text import (
     render_segment,
     render_segments,
 )
+from tests.data import MOONCAKE_CONVERSATION, require_file
 
 
 def test_segment_text_is_deterministic_and_sized() -> None:
@@ -37,11 +38,7 @@ def test_equal_segments_equal_text_in_any_prompt() -> None:
 
 
 def test_mooncake_blocks_render_identically_across_requests() -> None:
-    from pathlib import Path
-
-    trace = Path(__file__).resolve().parents[3] / "shared/traces/mooncake/conversation_trace.jsonl"
-    assert trace.is_file(), f"{trace} missing: the tests read ../shared beside the checkout"
-    w = load_workload(trace, max_requests=50)
+    w = load_workload(require_file(MOONCAKE_CONVERSATION), max_requests=50)
     texts = [render_segments(s.turns[0].new_segments) for s in w.sessions]
     first_block = render_segment(w.sessions[0].turns[0].new_segments[0].content_id, 512)
     assert all(t.startswith(first_block) for t in texts)  # block 0 is in every request

@@ -38,6 +38,7 @@ import zmq
 from pools.sim.hashing import request_block_hashes, to_external_hash
 from pools.sim.kv_events import KVCacheEvent
 from tests.waiting import wait_until
+from transfer.params import KvTransferParams
 
 BLOCK_SIZE = 32
 MAX_MODEL_LEN = 1024
@@ -524,14 +525,7 @@ def test_kv_events_wire_hashes_and_replay(pair: Pair, client: httpx.Client, toke
 
 
 # --------------------------------------------------------------------------- P/D
-PREFILL_PARAMS = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
+PREFILL_PARAMS = KvTransferParams.prefill_request()
 
 
 def test_pd_protocol_and_external_transfer_metric(
@@ -549,25 +543,25 @@ def test_pd_protocol_and_external_transfer_metric(
     decode_events.connect(pair.decode.kv_events_endpoint)
     subscribed(client, pair.decode.url, decode_events)
 
-    prefill_body = {**body, "max_tokens": 1, "stream": False, "kv_transfer_params": PREFILL_PARAMS}
+    prefill_body = {**body, "max_tokens": 1, "stream": False}
+    prefill_body["kv_transfer_params"] = PREFILL_PARAMS.wire()
     r = client.post(f"{pair.prefill.url}/v1/completions", json=prefill_body, headers=headers)
     assert r.status_code == 200, r.text
     prefill = r.json()
-    params = prefill["kv_transfer_params"]
-    assert params["do_remote_prefill"] is True
-    assert params["do_remote_decode"] is False
-    assert isinstance(params["remote_engine_id"], str)
-    assert isinstance(params["remote_host"], str)
-    assert isinstance(params["remote_port"], int)
-    assert params["tp_size"] == 1
-    groups = params["remote_block_ids"]
+    # strict: the JSON types themselves must be right (no "18600" for a port)
+    params = KvTransferParams.model_validate(prefill["kv_transfer_params"], strict=True)
+    assert params.do_remote_prefill is True
+    assert params.do_remote_decode is False
+    assert params.remote_engine_id and params.remote_host and params.remote_port
+    assert params.tp_size == 1
+    groups = params.remote_block_ids
     assert isinstance(groups, list) and isinstance(groups[0], list)
     prompt_tokens = prefill["usage"]["prompt_tokens"]
     assert len(groups[0]) == -(-prompt_tokens // BLOCK_SIZE)
 
     r = client.post(
         f"{pair.decode.url}/v1/completions",
-        json={**body, "kv_transfer_params": params},
+        json={**body, "kv_transfer_params": params.wire()},  # what the coordinator sends
         headers=headers,
     )
     assert r.status_code == 200, r.text

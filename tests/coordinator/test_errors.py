@@ -192,6 +192,7 @@ async def test_limits_from_the_fleet_file_give_413_and_429(tmp_path: Path) -> No
         assert (await client.post("/v1/completions", json=small)).status_code == 200
 
 
+@pytest.mark.unit
 def test_coordinator_limits_default_and_validation() -> None:
     config = fleet()
     assert config.coordinator.max_body_bytes == 32 * 1024 * 1024

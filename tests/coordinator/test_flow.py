@@ -19,6 +19,7 @@ from tests.coordinator.helpers import (
     sse_events,
     stream_text,
 )
+from transfer.params import KvTransferParams
 
 
 def _body(chat: bool, stream: bool, prompt: str) -> dict[str, Any]:
@@ -81,13 +82,13 @@ async def test_short_prompt_prefills_on_decode(client: httpx.AsyncClient) -> Non
 
 async def test_client_kv_transfer_params_are_dropped(client: httpx.AsyncClient) -> None:
     # forwarded, these would make the decode engine pull from a peer that does not exist
-    bogus = {
-        "do_remote_prefill": True,
-        "remote_engine_id": "nope",
-        "remote_block_ids": [[1, 2, 3]],
-        "remote_host": "127.0.0.1",
-        "remote_port": 9,
-    }
+    bogus = KvTransferParams(
+        do_remote_prefill=True,
+        remote_engine_id="nope",
+        remote_block_ids=[[1, 2, 3]],
+        remote_host="127.0.0.1",
+        remote_port=9,
+    ).wire()
     for prompt in ("hi", long_prompt()):
         response = await client.post(
             "/v1/completions",

@@ -181,6 +181,7 @@ async def test_late_joiner_gets_a_snapshot() -> None:
         await a.sync.stop()
 
 
+@pytest.mark.unit
 def test_snapshot_repairs_a_lost_removal() -> None:
     b = TokenLoad(origin="coord-b")
     sync = PeerSync.for_token_load(b, SyncSettings())
@@ -229,6 +230,7 @@ async def test_graceful_stop_says_bye(pair: tuple[Coordinator, Coordinator]) -> 
     assert b.sync.stats.peers_expired == 0
 
 
+@pytest.mark.unit
 def test_settings_errors_name_the_field() -> None:
     with pytest.raises(ValueError, match="not a ZMQ endpoint"):
         SyncSettings(peers=["tcp://127.0.0.1:1", "localhost:2"])
@@ -236,6 +238,7 @@ def test_settings_errors_name_the_field() -> None:
         SyncSettings(peer_timeout_s=0.1, heartbeat_interval_s=0.5)
 
 
+@pytest.mark.unit
 def test_cli_sync_overrides_create_or_merge_the_sync_section() -> None:
     """`pdorch serve --sync-bind B --sync-peer P ...` over the fleet file's `sync:` section."""
     from pdorch.config.fleet import FleetConfigError
@@ -269,6 +272,7 @@ def test_cli_sync_overrides_create_or_merge_the_sync_section() -> None:
         plain.with_sync_overrides(peers=["tcp://h:1", "h:2"])
 
 
+@pytest.mark.unit
 def test_wire_round_trip_and_bad_payload() -> None:
     message = SyncMessage("a", "i", 1, "delta", 3, [WireEntry("r", "d", 3, False, 5, 2)])
     assert decode_message(encode_message(message)) == message

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -98,3 +100,44 @@ def test_bad_sync_override_exits_with_the_field_named(tmp_path: Path) -> None:
     assert result.returncode == 2
     output = result.stderr + result.stdout
     assert b"sync.bind" in output and b"not a ZMQ endpoint" in output
+
+
+def test_json_prints_one_object_on_stdout_once_serving(tmp_path: Path) -> None:
+    """`pdorch serve --json`: stdout is exactly one JSON line (for scripts: `| jq .url`), the
+    table and messages go to stderr; `--port 0` reports the port it got."""
+    err = tmp_path / "serve.err"
+    with err.open("wb") as log:
+        process = subprocess.Popen(
+            [*PDORCH, "serve", "--port", "0", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        assert process.stdout is not None
+        stdout = process.stdout
+        wait_until(
+            lambda: bool(select.select([stdout], [], [], 0)[0]) or process.poll() is not None,
+            timeout=60.0,
+            message="the JSON line",
+        )
+        line = stdout.readline()
+        assert line, err.read_text()
+        started = json.loads(line)
+        assert started["served_model_name"] == "llama-3.1-8b"
+        assert sorted(r["replica"] for r in started["replicas"]) == [
+            "decode-0",
+            "decode-1",
+            "prefill-0",
+            "prefill-1",
+        ]
+        assert _healthy(started["url"])
+        assert "prefill-0" in err.read_text()  # the table, on stderr
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0, err.read_text()
+        assert process.stdout.read() == b""  # nothing else ever reached stdout
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

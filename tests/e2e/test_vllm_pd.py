@@ -31,7 +31,8 @@ from tests.ports import free_port
 pytestmark = pytest.mark.e2e
 
 EXTERNAL_SOURCE = "external_kv_transfer"
-# vLLM answers a failed KV pull after ~5 s (RUNTIME-FACTS); the margin covers a busy 2-core box.
+# vLLM answers a failed KV pull after ~5 s (docs/RUNTIME-FACTS.md); the margin covers a busy
+# 2-core box.
 DEAD_PEER_DEADLINE_S = 60.0
 
 
@@ -134,7 +135,7 @@ async def test_decode_leg_with_dead_prefill_side_channel_fails_fast(vllm_pair: V
         params = kv_transfer_params_of(response.json())
         # A fresh engine id, so the decode engine cannot reuse its handshake with the real
         # prefill engine, and a port nobody listens on.
-        dead = {**params, "remote_engine_id": str(uuid.uuid4()), "remote_port": free_port()}
+        dead = params.replace(remote_engine_id=str(uuid.uuid4()), remote_port=free_port())
 
         started = time.monotonic()
         failed = await client.post(

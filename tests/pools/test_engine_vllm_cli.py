@@ -38,7 +38,7 @@ def gone(pid: int) -> bool:
     ],
 )
 def test_bad_settings_exit_2_naming_the_field(tmp_path: Path, args: list[str], field: str) -> None:
-    result = CliRunner().invoke(app, ["engine", "vllm", "--model", str(tmp_path), *args])
+    result = CliRunner().invoke(app, ["engine", "vllm", "--model-dir", str(tmp_path), *args])
     assert result.exit_code == 2
     assert field in result.output
     assert "ready" not in result.stdout
@@ -50,10 +50,10 @@ def test_engine_vllm_prints_ready_and_stops_on_sigterm(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "engine.log"
-    command = [PDORCH, "engine", "vllm", "--model", str(tiny_model_dir), "--role", "both"]
+    command = [PDORCH, "engine", "vllm", "--model-dir", str(tiny_model_dir), "--role", "both"]
     command += ["--max-model-len", "512", "--cpu-core", "0", "--log-file", str(log)]
     # Generous: on a 2-core machine shared with other engines a start can take minutes.
-    command += ["--start-timeout", str(START_TIMEOUT_S)]
+    command += ["--start-timeout-s", str(START_TIMEOUT_S)]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )

@@ -19,9 +19,10 @@ from pdorch.config.fleet import FleetConfig, load_fleet_config, parse_fleet_conf
 from pools.launch import FleetLaunchError, RunningFleet, launch_fleet, plan_fleet
 from pools.replica import ReplicaEndpoint
 from tests.waiting import async_wait_until
+from transfer.params import KvTransferParams
 
 DEMO = Path(__file__).parents[2] / "deploy" / "examples" / "fleet-sim.yaml"
-PD_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False}
+PD_PARAMS = KvTransferParams(do_remote_decode=True, do_remote_prefill=False)
 
 
 def port_open(url: str) -> bool:
@@ -97,21 +98,21 @@ async def test_demo_fleet_starts_serves_pd_and_stops_clean() -> None:
                 prompt = f"{uuid.uuid4().hex} " + "the quick brown fox " * 100
                 body = {"model": "llama-3.1-8b", "prompt": prompt, "max_tokens": 1}
 
-                async def prefilled() -> dict[str, Any] | None:
+                async def prefilled() -> KvTransferParams:
                     # the SUB socket joins asynchronously: prefill until an event is seen
                     r = await client.post(
                         f"{prefill.url}/v1/completions",
-                        json={**body, "kv_transfer_params": PD_PARAMS},
+                        json={**body, "kv_transfer_params": PD_PARAMS.wire()},
                     )
                     assert r.status_code == 200, r.text
-                    return dict(r.json()["kv_transfer_params"])
+                    return KvTransferParams.parse(r.json()["kv_transfer_params"])
 
                 params = await prefilled()
                 frames = await asyncio.wait_for(sub.recv_multipart(), 5.0)
                 assert frames[0] == b"prefill-0" and len(frames) == 3
                 r = await client.post(
                     f"{decode.url}/v1/completions",
-                    json={**body, "max_tokens": 4, "kv_transfer_params": params},
+                    json={**body, "max_tokens": 4, "kv_transfer_params": params.wire()},
                 )
                 assert r.status_code == 200, r.text
                 after = await metric(
@@ -197,6 +198,7 @@ async def test_a_failing_engine_fails_the_launch_and_stops_the_rest(tmp_path: Pa
     await async_wait_until(none_left, timeout=5.0, message="engine process gone")
 
 
+@pytest.mark.unit
 def test_vllm_engines_get_cores_round_robin_and_ipc_events(tmp_path: Path) -> None:
     config = parse_fleet_config(
         {

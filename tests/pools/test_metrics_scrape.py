@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -13,11 +12,10 @@ from pools.metrics_scrape import MetricsScraper, parse_vllm_metrics
 from pools.replica import ReplicaEndpoint
 from pools.sim.server import SimServer
 from pools.sim.settings import SimEngineSettings
+from tests.data import VLLM_FIXTURES
 from tests.waiting import async_wait_until
 
-FIXTURES = Path(__file__).parents[2].parent / "shared" / "fixtures" / "vllm"
-if not FIXTURES.is_dir():
-    FIXTURES = Path("/work/shared/fixtures/vllm")
+FIXTURES = VLLM_FIXTURES
 
 
 def test_real_vllm_capture_single() -> None:
@@ -85,6 +83,7 @@ async def sim() -> AsyncIterator[SimServer]:
         await server.stop()
 
 
+@pytest.mark.integration
 async def test_scraper_feeds_the_fleet_from_a_sim_engine(sim: SimServer) -> None:
     assert sim.url is not None
     fleet = Fleet()

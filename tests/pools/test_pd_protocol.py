@@ -13,6 +13,7 @@ from pools.pd_protocol import (
     new_request_id,
     prefill_leg_body,
 )
+from transfer.params import KvTransferParams
 
 CHAT = {
     "model": "tiny",
@@ -24,7 +25,8 @@ CHAT = {
     "min_tokens": 4,
     "temperature": 0.0,
 }
-PARAMS = {
+# a prefill engine's answer, as JSON (a newer vLLM's unknown key included)
+WIRE_PARAMS = {
     "do_remote_prefill": True,
     "do_remote_decode": False,
     "remote_block_ids": [[1, 2, 3]],
@@ -35,6 +37,7 @@ PARAMS = {
     "tp_size": 1,
     "future_key": {"nested": [1]},
 }
+PARAMS = KvTransferParams.parse(WIRE_PARAMS)
 
 
 def test_prefill_leg_asks_for_one_unstreamed_token_and_keeps_the_kv() -> None:
@@ -47,7 +50,16 @@ def test_prefill_leg_asks_for_one_unstreamed_token_and_keeps_the_kv() -> None:
     assert leg["max_completion_tokens"] == 1
     assert "stream_options" not in leg
     assert "min_tokens" not in leg
-    assert leg["kv_transfer_params"] == PREFILL_KV_TRANSFER_PARAMS
+    # what vLLM's own P/D proxy sends: the remote fields as explicit nulls
+    assert leg["kv_transfer_params"] == {
+        "do_remote_decode": True,
+        "do_remote_prefill": False,
+        "remote_engine_id": None,
+        "remote_block_ids": None,
+        "remote_host": None,
+        "remote_port": None,
+    }
+    assert KvTransferParams.parse(leg["kv_transfer_params"]) == PREFILL_KV_TRANSFER_PARAMS
     assert leg["messages"] == CHAT["messages"]
     assert leg["temperature"] == 0.0
 
@@ -61,16 +73,18 @@ def test_prefill_leg_adds_max_completion_tokens_only_when_the_client_used_it() -
 def test_decode_leg_is_the_client_body_plus_the_params_unchanged() -> None:
     leg = decode_leg_body(CHAT, PARAMS)
     assert {k: v for k, v in leg.items() if k != "kv_transfer_params"} == CHAT
-    assert leg["kv_transfer_params"] == PARAMS
+    assert leg["kv_transfer_params"] == WIRE_PARAMS  # key for key, the unknown one included
     leg["kv_transfer_params"]["future_key"]["nested"].append(2)
-    assert PARAMS["future_key"] == {"nested": [1]}  # a deep copy
+    assert decode_leg_body(CHAT, PARAMS)["kv_transfer_params"] == WIRE_PARAMS  # a fresh copy
 
 
 def test_kv_transfer_params_must_be_present_and_remote_prefill() -> None:
-    assert kv_transfer_params_of({"kv_transfer_params": PARAMS}) == PARAMS
+    assert kv_transfer_params_of({"kv_transfer_params": WIRE_PARAMS}) == PARAMS
     for response in ({}, {"kv_transfer_params": None}, {"kv_transfer_params": {"x": 1}}):
         with pytest.raises(ValueError, match="KV connector"):
             kv_transfer_params_of(response)
+    with pytest.raises(ValueError, match="remote_port"):
+        kv_transfer_params_of({"kv_transfer_params": {**WIRE_PARAMS, "remote_port": "x"}})
 
 
 def test_request_ids_are_unique() -> None:

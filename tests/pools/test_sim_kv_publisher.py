@@ -17,9 +17,10 @@ from pools.sim.kv_publisher import (
     encode_event_batch,
     is_bind_endpoint,
 )
+from tests.data import VLLM_FIXTURES
 from tests.ports import free_port
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "vllm"
+FIXTURES = VLLM_FIXTURES
 CAPTURES = (
     "kv_events_samples",
     "kv_events_samples_evict",
@@ -83,6 +84,7 @@ def test_bind_connect_rule(endpoint: str, binds: bool) -> None:
     assert is_bind_endpoint(endpoint) is binds
 
 
+@pytest.mark.integration
 async def test_publisher_connects_to_a_binding_subscriber_and_replays(tmp_path: Path) -> None:
     """tcp://127.0.0.1:P is connected (the subscriber binds); replay is a bound ROUTER."""
     ctx = zmq.asyncio.Context()
@@ -142,6 +144,7 @@ async def test_publisher_connects_to_a_binding_subscriber_and_replays(tmp_path: 
         ctx.term()
 
 
+@pytest.mark.integration
 async def test_ipc_endpoint_binds(tmp_path: Path) -> None:
     ctx = zmq.asyncio.Context()
     endpoint = f"ipc://{tmp_path}/events"

@@ -15,12 +15,15 @@ import httpx
 import numpy as np
 import pytest
 
+from pools.roles import EngineRole
+from pools.sim.engine_core import EngineCore
 from pools.sim.runner import KV_TOUCH_MAX_BYTES, touch_decode_pages
 from pools.sim.server import SimServer
 from pools.sim.settings import SimEngineSettings
 from tests.waiting import async_wait_until, wait_until
+from transfer.params import KvTransferParams
 
-PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False}
+PREFILL_PARAMS = KvTransferParams(do_remote_decode=True, do_remote_prefill=False)
 
 
 def settings(**overrides: Any) -> SimEngineSettings:
@@ -37,9 +40,25 @@ def settings(**overrides: Any) -> SimEngineSettings:
     return SimEngineSettings(**base)
 
 
+Pd = tuple[SimServer, SimServer, httpx.AsyncClient]
+
+
+def core_of(server: SimServer) -> EngineCore:
+    assert server.engine.core is not None, "the engine is not started"
+    return server.engine.core
+
+
+def url_of(server: SimServer) -> str:
+    assert server.url is not None, "the server is not started"
+    return server.url
+
+
 @pytest.fixture
-async def pd() -> AsyncIterator[tuple[SimServer, SimServer, httpx.AsyncClient]]:
-    prefill, decode = SimServer(settings(role="prefill")), SimServer(settings(role="decode"))
+async def pd() -> AsyncIterator[Pd]:
+    prefill, decode = (
+        SimServer(settings(role=EngineRole.PREFILL)),
+        SimServer(settings(role=EngineRole.DECODE)),
+    )
     await prefill.start()
     await decode.start()
     try:
@@ -61,22 +80,22 @@ async def metric(client: httpx.AsyncClient, url: str, name: str) -> float:
 
 async def prefill_leg(
     client: httpx.AsyncClient, url: str, text: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    body = {"model": "tiny", "prompt": text, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS}
-    r = await client.post(f"{url}/v1/completions", json=body)
+) -> tuple[dict[str, Any], KvTransferParams]:
+    body = {"model": "tiny", "prompt": text, "max_tokens": 1}
+    leg = {**body, "kv_transfer_params": PREFILL_PARAMS.wire()}
+    r = await client.post(f"{url}/v1/completions", json=leg)
     assert r.status_code == 200, r.text
-    params: dict[str, Any] = r.json()["kv_transfer_params"]
-    return body, params
+    return body, KvTransferParams.parse(r.json()["kv_transfer_params"])
 
 
-async def test_disaggregated_equals_colocated_and_frees_prefill_blocks(pd: Any) -> None:
+async def test_disaggregated_equals_colocated_and_frees_prefill_blocks(pd: Pd) -> None:
     prefill, decode, client = pd
     text = prompt()
-    body, params = await prefill_leg(client, prefill.url, text)
-    assert prefill.engine.core.stats().num_held_blocks == len(params["remote_block_ids"][0])
+    body, params = await prefill_leg(client, url_of(prefill), text)
+    assert core_of(prefill).stats().num_held_blocks == len(params.block_ids())
     r = await client.post(
         f"{decode.url}/v1/completions",
-        json={**body, "max_tokens": 10, "kv_transfer_params": params},
+        json={**body, "max_tokens": 10, "kv_transfer_params": params.wire()},
     )
     assert r.status_code == 200, r.text
     colocated = await client.post(
@@ -85,39 +104,39 @@ async def test_disaggregated_equals_colocated_and_frees_prefill_blocks(pd: Any) 
     assert r.json()["choices"][0]["text"] == colocated.json()["choices"][0]["text"]
 
     async def freed() -> bool:
-        return prefill.engine.core.stats().num_held_blocks == 0
+        return core_of(prefill).stats().num_held_blocks == 0
 
     await async_wait_until(freed, 10.0, message="prefill blocks released after the pull")
     ext = 'vllm:prompt_tokens_by_source_total{engine="0",model_name="tiny",source="external'
-    assert await metric(client, decode.url, ext) >= r.json()["usage"]["prompt_tokens"] - 32
+    assert await metric(client, url_of(decode), ext) >= r.json()["usage"]["prompt_tokens"] - 32
 
 
-async def test_corrupted_block_fails_verification_with_500(pd: Any) -> None:
+async def test_corrupted_block_fails_verification_with_500(pd: Pd) -> None:
     prefill, decode, client = pd
-    body, params = await prefill_leg(client, prefill.url, prompt())
+    body, params = await prefill_leg(client, url_of(prefill), prompt())
     # damage one held block's bytes on the owner: the decode side must notice
     store = prefill.engine.kv_store
     assert store is not None
-    store.blocks[params["remote_block_ids"][0][1], :8] ^= 0xFF
+    store.blocks[params.block_ids()[1], :8] ^= 0xFF
     r = await client.post(
-        f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params}
+        f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params.wire()}
     )
     assert r.status_code == 500
     assert r.json()["error"]["type"] == "InternalServerError"
-    assert await metric(client, decode.url, "pdorch_sim:kv_block_verify_failures_total") == 1
+    assert await metric(client, url_of(decode), "pdorch_sim:kv_block_verify_failures_total") == 1
     assert (await client.get(f"{decode.url}/health")).status_code == 200
 
 
-async def test_dead_prefill_side_gives_500_and_decode_stays_healthy(pd: Any) -> None:
+async def test_dead_prefill_side_gives_500_and_decode_stays_healthy(pd: Pd) -> None:
     prefill, decode, client = pd
-    body, params = await prefill_leg(client, prefill.url, prompt())
+    body, params = await prefill_leg(client, url_of(prefill), prompt())
     await prefill.stop()
     r = await client.post(
-        f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params}
+        f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params.wire()}
     )
     assert r.status_code == 500
     assert r.json()["error"]["code"] == 500
-    assert await metric(client, decode.url, "vllm:nixl_num_failed_transfers_total") == 1
+    assert await metric(client, url_of(decode), "vllm:nixl_num_failed_transfers_total") == 1
     assert (await client.get(f"{decode.url}/health")).status_code == 200
     ok = await client.post(f"{decode.url}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
     assert ok.status_code == 200
@@ -128,15 +147,15 @@ async def test_unpulled_blocks_are_freed_when_the_lease_expires() -> None:
     await prefill.start()
     try:
         async with httpx.AsyncClient(timeout=30.0) as client:
-            _, params = await prefill_leg(client, prefill.url, prompt())
-            assert prefill.engine.core.stats().num_held_blocks == len(params["remote_block_ids"][0])
+            _, params = await prefill_leg(client, url_of(prefill), prompt())
+            assert core_of(prefill).stats().num_held_blocks == len(params.block_ids())
 
             async def freed() -> bool:
-                return prefill.engine.core.stats().num_held_blocks == 0
+                return core_of(prefill).stats().num_held_blocks == 0
 
             await async_wait_until(freed, 10.0, message="lease expiry to free the blocks")
             usage = 'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"}'
-            assert await metric(client, prefill.url, usage) == 0.0
+            assert await metric(client, url_of(prefill), usage) == 0.0
     finally:
         await prefill.stop()
 
@@ -152,12 +171,12 @@ async def test_client_disconnect_aborts_the_request() -> None:
                     break  # first chunk, then hang up
 
             async def idle() -> bool:
-                return server.engine.core.stats().num_running == 0
+                return core_of(server).stats().num_running == 0
 
             await async_wait_until(idle, 10.0, message="the aborted request to leave the engine")
             # as vLLM 0.32: a client-side abort is not counted in request_success_total
             abort = 'vllm:request_success_total{engine="0",finished_reason="abort"'
-            assert await metric(client, server.url, abort) == 0
+            assert await metric(client, url_of(server), abort) == 0
     finally:
         await server.stop()
 
@@ -313,7 +332,7 @@ async def test_hung_prefill_side_gives_500_within_the_load_timeout() -> None:
             proc.send_signal(signal.SIGSTOP)
             started = asyncio.get_running_loop().time()
             r = await client.post(
-                f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params}
+                f"{decode.url}/v1/completions", json={**body, "kv_transfer_params": params.wire()}
             )
             waited = asyncio.get_running_loop().time() - started
             assert r.status_code == 500, r.text
@@ -355,6 +374,7 @@ async def test_decode_side_kv_pages_are_touched_at_start() -> None:
     assert grown["prefill"] < pool_bytes * 0.5, grown
 
 
+@pytest.mark.unit
 def test_touching_is_capped_to_the_leading_blocks() -> None:
     """Pools are sized like the GPU's (GiBs for small models): only the leading blocks, the
     ones handed out first, are touched."""

@@ -18,7 +18,7 @@ def test_same_seed_gives_byte_identical_files_and_another_seed_other_weights(
     tmp_path: Path,
 ) -> None:
     by_cli = tmp_path / "cli"
-    result = CliRunner().invoke(app, ["dev", "tiny-model", str(by_cli), "--seed", "7"])
+    result = CliRunner().invoke(app, ["dev", "tiny-model", "--out", str(by_cli), "--seed", "7"])
     assert result.exit_code == 0, result.output
     again = tmp_path / "again"
     build_tiny_model(again, TinyModelSpec(seed=7))

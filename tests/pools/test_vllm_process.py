@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pools.roles import EngineRole
 from pools.vllm_process import RunningVllm, VllmEngineError
 from pools.vllm_spec import VllmEngineSpec
 from tests.ports import free_ports
@@ -64,7 +65,11 @@ def fake_interpreter(tmp_path: Path) -> str:
 def engine(tmp_path: Path, mode: str, interpreter: str) -> RunningVllm:
     port, side = free_ports(2)
     spec = VllmEngineSpec(
-        role="both", model=tmp_path, served_model_name=mode, port=port, side_channel_port=side
+        role=EngineRole.BOTH,
+        model=tmp_path,
+        served_model_name=mode,
+        port=port,
+        side_channel_port=side,
     )
     return RunningVllm(spec, tmp_path / "logs" / f"{mode}.log", python=interpreter)
 
@@ -155,7 +160,7 @@ def test_real_vllm_refusing_its_settings_is_reported_with_its_log(
     """vLLM itself rejects a max_model_len beyond the model's positions: the error shows why."""
     port, side = free_ports(2)
     spec = VllmEngineSpec(
-        role="both",
+        role=EngineRole.BOTH,
         model=tiny_model_dir,
         port=port,
         side_channel_port=side,

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from pools.roles import EngineRole
 from pools.vllm_spec import VllmEngineSpec
 from transfer.vllm_config import nixl_engine_env, nixl_kv_transfer_config
 
@@ -137,7 +138,10 @@ def test_gpu_argv_and_env() -> None:
 
 def test_no_kv_transfer_and_no_events_leave_their_flags_out() -> None:
     spec = cpu_spec(
-        kv_transfer=False, kv_events_endpoint=None, kv_events_replay_endpoint=None, role="both"
+        kv_transfer=False,
+        kv_events_endpoint=None,
+        kv_events_replay_endpoint=None,
+        role=EngineRole.BOTH,
     )
     argv = spec.argv("python")
     env = spec.env(BASE_ENV)

@@ -1,4 +1,4 @@
-"""Readers for the real vLLM KV-event captures in ``../shared/fixtures/vllm/``."""
+"""Readers for the real vLLM KV-event captures in ``tests/fixtures/vllm/``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Any
 
 import cbor2
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "vllm"
+from tests.data import VLLM_FIXTURES
+
+FIXTURES = VLLM_FIXTURES
 CAPTURES = (
     "kv_events_samples",
     "kv_events_samples_evict",

@@ -6,8 +6,7 @@ import json
 
 from router.explain import DecisionExplanation, explain_pd, explain_pick
 from router.pd_decision import PdDecisionParams, decide_pd
-from router.policies.llmd import LlmdPolicy
-from router.policies.token_load import TokenLoadDecodePolicy, TokenLoadPolicy
+from router.policies.config import build_policy
 from router.replica_state import ReplicaSnapshot, RoutingRequest, build_snapshots
 from router.token_load import TokenLoad
 
@@ -23,10 +22,10 @@ def test_full_decision_explained_and_json_serialisable() -> None:
         request_id="r42", prompt_tokens=2048, block_size=16, block_keys=tuple(range(128))
     )
     prefill_snaps = build_snapshots(["p0", "p1"], {"p1": 100}, load, now)
-    prefill = TokenLoadPolicy().pick(req, prefill_snaps, now)
+    prefill = build_policy({"name": "token_load"}).pick(req, prefill_snaps, now)
     pd = decide_pd(req, prefill_snaps, PdDecisionParams(), now)
     decode_snaps = build_snapshots(["d0", "d1"], {}, load, now)
-    decode = TokenLoadDecodePolicy().pick(req, decode_snaps, now)
+    decode = build_policy({"name": "token_load_decode"}).pick(req, decode_snaps, now)
 
     explanation = DecisionExplanation(
         request_id=req.request_id,
@@ -61,7 +60,7 @@ def test_full_decision_explained_and_json_serialisable() -> None:
 def test_rejected_and_unhealthy_rows() -> None:
     req = RoutingRequest(request_id="r", prompt_tokens=160, block_size=16)
     snaps = [ReplicaSnapshot("a", healthy=False), ReplicaSnapshot("b", num_waiting=3)]
-    decision = LlmdPolicy().pick(req, snaps, 0.0)
+    decision = build_policy({"name": "llmd"}).pick(req, snaps, 0.0)
     pick = explain_pick("prefill", decision, snaps)
     rows = {r.replica_id: r for r in pick.replicas}
     assert rows["a"].rejected == "unhealthy" and rows["a"].score is None

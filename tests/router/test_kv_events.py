@@ -11,6 +11,7 @@ from router.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
+    KvEvent,
     KvEventBatch,
     KvEventDecodeError,
     KvEventDecoder,
@@ -50,7 +51,7 @@ def test_every_captured_message_decodes_to_what_vllm_sent(name: str) -> None:
 
 def test_hand_picked_fixtures_decode() -> None:
     picked = json.loads((FIXTURES / "kv_events_fixtures.json").read_text())
-    kinds = set()
+    kinds: set[type[KvEvent]] = set()
     for item in picked:
         frames = [bytes.fromhex(item["frames"][k]) for k in ("topic_hex", "seq_hex", "payload_hex")]
         msg = decode_frames(frames)
@@ -177,6 +178,7 @@ def test_omitted_default_fields_decode() -> None:
     assert event.parent_block_hash is None and event.lora_name is None and event.extra_keys is None
 
 
+@pytest.mark.integration
 def test_encoding_roundtrips_and_vllm_reads_it() -> None:
     batch = KvEventBatch(
         3.5,
@@ -193,6 +195,7 @@ def test_encoding_roundtrips_and_vllm_reads_it() -> None:
     # The first key of every event map is "type", as vLLM writes it.
     raw = msgspec.msgpack.decode(encode_event_batch(batch))
     assert all(next(iter(event)) == "type" for event in raw[1])
+    from vllm.distributed.kv_events import BlockStored as VllmBlockStored
     from vllm.distributed.kv_events import KVEventBatch as VllmBatch
 
     theirs = msgspec.msgpack.decode(frames[2], type=VllmBatch)
@@ -201,4 +204,5 @@ def test_encoding_roundtrips_and_vllm_reads_it() -> None:
         "BlockRemoved",
         "AllBlocksCleared",
     ]
-    assert theirs.events[0].token_ids == list(range(8))
+    first = theirs.events[0]
+    assert isinstance(first, VllmBlockStored) and first.token_ids == list(range(8))

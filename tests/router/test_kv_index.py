@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from router.block_keys import KeySeed, block_keys
@@ -9,6 +10,7 @@ from router.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
+    EngineBlockHash,
     KvEvent,
     decode_frames,
 )
@@ -43,9 +45,9 @@ def prompts_of(name: str) -> list[tuple[list[int], str | None]]:
 
 
 def stored(
-    hashes: list[int], tokens: list[int], parent: int | None = None, **kw: Any
+    hashes: Sequence[EngineBlockHash], tokens: list[int], parent: int | None = None, **kw: Any
 ) -> BlockStored:
-    return BlockStored(hashes, parent, tokens, kw.pop("block_size", 4), medium="GPU", **kw)
+    return BlockStored(list(hashes), parent, tokens, kw.pop("block_size", 4), medium="GPU", **kw)
 
 
 def toks(start: int, n_blocks: int, bs: int = 4) -> list[int]:

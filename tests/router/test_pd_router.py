@@ -22,11 +22,11 @@ def test_long_uncached_prompt_is_disaggregated_and_short_one_is_not() -> None:
     ]
     long = RoutingRequest("a", prompt_tokens=4000, block_size=16, max_tokens=100)
     route = router.route(long, prefill, decode, now=1.0)
-    assert route.disaggregate and route.pool == "pd"
+    assert route.disaggregate and route.kind == "pd"
     assert route.prefill_replica == "p1" and route.decode_replica == "d1"
     short = RoutingRequest("b", prompt_tokens=100, block_size=16, max_tokens=100)
     route = router.route(short, prefill, decode, now=1.0)
-    assert not route.disaggregate and route.prefill_replica is None and route.pool == "decode"
+    assert not route.disaggregate and route.prefill_replica is None and route.kind == "local"
     explained = route.explain(short, 1.0, prefill, decode)
     assert explained.pd is not None and not explained.pd.disaggregate
     assert explained.decode is not None and explained.decode.chosen == route.decode_replica
@@ -37,7 +37,7 @@ def test_colocated_fleet_uses_the_prefill_policy_and_never_policy_keeps_local() 
     colocated = [snap("c0"), snap("c1", overlap_blocks=10)]
     req = RoutingRequest("a", prompt_tokens=4000, block_size=16)
     route = router.route(req, [], [], now=0.0, colocated=colocated)
-    assert route.pool == "colocated" and route.decode_replica == "c1"
+    assert route.kind == "colocated" and route.decode_replica == "c1"
     never = PdRouter(load_router_config({"pd": {"enabled": False}}))
     route = never.route(req, [snap("p0")], [snap("d0")], now=0.0)
     assert not route.disaggregate and route.decode_replica == "d0"

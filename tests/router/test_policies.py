@@ -5,23 +5,13 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
 
-from router.policies import get_policy
-from router.policies.cache_aware import CacheAwareParams, CacheAwarePolicy
-from router.policies.consistent_hash import ConsistentHashParams, ConsistentHashPolicy
-from router.policies.dynamo import DynamoParams, DynamoPolicy, softmax_probabilities
-from router.policies.kv_overlap import KvOverlapPolicy
-from router.policies.least_request import LeastRequestParams, LeastRequestPolicy
-from router.policies.llmd import LlmdPolicy
-from router.policies.round_robin import RoundRobinPolicy
-from router.policies.token_load import (
-    TokenLoadDecodeParams,
-    TokenLoadDecodePolicy,
-    TokenLoadParams,
-    TokenLoadPolicy,
-)
+from router.plugins.pickers.softmax import softmax_probabilities
+from router.plugins.profile import Profile
+from router.policies.config import PolicyConfig, build_policy
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
 BS = 16
@@ -38,6 +28,22 @@ def request(prompt: int = 1600, **kw: object) -> RoutingRequest:
     )
 
 
+def make(
+    name: str,
+    weights: dict[str, float] | None = None,
+    rng: random.Random | None = None,
+    **params: object,
+) -> Profile:
+    """The shipped profile `name` with `params` and `weights` adjustments."""
+    return build_policy(PolicyConfig(name=name, params=params, weights=weights), rng=rng)
+
+
+def part(profile: Profile, name: str) -> Any:
+    """The profile's filter, scorer or picker called `name`."""
+    parts = [*profile.filters, *(s for s, _ in profile.scorers), profile.picker]
+    return next(p for p in parts if p.name == name)
+
+
 def rep(rid: str, **kw: object) -> ReplicaSnapshot:
     return ReplicaSnapshot(replica_id=rid, **kw)  # type: ignore[arg-type]
 
@@ -46,7 +52,7 @@ def rep(rid: str, **kw: object) -> ReplicaSnapshot:
 
 
 def test_round_robin_cycles_over_healthy() -> None:
-    policy = RoundRobinPolicy()
+    policy = make("round_robin")
     replicas = [rep("a"), rep("b", healthy=False), rep("c")]
     chosen = [policy.route(request(), replicas, float(i)).chosen for i in range(5)]
     assert chosen == ["a", "c", "a", "c", "a"]
@@ -68,7 +74,7 @@ def test_no_healthy_replica() -> None:
         "token_load",
         "token_load_decode",
     ]:
-        decision = get_policy(name)().pick(request(), [rep("a", healthy=False)], 0.0)
+        decision = make(name).pick(request(), [rep("a", healthy=False)], 0.0)
         assert decision.chosen is None, name
         assert decision.rejected == {"a": "unhealthy"}
 
@@ -79,8 +85,8 @@ def test_least_request_router_and_engine_counts() -> None:
         rep("b", requests_in_flight=1, num_running=5, num_waiting=4),
         rep("c", requests_in_flight=1, num_running=2, num_waiting=0),
     ]
-    assert LeastRequestPolicy().pick(request(), replicas, 0.0).chosen == "b"  # tie b/c -> id
-    engine = LeastRequestPolicy(LeastRequestParams(load="engine"))
+    assert make("least_request").pick(request(), replicas, 0.0).chosen == "b"  # tie b/c -> id
+    engine = make("least_request", load="engine")
     decision = engine.pick(request(), replicas, 0.0)
     assert decision.chosen == "a"
     assert decision.scores == {"a": 0.0, "b": 9.0, "c": 2.0}
@@ -90,7 +96,7 @@ def test_least_request_router_and_engine_counts() -> None:
 
 
 def test_consistent_hash_only_removed_replicas_keys_move() -> None:
-    policy = ConsistentHashPolicy(ConsistentHashParams(virtual_nodes=160))
+    policy = make("consistent_hash", virtual_nodes=160)
     names = [f"r{i}" for i in range(8)]
     full = [rep(n) for n in names]
     sessions = [f"session-{i}" for i in range(4000)]
@@ -114,10 +120,10 @@ def test_consistent_hash_only_removed_replicas_keys_move() -> None:
 
 def test_consistent_hash_fallback_without_session() -> None:
     replicas = [rep("a", requests_in_flight=4), rep("b", requests_in_flight=1)]
-    decision = ConsistentHashPolicy().pick(request(), replicas, 0.0)
+    decision = make("consistent_hash").pick(request(), replicas, 0.0)
     assert decision.chosen == "b"
     assert "least_request" in decision.reason
-    rr = ConsistentHashPolicy(ConsistentHashParams(fallback="round_robin"))
+    rr = make("consistent_hash", fallback="round_robin")
     assert [rr.route(request(), replicas, 0.0).chosen for _ in range(3)] == ["a", "b", "a"]
 
 
@@ -131,7 +137,7 @@ def text_request(text: str) -> RoutingRequest:
 
 
 def test_cache_aware_balanced_uses_match_then_smallest_tree() -> None:
-    policy = CacheAwarePolicy()
+    policy = make("cache_aware")
     replicas = [rep("a"), rep("b"), rep("c")]
     policy.on_request_routed(text_request(SYSTEM + "first question"), "b", 0.0)
     policy.on_request_routed(text_request("something else entirely " * 4), "a", 0.0)
@@ -147,13 +153,13 @@ def test_cache_aware_balanced_uses_match_then_smallest_tree() -> None:
     assert decision.chosen == "c"
     assert "smallest tree" in decision.reason
     # Match rate must be strictly above the threshold (SGLang's `>`).
-    strict = CacheAwarePolicy(CacheAwareParams(cache_threshold=1.0))
+    strict = make("cache_aware", cache_threshold=1.0)
     strict.on_request_routed(text_request("abcd"), "a", 0.0)
     assert strict.pick(text_request("abcd"), [rep("a"), rep("b")], 1.0).chosen == "b"
 
 
 def test_cache_aware_switches_to_shortest_queue_when_imbalanced() -> None:
-    policy = CacheAwarePolicy()
+    policy = make("cache_aware")
     policy.on_request_routed(text_request(SYSTEM + "q"), "a", 0.0)
     req = text_request(SYSTEM + "another")
 
@@ -177,24 +183,30 @@ def test_cache_aware_switches_to_shortest_queue_when_imbalanced() -> None:
         ).chosen
         == "a"
     )
-    assert policy.is_imbalanced([0, 65]) and not policy.is_imbalanced([0, 64])
+    assert part(policy, "cache_aware").is_imbalanced([0, 65]) and not part(
+        policy, "cache_aware"
+    ).is_imbalanced([0, 64])
 
     # The tree learns in both modes: after routing to b while imbalanced, b matches too.
     policy.route(req, hot, 2.0)
-    assert policy.tree.match(SYSTEM + "another")["b"] == len(SYSTEM + "another")
+    assert part(policy, "text_prefix").tree.match(SYSTEM + "another")["b"] == len(
+        SYSTEM + "another"
+    )
 
 
 def test_cache_aware_eviction_and_replica_removal() -> None:
-    policy = CacheAwarePolicy(CacheAwareParams(eviction_interval_s=10.0, max_tree_size=100))
+    policy = make("cache_aware", eviction_interval_s=10.0, max_tree_size=100)
     policy.on_request_routed(text_request("a" * 80 + "old-suffix-there"), "a", 0.0)
     policy.on_request_routed(text_request("a" * 80 + "new-suffix-here"), "a", 5.0)
-    assert policy.tree.size("a") == 80 + 16 + 15
+    assert part(policy, "text_prefix").tree.size("a") == 80 + 16 + 15
     policy.on_request_routed(text_request("b" * 10), "b", 11.0)  # eviction interval passed
-    assert policy.tree.size("a") <= 100
-    matched = policy.tree.match("a" * 80 + "new-suffix-here")
+    assert part(policy, "text_prefix").tree.size("a") <= 100
+    matched = part(policy, "text_prefix").tree.match("a" * 80 + "new-suffix-here")
     assert matched["a"] == 95  # the least recently used leaf ("old") went first
     policy.on_replica_removed("a", 12.0)
-    assert policy.tree.size("a") == 0 and "a" not in policy.tree.match("a" * 80)
+    assert part(policy, "text_prefix").tree.size("a") == 0 and "a" not in part(
+        policy, "text_prefix"
+    ).tree.match("a" * 80)
 
 
 # ---- kv_overlap vs token_load: the hot-spot ------------------------------------------------
@@ -211,11 +223,11 @@ def hot_spot() -> list[ReplicaSnapshot]:
 
 def test_kv_overlap_hot_spots_where_token_load_does_not() -> None:
     req = request(1600)
-    overlap = KvOverlapPolicy().pick(req, hot_spot(), 0.0)
+    overlap = make("kv_overlap").pick(req, hot_spot(), 0.0)
     assert overlap.chosen == "hot"  # 96 blocks cached, however long the queue
     assert overlap.scores == {"hot": 96.0, "cold": 0.0}
 
-    token = TokenLoadPolicy().pick(req, hot_spot(), 0.0)
+    token = make("token_load").pick(req, hot_spot(), 0.0)
     assert token.chosen == "cold"
     # hot: (60000 + 64) / 10000 = 6.0064 s; cold: 1600 / 10000 = 0.16 s.
     assert token.scores["hot"] == pytest.approx(6.0064)
@@ -224,7 +236,7 @@ def test_kv_overlap_hot_spots_where_token_load_does_not() -> None:
 
 def test_kv_overlap_ties_deterministic() -> None:
     replicas = [rep("b", overlap_blocks=3), rep("a", overlap_blocks=3), rep("c", overlap_blocks=1)]
-    assert KvOverlapPolicy().pick(request(), replicas, 0.0).chosen == "a"
+    assert make("kv_overlap").pick(request(), replicas, 0.0).chosen == "a"
 
 
 # ---- llm-d -----------------------------------------------------------------------------------
@@ -238,7 +250,7 @@ def test_llmd_abc_example() -> None:
         rep("B", overlap_blocks=0, num_waiting=0, kv_usage=0.5),
         rep("C", overlap_blocks=88, num_waiting=31, kv_usage=0.5),
     ]
-    decision = LlmdPolicy().pick(req, replicas, 0.0)
+    decision = make("llmd").pick(req, replicas, 0.0)
     assert decision.chosen == "A"
     assert decision.details["A"]["prefix"] == pytest.approx(0.92)
     assert decision.details["A"]["queue"] == pytest.approx(29 / 31)
@@ -250,19 +262,19 @@ def test_llmd_abc_example() -> None:
     assert decision.scores["C"] == pytest.approx(2.64 + 0.0 + 1.0)
     # Pure prefix picks A too here; with C slightly ahead on prefix it would pick C, llm-d not.
     replicas[2] = rep("C", overlap_blocks=95, num_waiting=31, kv_usage=0.5)
-    assert KvOverlapPolicy().pick(req, replicas, 0.0).chosen == "C"
-    assert LlmdPolicy().pick(req, replicas, 0.0).chosen == "A"
+    assert make("kv_overlap").pick(req, replicas, 0.0).chosen == "C"
+    assert make("llmd").pick(req, replicas, 0.0).chosen == "A"
 
 
 def test_llmd_weights_from_config_and_normalisation() -> None:
     replicas = [rep("a", overlap_blocks=100, kv_usage=0.9), rep("b", kv_usage=0.0)]
-    assert LlmdPolicy().pick(request(), replicas, 0.0).chosen == "a"  # 3 + 2 + 0.2 vs 0 + 2 + 2
-    only_kv = LlmdPolicy(weights={"prefix": 0.0, "queue": 0.0, "kv_utilization": 1.0})
+    assert make("llmd").pick(request(), replicas, 0.0).chosen == "a"  # 3 + 2 + 0.2 vs 0 + 2 + 2
+    only_kv = make("llmd", weights={"prefix": 0.0, "queue": 0.0, "kv_utilization": 1.0})
     assert only_kv.pick(request(), replicas, 0.0).chosen == "b"
     with pytest.raises(ValueError, match="unknown scorer"):
-        LlmdPolicy(weights={"latency": 1.0})
+        make("llmd", weights={"latency": 1.0})
     # Equal queues: every replica gets queue score 1.0 (neutral).
-    same = LlmdPolicy().pick(request(), [rep("a", num_waiting=5), rep("b", num_waiting=5)], 0.0)
+    same = make("llmd").pick(request(), [rep("a", num_waiting=5), rep("b", num_waiting=5)], 0.0)
     assert {d["queue"] for d in same.details.values()} == {1.0}
 
 
@@ -275,11 +287,11 @@ def test_dynamo_cost_formula() -> None:
         rep("a", overlap_blocks=80, decode_blocks=500),
         rep("b", overlap_blocks=0, decode_blocks=100),
     ]
-    decision = DynamoPolicy().pick(req, replicas, 0.0)
+    decision = make("dynamo").pick(req, replicas, 0.0)
     # a: 1.0 * 20 + (500 + 100) = 620; b: 1.0 * 100 + (100 + 100) = 300
     assert decision.scores == {"a": pytest.approx(620.0), "b": pytest.approx(300.0)}
     assert decision.chosen == "b"
-    heavy = DynamoPolicy(DynamoParams(overlap_score_weight=10.0)).pick(req, replicas, 0.0)
+    heavy = make("dynamo", overlap_score_weight=10.0).pick(req, replicas, 0.0)
     # a: 10 * 20 + 600 = 800; b: 10 * 100 + 200 = 1200
     assert heavy.chosen == "a"
 
@@ -293,7 +305,7 @@ def test_dynamo_counts_in_flight_prefill_on_prefill_replicas() -> None:
         rep("p1", overlap_blocks=1, prefill_tokens_queued=3_200),
         rep("p2", overlap_blocks=1, prefill_tokens_queued=8_000),
     ]
-    decision = DynamoPolicy().pick(req, replicas, 0.0)
+    decision = make("dynamo").pick(req, replicas, 0.0)
     # p1: (3200 + 1584) / 16 = 299 prefill blocks + (0 + 100) decode blocks
     assert decision.scores["p1"] == pytest.approx((3200 + 1584) / 16 + 100)
     assert decision.scores["p0"] == pytest.approx((16_000 + 1584) / 16 + 100)
@@ -304,7 +316,7 @@ def test_dynamo_counts_in_flight_prefill_on_prefill_replicas() -> None:
     queued = {"p0": 0, "p1": 0, "p2": 0}
     for _ in range(9):
         snaps = [rep(r, overlap_blocks=1, prefill_tokens_queued=q) for r, q in queued.items()]
-        chosen = DynamoPolicy().pick(req, snaps, 0.0).chosen
+        chosen = make("dynamo").pick(req, snaps, 0.0).chosen
         assert chosen is not None
         queued[chosen] += req.uncached_tokens(1)
     assert set(queued.values()) == {3 * 1584}
@@ -312,7 +324,7 @@ def test_dynamo_counts_in_flight_prefill_on_prefill_replicas() -> None:
 
 def test_dynamo_tie_break_smaller_tree() -> None:
     replicas = [rep("a", cached_blocks=900), rep("b", cached_blocks=10)]
-    assert DynamoPolicy().pick(request(), replicas, 0.0).chosen == "b"
+    assert make("dynamo").pick(request(), replicas, 0.0).chosen == "b"
 
 
 def test_dynamo_softmax_is_deterministic_with_a_seed() -> None:
@@ -321,17 +333,19 @@ def test_dynamo_softmax_is_deterministic_with_a_seed() -> None:
         rep("b", overlap_blocks=0, decode_blocks=100),
         rep("c", overlap_blocks=90, decode_blocks=400),
     ]
-    params = DynamoParams(temperature=0.5, seed=1234)
+    params: dict[str, Any] = dict(temperature=0.5, seed=1234)
     runs = []
     for _ in range(2):
-        policy = DynamoPolicy(params)
-        runs.append([policy.pick(request(), replicas, float(i)).chosen for i in range(200)])
+        policy = make("dynamo", **params)
+        runs.append([policy.route(request(), replicas, float(i)).chosen for i in range(200)])
     assert runs[0] == runs[1]
+    # One draw per routed request: a pick that is not routed (explain, an unused decode pick)
+    # is repeatable and leaves the sequence alone.
+    policy = make("dynamo", **params)
+    assert {policy.pick(request(), replicas, 0.0).chosen for _ in range(20)} == {runs[0][0]}
     # An RNG passed in works the same way.
     x = [
-        DynamoPolicy(DynamoParams(temperature=0.5), rng=random.Random(9))
-        .pick(request(), replicas, 0.0)
-        .chosen
+        make("dynamo", temperature=0.5, rng=random.Random(9)).pick(request(), replicas, 0.0).chosen
         for _ in range(3)
     ]
     assert len(set(x)) == 1
@@ -341,11 +355,11 @@ def test_dynamo_softmax_is_deterministic_with_a_seed() -> None:
     assert len(counts) >= 2
 
     # score() reports the costs without consuming a draw: the sequence is unchanged.
-    policy = DynamoPolicy(params)
-    first = policy.pick(request(), replicas, 0.0).chosen
+    policy = make("dynamo", **params)
+    first = policy.route(request(), replicas, 0.0).chosen
     for _ in range(5):
         policy.score(request(), replicas, 0.0)
-    assert [first, policy.pick(request(), replicas, 1.0).chosen] == runs[0][:2]
+    assert [first, policy.route(request(), replicas, 1.0).chosen] == runs[0][:2]
 
     probs = softmax_probabilities({"a": 0.0, "b": 10.0}, temperature=1.0)
     assert probs["a"] == pytest.approx(1 / (1 + math.exp(-1.0)))
@@ -370,12 +384,12 @@ def test_token_load_prefill_formula() -> None:
         # (8000 + 0) / 10000
         rep("c", overlap_blocks=200, prefill_tokens_queued=8000),
     ]
-    decision = TokenLoadPolicy().pick(req, replicas, 0.0)
+    decision = make("token_load").pick(req, replicas, 0.0)
     assert decision.scores["a"] == pytest.approx((2000 + 1600) / 20_000)
     assert decision.scores["b"] == pytest.approx(0.32)
     assert decision.scores["c"] == pytest.approx(0.8)
     assert decision.chosen == "a"
-    assert TokenLoadPolicy().score(req, replicas, 0.0) == decision.scores
+    assert make("token_load").score(req, replicas, 0.0) == decision.scores
     assert decision.details["a"]["decode_s"] == 0.0
     assert decision.details["a"]["steps"] == 0.0  # no decode batch: no per-step terms
 
@@ -390,8 +404,8 @@ def test_token_load_step_model_on_a_colocated_replica() -> None:
         decode_blocks=1000,
         requests_in_flight=10,
     )
-    params = TokenLoadParams(max_num_batched_tokens=8192, decode_s_per_kv_token=1e-7)
-    decision = TokenLoadPolicy(params).pick(req, [busy], 0.0)
+    params: dict[str, Any] = dict(max_num_batched_tokens=8192, decode_s_per_kv_token=1e-7)
+    decision = make("token_load", **params).pick(req, [busy], 0.0)
     work = 14_000 + 1600  # queued + uncached
     steps = math.ceil(work / (8192 - 10))  # each step's budget is shared with 10 decodes
     read = 1e-7 * 16_000  # the decode batch's KV read, every step
@@ -402,7 +416,7 @@ def test_token_load_step_model_on_a_colocated_replica() -> None:
     assert decision.details["busy"]["decode_s"] == pytest.approx(decode)
     assert decision.scores["busy"] == pytest.approx(prefill + decode)
     # Without max_tokens the request is expected to decode expected_output_tokens (256).
-    no_max = TokenLoadPolicy(params).pick(request(3200), [busy], 0.0)
+    no_max = make("token_load", **params).pick(request(3200), [busy], 0.0)
     assert no_max.details["busy"]["decode_s"] == pytest.approx(256 * (10 / 10_000 + read))
 
 
@@ -414,16 +428,16 @@ def test_token_load_heavy_decode_batch_loses_despite_overlap() -> None:
     light = rep("light", overlap_blocks=0, decode_blocks=200, requests_in_flight=2)
     tps = {"prefill_tokens_per_s": 30_000.0}
     home.prefill_tokens_per_s = light.prefill_tokens_per_s = tps["prefill_tokens_per_s"]
-    decision = TokenLoadPolicy().pick(req, [home, light], 0.0)
+    decision = make("token_load").pick(req, [home, light], 0.0)
     # home: prefill 320 tokens (one step reading 96k KV tokens), then 1024 decode steps next to
     # 16 sequences / 96k KV tokens; light: re-prefills 8000 tokens, decodes next to 3.2k.
     assert decision.chosen == "light"
     assert decision.details["home"]["prefill_s"] < decision.details["light"]["prefill_s"]
     assert decision.details["home"]["decode_s"] > decision.details["light"]["decode_s"]
     # kv_overlap (and the old prefill-only view) keep the request on its home replica.
-    assert KvOverlapPolicy().pick(req, [home, light], 0.0).chosen == "home"
+    assert make("kv_overlap").pick(req, [home, light], 0.0).chosen == "home"
     # With nothing to decode beside it (a short answer), the cache wins again.
-    short = TokenLoadPolicy().pick(request(8000, max_tokens=1), [home, light], 0.0)
+    short = make("token_load").pick(request(8000, max_tokens=1), [home, light], 0.0)
     assert short.chosen == "home"
 
 
@@ -434,12 +448,13 @@ def test_token_load_pure_prefill_replicas_ignore_the_decode_terms() -> None:
         rep("p0", overlap_blocks=150, prefill_tokens_queued=30_000, requests_in_flight=40),
         rep("p1", overlap_blocks=0, prefill_tokens_queued=1_000, requests_in_flight=1),
     ]
-    for params in (
-        TokenLoadParams(),
-        TokenLoadParams(decode_s_per_kv_token=1e-3, expected_output_tokens=100_000),
-        TokenLoadParams(decode_s_per_kv_token=0.0, max_num_batched_tokens=1),
-    ):
-        decision = TokenLoadPolicy(params).pick(req, replicas, 0.0)
+    variants: tuple[dict[str, Any], ...] = (
+        dict(),
+        dict(decode_s_per_kv_token=1e-3, expected_output_tokens=100_000),
+        dict(decode_s_per_kv_token=0.0, max_num_batched_tokens=1),
+    )
+    for params in variants:
+        decision = make("token_load", **params).pick(req, replicas, 0.0)
         assert decision.scores == {
             "p0": pytest.approx((30_000 + 800) / 10_000),
             "p1": pytest.approx((1_000 + 3200) / 10_000),
@@ -450,7 +465,7 @@ def test_token_load_pure_prefill_replicas_ignore_the_decode_terms() -> None:
 def test_token_load_ties_prefer_overlap() -> None:
     replicas = [rep("a", prefill_tokens_queued=1600), rep("b", overlap_blocks=100)]
     # Both finish at 0.16 s; b keeps the prefix warm.
-    assert TokenLoadPolicy().pick(request(1600), replicas, 0.0).chosen == "b"
+    assert make("token_load").pick(request(1600), replicas, 0.0).chosen == "b"
 
 
 def test_token_load_decode_headroom() -> None:
@@ -460,7 +475,7 @@ def test_token_load_decode_headroom() -> None:
         rep("busy", kv_capacity_blocks=1000, decode_blocks=500, prefill_tokens_queued=1600),
         rep("idle", kv_capacity_blocks=1000, kv_usage=0.3),  # used = ceil(0.3 * 1000) = 300
     ]
-    decision = TokenLoadDecodePolicy().pick(req, replicas, 0.0)
+    decision = make("token_load_decode").pick(req, replicas, 0.0)
     assert "full" in decision.rejected and "116" in decision.rejected["full"]
     assert decision.scores["busy"] == pytest.approx((500 + 100 + 116) / 1000)
     assert decision.scores["idle"] == pytest.approx((300 + 116) / 1000)
@@ -471,12 +486,12 @@ def test_token_load_decode_headroom() -> None:
         rep("x", kv_capacity_blocks=100, decode_blocks=90),
         rep("y", kv_capacity_blocks=100, decode_blocks=95),
     ]
-    decision = TokenLoadDecodePolicy().pick(req, crowded, 0.0)
+    decision = make("token_load_decode").pick(req, crowded, 0.0)
     assert decision.chosen == "x"
     assert "no replica has KV headroom" in decision.reason
 
     # A margin keeps part of the pool free.
-    margin = TokenLoadDecodePolicy(TokenLoadDecodeParams(kv_headroom_margin=0.5))
+    margin = make("token_load_decode", kv_headroom_margin=0.5)
     half = [
         rep("p", kv_capacity_blocks=1000, decode_blocks=300),  # 500 - 300 = 200 >= 116
         rep("q", kv_capacity_blocks=2000, decode_blocks=950),
@@ -486,7 +501,7 @@ def test_token_load_decode_headroom() -> None:
 
     # Unknown capacity: compare in blocks, reject nobody.
     unknown = [rep("u", decode_blocks=10), rep("v", decode_blocks=5)]
-    decision = TokenLoadDecodePolicy().pick(request(160, max_tokens=16), unknown, 0.0)
+    decision = make("token_load_decode").pick(request(160, max_tokens=16), unknown, 0.0)
     assert decision.chosen == "v" and not decision.rejected
     assert decision.scores["v"] == 5 + 11  # ceil((160 + 16) / 16)
 
@@ -527,7 +542,7 @@ def test_burst_on_hot_prefix_token_load_spreads_kv_overlap_piles() -> None:
     from router.token_load import TokenLoad
 
     def run(policy_name: str) -> tuple[dict[str, int], float]:
-        policy = get_policy(policy_name)()
+        policy = make(policy_name)
         load = TokenLoad()
         ids = ["r0", "r1", "r2", "r3"]
         routed: Counter[str] = Counter()
@@ -560,3 +575,62 @@ def test_burst_on_hot_prefix_token_load_spreads_kv_overlap_piles() -> None:
     optimum = 40 / (10_000 * (1 / 1024 + 3 / 4096))
     assert token_makespan < overlap_makespan * 0.65
     assert token_makespan <= optimum * 1.1
+
+
+def test_role_filter_keeps_the_configured_pools() -> None:
+    profile = build_policy(
+        {
+            "name": "decode_or_colocated",
+            "filters": [{"name": "health"}, {"name": "role", "params": {"roles": ["decode"]}}],
+            "scorers": [{"name": "least_request"}],
+        }
+    )
+    replicas = [
+        rep("p0", role="prefill"),
+        rep("d0", role="decode", requests_in_flight=5),
+        rep("x", requests_in_flight=9),  # role not given: kept
+        rep("d1", role="decode", healthy=False),
+    ]
+    decision = profile.pick(request(), replicas, 0.0)
+    assert decision.chosen == "d0"
+    assert decision.rejected == {"p0": "role prefill not in ['decode']", "d1": "unhealthy"}
+    strict = build_policy(
+        {
+            "name": "decode_only",
+            "filters": [{"name": "role", "params": {"roles": ["decode"], "keep_unknown": False}}],
+            "scorers": [{"name": "least_request"}],
+        }
+    )
+    assert strict.pick(request(), [rep("x"), rep("p", role="prefill")], 0.0).chosen is None
+    assert "no candidate left by role" in strict.pick(request(), [rep("x")], 0.0).reason
+
+
+def test_softmax_picker_reads_the_profiles_direction() -> None:
+    # llm-d's scorers (higher is better) under a sampling picker: the best total is drawn
+    # most often, and a fixed seed gives the same sequence.
+    config = {
+        "name": "llmd_sampled",
+        "scorers": [{"name": "prefix", "weight": 3}, {"name": "kv_utilization", "weight": 2}],
+        "picker": {"name": "softmax", "params": {"temperature": 0.3, "seed": 5}},
+    }
+    replicas = [rep("a", overlap_blocks=100), rep("b", kv_usage=0.9), rep("c", kv_usage=0.5)]
+    runs = []
+    for _ in range(2):
+        profile = build_policy(config)
+        runs.append([profile.route(request(), replicas, float(i)).chosen for i in range(300)])
+    assert runs[0] == runs[1]
+    counts = Counter(runs[0])
+    assert counts["a"] > counts["c"] > counts["b"]
+    decision = build_policy(config).pick(request(), replicas, 0.0)
+    assert decision.higher_is_better
+    assert decision.details["a"]["probability"] > decision.details["b"]["probability"]
+
+
+def test_tie_break_must_name_a_snapshot_field() -> None:
+    with pytest.raises(ValueError, match="not a replica snapshot field"):
+        build_policy(
+            {
+                "name": "token_load",
+                "picker": {"name": "max_score", "params": {"tie_break": ["-speed"]}},
+            }
+        )

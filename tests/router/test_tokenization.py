@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -24,7 +22,7 @@ from router.tokenization import (
     make_tokenizer,
 )
 from tests.ports import free_port
-from tests.waiting import wait_until
+from tests.threaded_server import ThreadedHttpServer
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},
@@ -93,24 +91,18 @@ class FakeTokenizeEngine:
                 tokens = tokenizer.encode_completion_sync(body["prompt"])
             return JSONResponse({"tokens": tokens, "count": len(tokens), "max_model_len": 1024})
 
-        self.port = free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.server = ThreadedHttpServer(app)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.server.url
 
     def __enter__(self) -> FakeTokenizeEngine:
-        self.thread.start()
-        wait_until(lambda: self.server.started, 30, message="tokenize server up")
+        self.server.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
+        self.server.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +111,7 @@ def fake_engine(hf: HfPromptTokenizer) -> Iterator[FakeTokenizeEngine]:
         yield server
 
 
+@pytest.mark.integration
 async def test_engine_mode_asks_tokenize_and_caches(
     hf: HfPromptTokenizer, fake_engine: FakeTokenizeEngine
 ) -> None:
@@ -147,6 +140,7 @@ async def test_engine_mode_asks_tokenize_and_caches(
         await tok.aclose()
 
 
+@pytest.mark.integration
 async def test_engine_mode_unreachable_is_a_typed_error() -> None:
     async with httpx.AsyncClient(timeout=2.0) as client:
         tok = EnginePromptTokenizer(f"http://127.0.0.1:{free_port()}", client=client)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 
 from tests.transfer.owner_process import OwnerProcess
-from transfer import BlockMover, KvBlockPool, make_block_mover
+from transfer import BlockMover, KvBlockPool, KvTransport, make_block_mover
 
 BLOCK_BYTES = 64 * 1024
 OWNER_BLOCKS = 64
@@ -16,16 +16,16 @@ SEED = 1234
 
 # NIXL is part of `make install`: if it cannot be imported the NIXL cases fail (they are not
 # skipped), so a broken install never passes as a green run.
-KINDS = ["nixl", "tcp"]
+KINDS = [KvTransport.NIXL, KvTransport.TCP]
 
 
-@pytest.fixture(scope="module", params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+@pytest.fixture(scope="module", params=KINDS, ids=str)
+def kind(request: pytest.FixtureRequest) -> KvTransport:
+    return KvTransport(request.param)
 
 
 @pytest.fixture
-def start_owner(kind: str) -> Iterator[Callable[..., OwnerProcess]]:
+def start_owner(kind: KvTransport) -> Iterator[Callable[..., OwnerProcess]]:
     """Start owners of `kind` (each a real process); all are stopped at teardown."""
     owners: list[OwnerProcess] = []
 
@@ -45,7 +45,7 @@ def start_owner(kind: str) -> Iterator[Callable[..., OwnerProcess]]:
 
 
 @pytest.fixture(scope="module")
-def shared_owner(kind: str) -> Iterator[OwnerProcess]:
+def shared_owner(kind: KvTransport) -> Iterator[OwnerProcess]:
     """One owner per kind for the tests that neither kill nor stop it (unique request ids)."""
     owner = OwnerProcess(kind, OWNER_BLOCKS, BLOCK_BYTES, SEED)
     try:
@@ -55,8 +55,8 @@ def shared_owner(kind: str) -> Iterator[OwnerProcess]:
 
 
 @pytest.fixture
-async def puller(kind: str) -> AsyncIterator[BlockMover]:
-    mover = make_block_mover(KvBlockPool(PULLER_BLOCKS, BLOCK_BYTES), kind)  # type: ignore[arg-type]
+async def puller(kind: KvTransport) -> AsyncIterator[BlockMover]:
+    mover = make_block_mover(KvBlockPool(PULLER_BLOCKS, BLOCK_BYTES), kind)
     await mover.start()
     try:
         yield mover

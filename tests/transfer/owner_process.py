@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.waiting import wait_until
-from transfer import PeerAddress
+from transfer import KvTransport, PeerAddress, UcxTransport
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,11 +23,11 @@ class OwnerProcess:
 
     def __init__(
         self,
-        kind: str,
+        kind: KvTransport,
         num_blocks: int,
         block_bytes: int,
         seed: int,
-        transport: str = "auto",
+        transport: UcxTransport = UcxTransport.AUTO,
         ready_timeout: float = 60.0,
         wait: bool = True,
     ) -> None:

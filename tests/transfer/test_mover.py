@@ -17,6 +17,7 @@ from transfer import (
     BadBlockIds,
     BlockMover,
     KvBlockPool,
+    KvTransport,
     LayoutMismatch,
     LeaseNotFound,
     NixlSettings,
@@ -24,6 +25,7 @@ from transfer import (
     PeerGone,
     TransferError,
     TransferTimeout,
+    UcxTransport,
     make_block_mover,
 )
 from transfer.pattern import block_pattern, fill_pool
@@ -42,7 +44,7 @@ def assert_no_puller_leaks(mover: BlockMover, peers: int) -> None:
     assert stats.inflight_pulls == 0
     assert stats.xfer_handles_live == 0
     assert stats.peers_cached == peers
-    if mover.kind == "nixl":
+    if mover.kind is KvTransport.NIXL:
         assert stats.remote_agents_live == peers
         assert stats.dlists_live == 1 + peers  # the local list + one per cached peer
         assert stats.registrations_live == 1
@@ -205,7 +207,7 @@ async def test_bad_ids_are_refused_before_posting(
     assert_no_puller_leaks(puller, peers=1)
     assert puller.stats().pulls_failed >= 8
 
-    other = make_block_mover(KvBlockPool(4, BLOCK_BYTES * 2), puller.kind)  # type: ignore[arg-type]
+    other = make_block_mover(KvBlockPool(4, BLOCK_BYTES * 2), puller.kind)
     async with other:
         with pytest.raises(LayoutMismatch, match="bytes"):
             await other.pull(owner.address, [10], [0], "req-b")
@@ -213,10 +215,10 @@ async def test_bad_ids_are_refused_before_posting(
     assert_blocks(puller, [10, 11], [0, 1], SEED)
 
 
-async def test_close_releases_everything(kind: str, shared_owner: OwnerProcess) -> None:
+async def test_close_releases_everything(kind: KvTransport, shared_owner: OwnerProcess) -> None:
     owner = shared_owner
     owner.hold("req-c", [0, 1])
-    mover = make_block_mover(KvBlockPool(8, BLOCK_BYTES), kind)  # type: ignore[arg-type]
+    mover = make_block_mover(KvBlockPool(8, BLOCK_BYTES), kind)
     async with mover:
         mover.hold("mine", [0, 1, 2], lease_s=30)
         await mover.pull(owner.address, [0, 1], [4, 5], "req-c")
@@ -233,8 +235,9 @@ async def test_nixl_over_tcp_without_progress_thread() -> None:
     """UCX over TCP needs the owner to keep progressing (no NIXL progress thread): its tick
     does. A READ that cannot finish by the deadline is released, reported, and leaks nothing."""
     big = 2 << 20
-    owner = OwnerProcess("nixl", 32, big, SEED, transport="tcp")
-    mover = make_block_mover(KvBlockPool(32, big), "nixl", settings=NixlSettings(transport="tcp"))
+    owner = OwnerProcess(KvTransport.NIXL, 32, big, SEED, transport=UcxTransport.TCP)
+    settings = NixlSettings(transport=UcxTransport.TCP)
+    mover = make_block_mover(KvBlockPool(32, big), KvTransport.NIXL, settings=settings)
     try:
         await mover.start()
         owner.hold("req-t1", [3, 4, 5, 9])
@@ -279,7 +282,7 @@ def _true_when(predicate: Callable[[], bool]) -> Callable[[], asyncio.Future[boo
     return check  # type: ignore[return-value]
 
 
-async def test_torch_tensor_pool_in_one_process(kind: str) -> None:
+async def test_torch_tensor_pool_in_one_process(kind: KvTransport) -> None:
     """A pool can wrap an existing torch tensor (any dtype); two movers can share a process."""
     torch = pytest.importorskip("torch")
     tensor = torch.zeros((8, BLOCK_BYTES // 2), dtype=torch.bfloat16)
@@ -287,8 +290,8 @@ async def test_torch_tensor_pool_in_one_process(kind: str) -> None:
     assert pool.base_address == tensor.data_ptr() and pool.mem_type == "DRAM"
     owner_pool = KvBlockPool(8, BLOCK_BYTES)
     fill_pool(owner_pool, SEED)
-    owner = make_block_mover(owner_pool, kind)  # type: ignore[arg-type]
-    puller = make_block_mover(pool, kind)  # type: ignore[arg-type]
+    owner = make_block_mover(owner_pool, kind)
+    puller = make_block_mover(pool, kind)
     async with owner, puller:
         owner.hold("req-torch", [6, 2])
         await puller.pull(owner.address, [6, 2], [0, 1], "req-torch")

@@ -38,21 +38,66 @@ def test_lease_table_release_and_duplicates() -> None:
 
 def test_peer_address_round_trips_through_kv_transfer_params() -> None:
     peer = PeerAddress(engine_id="e1", host="10.0.0.7", port=18600)
-    params = peer.kv_transfer_params([4, 5, 9], "req-1", remote_num_tokens=40)
-    assert params["remote_block_ids"] == [[4, 5, 9]]
-    assert params["do_remote_prefill"] is True
-    assert PeerAddress.from_kv_transfer_params(params) == peer
-    parsed = KvTransferParams.model_validate(params)
+    params = peer.kv_transfer_params([4, 5, 9], "req-1", remote_num_tokens=40, new_key="v")
+    assert params.remote_block_ids == [[4, 5, 9]]
+    assert params.do_remote_prefill is True
+    assert params.remote_num_tokens == 40
+    assert params.unknown == {"new_key": "v"}
+    assert params.peer() == peer
+    parsed = KvTransferParams.parse(params.wire())
+    assert parsed == params
     assert parsed.block_ids() == [4, 5, 9]
-    assert parsed.model_extra == {"remote_num_tokens": 40}
     assert KvTransferParams(remote_block_ids=[1, 2]).block_ids() == [1, 2]
+    assert KvTransferParams(remote_block_ids=[[7, 8], [9]]).first_group() == [7, 8]
+    assert KvTransferParams().first_group() == []
+
+
+# vLLM 0.32's NixlConnector answer to a prefill leg (RUNTIME-FACTS "Protocol"), plus a key a
+# newer vLLM might add
+VLLM_ANSWER = {
+    "do_remote_prefill": True,
+    "do_remote_decode": False,
+    "remote_block_ids": [[1, 2, 3]],
+    "remote_engine_id": "0e5b3c2a",
+    "remote_request_id": "cmpl-1-0",
+    "remote_host": "127.0.0.1",
+    "remote_port": 18600,
+    "tp_size": 1,
+    "dcp_size": 1,
+    "pp_size": 1,
+    "remote_num_tokens": 494,
+    "remote_blocks_expiry_time": None,
+    "transfer_mode": "pull",
+    "remote_prefill_cached_tokens": 32,
+    "from_the_future": {"nested": [1]},
+}
+
+
+def test_kv_transfer_params_send_back_exactly_what_came_in() -> None:
+    params = KvTransferParams.parse(VLLM_ANSWER)
+    assert params.remote_num_tokens == 494 and params.transfer_mode == "pull"
+    assert params.unknown == {"from_the_future": {"nested": [1]}}
+    wire = params.wire()
+    assert wire == VLLM_ANSWER
+    wire["from_the_future"]["nested"].append(2)  # the caller's copy, not the params'
+    assert params.wire() == VLLM_ANSWER
+    # defaults are never invented: vLLM reads `get("dcp_size", 1)`, a null would not default
+    assert KvTransferParams.parse({"do_remote_decode": True}).wire() == {"do_remote_decode": True}
+    moved = params.replace(remote_block_ids=[[4]])
+    assert moved.wire() == {**VLLM_ANSWER, "remote_block_ids": [[4]]}
+    with pytest.raises(pydantic.ValidationError):
+        # frozen, so a retry resends the same params; mypy knows it too (the assignment is the
+        # test)
+        params.remote_port = 1  # type: ignore[misc]
 
 
 def test_kv_transfer_params_errors_name_the_field() -> None:
     with pytest.raises(ValueError, match="remote_host"):
         KvTransferParams(remote_engine_id="e", remote_port=1).peer()
-    with pytest.raises(pydantic.ValidationError, match="remote_port"):
-        KvTransferParams.model_validate({"remote_port": "not-a-port"})
+    with pytest.raises(ValueError, match="remote_port"):
+        KvTransferParams.parse({"remote_port": "not-a-port"})
+    with pytest.raises(ValueError, match="must be an object"):
+        KvTransferParams.parse([1])
     with pytest.raises(ValueError, match="2 KV-cache groups"):
         KvTransferParams(remote_block_ids=[[1], [2]]).block_ids()
 

@@ -12,6 +12,7 @@ from pools.sim.kv_events import KVCacheEvent
 from pools.sim.request import SimRequest
 from pools.sim.timing import make_timing
 from tests.pools.sim.test_fast_forward import prepare, state
+from transfer.params import KvTransferParams
 
 TIMING = make_timing("llama-3.1-8b", "h100")
 
@@ -94,7 +95,9 @@ def test_a_step_in_flight_is_not_completed_early() -> None:
 def test_lease_expiry_is_a_timer_wake() -> None:
     core = make_core(kv_lease_duration_s=30.0)
     core.add_request(
-        SimRequest("p", prompt(50), max_tokens=1, kv_transfer_params={"do_remote_decode": True}),
+        SimRequest(
+            "p", prompt(50), max_tokens=1, kv_transfer_params=KvTransferParams.prefill_request()
+        ),
         0.0,
     )
     driver = EngineDriver(core)

@@ -13,6 +13,7 @@ from pools.sim.kv_events import BlockStored
 from pools.sim.request import SimRequest
 from pools.sim.timing import TimingModel, make_timing
 from pools.sim.token_gen import TokenGenerator
+from transfer.params import KvTransferParams
 
 TIMING = make_timing("llama-3.1-8b", "h100")
 
@@ -203,21 +204,9 @@ def test_abort_frees_blocks() -> None:
 # ----------------------------------------------------------------------------- P/D
 
 
-def prefill_leg(core: EngineCore, clock: FakeClock, rid: str, p: list[int]) -> dict[str, Any]:
+def prefill_leg(core: EngineCore, clock: FakeClock, rid: str, p: list[int]) -> KvTransferParams:
     core.add_request(
-        SimRequest(
-            rid,
-            p,
-            max_tokens=1,
-            kv_transfer_params={
-                "do_remote_decode": True,
-                "do_remote_prefill": False,
-                "remote_engine_id": None,
-                "remote_block_ids": None,
-                "remote_host": None,
-                "remote_port": None,
-            },
-        ),
+        SimRequest(rid, p, max_tokens=1, kv_transfer_params=KvTransferParams.prefill_request()),
         clock.t,
     )
     outs, _ = drive(core, clock)
@@ -231,7 +220,7 @@ def test_prefill_leg_holds_blocks_until_release_or_lease() -> None:
     clock = FakeClock()
     p_core = make_core(engine_id="P1", kv_host="10.0.0.1", kv_port=7777, kv_lease_duration_s=30)
     params = prefill_leg(p_core, clock, "x", prompt(50))
-    assert params == {
+    assert params.wire() == {  # every key vLLM 0.32's NixlConnector returns
         "do_remote_prefill": True,
         "do_remote_decode": False,
         "remote_block_ids": [[1, 2, 3, 4]],
@@ -256,7 +245,7 @@ def test_prefill_leg_holds_blocks_until_release_or_lease() -> None:
     params = prefill_leg(p_core, clock, "y", prompt(50, 900))
     finished_at = clock.t
     expiry = p_core.next_step_time(clock.t)
-    assert expiry == pytest.approx(finished_at + 30)
+    assert expiry is not None and expiry == pytest.approx(finished_at + 30)
     p_core.step(finished_at + 29.9)
     assert p_core.stats().num_held_blocks == 4
     p_core.step(expiry)
@@ -284,7 +273,7 @@ def test_remote_load_flow_decodes_without_recompute_and_matches_colocated() -> N
     assert res.num_scheduled_tokens == 0 and res.duration_s == 0.0
     (load,) = res.new_remote_loads
     assert load.first_block == 4 and load.num_tokens == 150 - 64
-    assert load.remote_block_ids == params["remote_block_ids"][0][4:]
+    assert load.remote_block_ids == params.block_ids()[4:]
     assert len(load.local_block_ids) == len(load.remote_block_ids) == 6
     assert load.remote_engine_id == "P" and load.remote_request_id == "x"
     assert d_core.pending_remote_loads() == [load]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -20,8 +19,9 @@ from pools.sim.hashing import (
     to_external_hash,
 )
 from pools.sim.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+from tests.data import VLLM_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "vllm"
+FIXTURES = VLLM_FIXTURES
 JSONL = [
     "kv_events_samples.jsonl",
     "kv_events_samples_evict.jsonl",

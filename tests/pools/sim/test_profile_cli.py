@@ -14,7 +14,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_json_output() -> None:
-    r = run("--model", "llama-3.1-8b", "--gpu", "h100", "--kv-memory-gb", "60", "--json")
+    r = run("--model-profile", "llama-3.1-8b", "--gpu", "h100", "--kv-memory-gib", "60", "--json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["kv_bytes_per_token"] == 131072
@@ -25,14 +25,14 @@ def test_json_output() -> None:
 
 
 def test_table_and_tp() -> None:
-    r = run("--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "2")
+    r = run("--model-profile", "llama-3.1-70b", "--gpu", "h200", "--tp", "2")
     assert r.returncode == 0, r.stderr
     assert "KV capacity" in r.stdout and "decode per token" in r.stdout
 
 
 def test_bad_names_are_clear_errors() -> None:
-    r = run("--model", "nope", "--gpu", "h100", "--json")
+    r = run("--model-profile", "nope", "--gpu", "h100", "--json")
     assert r.returncode == 2 and r.stdout == ""
     assert "unknown model 'nope'" in r.stderr and "llama-3.1-8b" in r.stderr
-    r = run("--model", "tiny", "--gpu", "v100")
+    r = run("--model-profile", "tiny", "--gpu", "v100")
     assert r.returncode == 2 and "unknown gpu 'v100'" in r.stderr and "h200" in r.stderr

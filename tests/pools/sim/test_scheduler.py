@@ -10,6 +10,7 @@ from pools.sim.outputs import StepResult
 from pools.sim.request import SimRequest
 from pools.sim.scheduler import Scheduler
 from pools.sim.timing import make_timing
+from transfer.params import KvTransferParams
 
 TIMING = make_timing("llama-3.1-8b", "h100")
 
@@ -86,7 +87,7 @@ def test_fast_forward_mode_equals_the_one_step_cycle() -> None:
 
 def test_held_blocks_live_in_the_transfer_lease_table() -> None:
     s = make_scheduler(kv_lease_duration_s=10.0)
-    params = {"do_remote_decode": True}
+    params = KvTransferParams.prefill_request()
     s.add_request(SimRequest("p", prompt(50), max_tokens=1, kv_transfer_params=params))
     res = one_step(s, 0.0)
     (out,) = res.outputs
@@ -94,7 +95,7 @@ def test_held_blocks_live_in_the_transfer_lease_table() -> None:
     leases = s.connector.leases
     lease = leases.get("p")
     assert lease is not None and lease.expires_at == res.end + 10.0
-    assert list(lease.block_ids) == out.kv_transfer_params["remote_block_ids"][0]
+    assert list(lease.block_ids) == out.kv_transfer_params.first_group()
     assert leases.blocks_held == 4
     # the same id finishing again while still held: the old blocks are freed, not leaked
     s.add_request(SimRequest("p", prompt(50, 500), max_tokens=1, kv_transfer_params=params))

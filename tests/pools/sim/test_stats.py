@@ -9,6 +9,7 @@ from pools.sim.engine_core import EngineCore
 from pools.sim.metrics import EngineMetrics
 from pools.sim.request import SimRequest
 from pools.sim.timing import make_timing
+from transfer.params import KvTransferParams
 
 
 def parse(text: str) -> dict[str, float]:
@@ -28,7 +29,9 @@ def busy_core() -> EngineCore:
     for i in range(5):
         core.add_request(SimRequest(f"r{i}", shared + [900 + i] * 40, max_tokens=250), 0.0)
     core.add_request(
-        SimRequest("p", shared[:60], max_tokens=1, kv_transfer_params={"do_remote_decode": True}),
+        SimRequest(
+            "p", shared[:60], max_tokens=1, kv_transfer_params=KvTransferParams.prefill_request()
+        ),
         0.0,
     )
     t = 0.0

@@ -19,24 +19,12 @@ from pools.sim.engine_core import EngineCore, RequestOutput
 from pools.sim.request import SimRequest
 from pools.sim.timing import make_timing
 from pools.sim.token_gen import TokenGenerator
+from transfer.params import KvTransferParams
 
 pytestmark = pytest.mark.e2e
 
 BS = 32
 NB = 60
-
-
-class FakeKvEventPublisher:
-    """Stands in for vLLM's ZMQ publisher inside its scheduler (events needed per step)."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    def publish(self, batch: Any) -> None:
-        self.events.extend(batch.events)
-
-    def shutdown(self) -> None:
-        pass
 
 
 def _stored(events: list[Any]) -> list[tuple[list[int], int | None]]:
@@ -64,6 +52,8 @@ def test_pd_flow_matches_vllm_nixl_connector(
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request
     from vllm.v1.structured_output import StructuredOutputManager
+
+    from tests.pools.sim.fake_vllm_publisher import FakeKvEventPublisher
 
     def vllm_sched() -> tuple[Any, FakeKvEventPublisher]:
         args = EngineArgs(
@@ -147,26 +137,20 @@ def test_pd_flow_matches_vllm_nixl_connector(
         return r
 
     prompt = [(i * 37) % 4000 + 20 for i in range(150)]
-    p_params_in = {
-        "do_remote_decode": True,
-        "do_remote_prefill": False,
-        "remote_engine_id": None,
-        "remote_block_ids": None,
-        "remote_host": None,
-        "remote_port": None,
-    }
+    p_params_in = KvTransferParams.prefill_request()  # vLLM's Request takes the wire dict
 
     # prefill leg
     vp, _ = vllm_sched()
     sp = sim_core("P")
-    vp.add_request(vreq("x", prompt, 1, dict(p_params_in)))
-    sp.add_request(SimRequest("x", prompt, max_tokens=1, kv_transfer_params=dict(p_params_in)), 0)
+    vp.add_request(vreq("x", prompt, 1, p_params_in.wire()))
+    sp.add_request(SimRequest("x", prompt, max_tokens=1, kv_transfer_params=p_params_in), 0)
     _, vouts = vstep(vp)
     res = sp.step(0.0)
     (vout,) = vouts
     (sout,) = res.outputs
     v_params = dict(vout.kv_transfer_params)
-    s_params = dict(sout.kv_transfer_params or {})
+    assert sout.kv_transfer_params is not None
+    s_params = sout.kv_transfer_params.wire()
     assert set(s_params) == set(v_params)
     assert [list(g) for g in v_params["remote_block_ids"]] == s_params["remote_block_ids"]
     for key in ("do_remote_prefill", "do_remote_decode", "tp_size", "dcp_size", "pp_size"):
@@ -184,10 +168,9 @@ def test_pd_flow_matches_vllm_nixl_connector(
     sd.step(0.0)
     vpub.events.clear()
     sd.drain_events()
-    d_params = dict(v_params)
-    d_params["remote_block_ids"] = [list(g) for g in v_params["remote_block_ids"]]
-    vd.add_request(vreq("x", prompt, 5, dict(d_params)))
-    sd.add_request(SimRequest("x", prompt, max_tokens=5, kv_transfer_params=dict(d_params)), 0)
+    d_params = KvTransferParams.parse(v_params)  # what the coordinator forwards
+    vd.add_request(vreq("x", prompt, 5, d_params.wire()))
+    sd.add_request(SimRequest("x", prompt, max_tokens=5, kv_transfer_params=d_params), 0)
     so, _ = vstep(vd)
     res = sd.step(1.0)
     assert so.total_num_scheduled_tokens == res.num_scheduled_tokens == 0

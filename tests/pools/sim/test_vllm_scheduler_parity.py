@@ -27,20 +27,6 @@ pytestmark = pytest.mark.e2e
 BS = 32
 
 
-class FakeKvEventPublisher:
-    """Stands in for vLLM's ZMQ publisher inside its scheduler: the comparison needs each
-    step's events synchronously, which a socket cannot promise."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    def publish(self, batch: Any) -> None:
-        self.events.extend(batch.events)
-
-    def shutdown(self) -> None:
-        pass
-
-
 def _norm(events: list[Any]) -> list[dict[str, Any]]:
     keep = ("block_hashes", "parent_block_hash", "token_ids", "extra_keys")
     out = []
@@ -95,6 +81,8 @@ def test_step_by_step_parity_with_vllm_scheduler(
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
     from vllm.v1.structured_output import StructuredOutputManager
+
+    from tests.pools.sim.fake_vllm_publisher import FakeKvEventPublisher
 
     args = EngineArgs(
         model=str(tiny_model_dir),
@@ -177,9 +165,9 @@ def test_step_by_step_parity_with_vllm_scheduler(
             so, ModelRunnerOutput(req_ids=req_ids, req_id_to_index=index, sampled_token_ids=sampled)
         )
         for eco in outs.values():
-            st = eco.scheduler_stats
-            if st is not None:
-                pcs = st.prefix_cache_stats
+            vst = eco.scheduler_stats
+            if vst is not None:
+                pcs = vst.prefix_cache_stats
                 vq, vh = vq + pcs.queries, vh + pcs.hits
                 vpq, vph = vpq + pcs.preempted_queries, vph + pcs.preempted_hits
         ours = _norm(core.drain_events())

@@ -1,0 +1,411 @@
+"""`RequestLifecycle`: one request's routing and token-load accounting, for every caller.
+
+The coordinator (`pdorch/app/flow.py`, real HTTP legs) and the fleet simulator
+(`benchmarks/fleet_sim/`, virtual time) both drive this one object; neither touches
+`PdRouter` or `TokenLoad` for a request itself. It owns the KV index lookups (the precise
+`KvIndex`, plus an approximate index for replicas that publish no KV events), the pools'
+members and their static facts (health, profiled throughput: given to it as data), the
+snapshots, `PdRouter` and `TokenLoad`. It takes the request's events, each with `now`, and
+answers with typed leg plans (`router/lifecycle_plan.py`). No I/O, no clock.
+
+Events and what they do (R = the request, p = prefill replica, d = decode replica):
+
+    admit(R)                   route; PD: p gets its uncached tokens (prefill-only entry),
+                               d gets its decode reservation (below); LOCAL/COLOCATED: d gets
+                               its own uncached tokens. → RequestPlan
+    prefill_done(R, ok)        p's entry ends. ok → the decode leg with the prefill's KV params;
+                               failed → d's reservation becomes d's own uncached tokens
+                               (route FALLBACK). → DecodeLeg
+    kv_landed(R)               the transfer into d finished: no load change (see below)
+    tokens(R, generated_total) cumulative output tokens on d: its prompt is computed, its
+                               decode blocks are ceil((prompt + generated) / block_size)
+    decode_failed(R, reached)  d's entry ends; `reached` (the engine may have claimed the
+                               prefill's blocks) drops the KV params → the next decode prefills
+                               locally (a PD route becomes FALLBACK)
+    retry_decode(R)            another serving replica (decode pool, else colocated), the tried
+                               ones excluded → DecodeLeg or None
+    finished(R) / aborted(R)   every entry of R ends
+
+**Decode-side accounting of a disaggregated request** (the reason, from vLLM v1): the decode
+engine only sees the request when the decode leg arrives, after the prefill leg returned. Its
+scheduler then asks the connector how many prompt tokens are remote
+(`NixlConnector.get_num_new_matched_tokens`: all but what it caches, asynchronously), allocates
+KV blocks for the *whole* prompt at once and parks the request in `WAITING_FOR_REMOTE_KVS`
+while NIXL pulls; when the pull lands (`_update_waiting_for_remote_kv`) it sets
+`num_computed_tokens` to the prompt length, minus one when that is all of it, so it computes
+the last prompt token only and starts decoding. So the decode replica's cost is KV memory and
+decode work (`decode_blocks`), never prefill compute (`prefill_tokens`). We count it as
+`decode_blocks = ceil(prompt / block_size)`, `prefill_tokens = 0`, **from admission**: before the
+prefill returns the engine holds nothing, but the router has committed the request to it and
+the blocks arrive one prefill time later, which is short against the decode that follows;
+leaving them out would let every request that arrives during one prefill see the same decode
+loads and pile onto one replica. KV landing changes nothing (the blocks were counted already),
+so the coordinator, which never sees the transfer, and the simulator, which does, agree.
+
+What changed against the two copies this replaces:
+- coordinator (`flow.py` before): decode admitted with 0 uncached tokens and no blocks until
+  the prefill leg returned; now its blocks count from admission. Token events reach `TokenLoad`
+  only when the block count changes (the same state, fewer deltas to peers); the first byte is
+  a `tokens` event with the events it carries (was `on_prefill_done`, one block less when the
+  prompt fills its last block). Snapshots now carry `cached_blocks` (the simulator's did).
+- simulator (`simulator.py` before): decode admitted with `prompt - overlap * block_size`
+  *prefill* tokens until the KV transfer landed; now the blocks above, no prefill tokens.
+  Inputs moved for every decode policy that reads `prefill_tokens_queued` or
+  `decode_blocks` (`token_load_decode`, `llmd`, `dynamo`) on P/D fleets.
+
+Membership, statics and the index lookups live in `router/lifecycle_pools.py` (members in
+natural order: `p2` before `p10`). Optional `recorder`: a list that receives one
+`LifecycleEvent` per event, with its inputs and the token load after it (the agreement test
+replays it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from router.lifecycle_plan import (
+    DecodeLeg,
+    EventKind,
+    KvLookup,
+    LifecycleEvent,
+    PrefillLeg,
+    RequestPlan,
+    RoutedRequest,
+)
+from router.lifecycle_pools import DEFAULT_STATIC, ApproximateIndex, PreciseIndex, ReplicaPools
+from router.pd_router import PdRouter
+from router.replica_state import ReplicaSnapshot, ReplicaStatic, RoutingRequest
+from router.token_load import TokenLoad
+from router.vocabulary import PoolName, RouteKind
+
+__all__ = ["ApproximateIndex", "PreciseIndex", "RequestLifecycle"]
+
+
+def _blocks(tokens: int, block_size: int) -> int:
+    return -(-tokens // block_size) if block_size > 0 else 0
+
+
+@dataclass(slots=True)
+class _Live:
+    """One admitted request's state."""
+
+    request: RoutingRequest
+    lookup: KvLookup
+    kind: RouteKind  # now (PD may become FALLBACK)
+    serving: PoolName  # where retries look: DECODE or COLOCATED
+    prefill: str | None  # the PD prefill replica (kept after its leg, for `prefilled_by`)
+    decode: str
+    with_kv: bool
+    prefilling: bool = False  # the PD prefill leg runs
+    generated: int = -1  # -1: no token event yet (the prompt may still be prefilling)
+    tried: list[str] = field(default_factory=list)
+
+
+class RequestLifecycle:
+    """Routing + token load through every request's events (see the module docstring)."""
+
+    def __init__(
+        self,
+        router: PdRouter,
+        token_load: TokenLoad,
+        index: PreciseIndex,
+        approx: ApproximateIndex | None = None,
+        *,
+        recorder: list[LifecycleEvent] | None = None,
+    ) -> None:
+        self.router = router
+        self.token_load = token_load
+        self.index = index
+        self.approx = approx
+        self.recorder = recorder
+        self.pools = ReplicaPools(index, approx)
+        self._live: dict[str, _Live] = {}
+
+    # ---- fleet membership (data the caller hands in: router/lifecycle_pools.py) --------------
+
+    def add_replica(
+        self,
+        replica_id: str,
+        pool: PoolName,
+        static: ReplicaStatic = DEFAULT_STATIC,
+        *,
+        approximate: bool = False,
+    ) -> None:
+        """A replica joins `pool`; `approximate`: it publishes no KV events, so its overlap
+        comes from what we routed to it (the approximate index)."""
+        self.pools.add(replica_id, pool, static, approximate)
+
+    def set_static(self, replica_id: str, static: ReplicaStatic) -> None:
+        """New health/throughput facts for a member (ignored for unknown replicas)."""
+        self.pools.set_static(replica_id, static)
+
+    def remove_replica(self, replica_id: str, now: float) -> None:
+        """The replica left: forget it, its token load and the policies' state about it. (The
+        caller that feeds the indexes drops its index entries.)"""
+        self.pools.remove(replica_id)
+        self.token_load.remove_replica(replica_id, now)
+        router = self.router
+        for policy in (router.prefill_policy, router.decode_policy, router.colocated_policy):
+            policy.on_replica_removed(replica_id, now)
+
+    def members(self, pool: PoolName) -> list[str]:
+        return list(self.pools.members(pool))
+
+    def is_approximate(self, replica_id: str) -> bool:
+        return self.pools.is_approximate(replica_id)
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def lookup(self, keys: Sequence[int], now: float) -> KvLookup:
+        """The indexes' answer for `keys` (`ReplicaPools.lookup`)."""
+        return self.pools.lookup(keys, now)
+
+    def snapshots(
+        self, pool: PoolName, lookup: KvLookup, now: float, exclude: Iterable[str] = ()
+    ) -> list[ReplicaSnapshot]:
+        """Candidates of `pool`, excluded ones marked unhealthy."""
+        return self.pools.snapshots(pool, lookup, self.token_load, now, exclude)
+
+    def route(
+        self,
+        request: RoutingRequest,
+        now: float,
+        *,
+        lookup: KvLookup | None = None,
+        commit: bool = True,
+    ) -> RoutedRequest:
+        """Run `PdRouter` over the current snapshots; `NoReplicaError` when nobody can serve.
+        `commit=False` (explain) leaves the policies and the token load unchanged."""
+        if lookup is None:
+            lookup = self.lookup(request.block_keys, now)
+        prefill = self.snapshots(PoolName.PREFILL, lookup, now)
+        decode = self.snapshots(PoolName.DECODE, lookup, now)
+        colocated = self.snapshots(PoolName.COLOCATED, lookup, now)
+        route = self.router.route(request, prefill, decode, now, colocated=colocated, commit=commit)
+        return RoutedRequest(request, route, lookup, prefill, decode, colocated)
+
+    def in_flight(self, request_id: str) -> bool:
+        return request_id in self._live
+
+    # ---- events ------------------------------------------------------------------------------
+
+    def admit(
+        self, request: RoutingRequest, now: float, *, lookup: KvLookup | None = None
+    ) -> RequestPlan:
+        """Route `request` and count it in (module docstring); raises `NoReplicaError`."""
+        routed = self.route(request, now, lookup=lookup)
+        route = routed.route
+        lookup = routed.lookup
+        rid = request.request_id
+        d = route.decode_replica
+        tl = self.token_load
+        prefill: PrefillLeg | None = None
+        if route.kind is RouteKind.PD and route.prefill_replica is not None:
+            p = route.prefill_replica
+            uncached = request.uncached_tokens(lookup.overlap.get(p, 0))
+            tl.on_admitted(
+                rid,
+                p,
+                now,
+                prompt_tokens=request.prompt_tokens,
+                uncached_tokens=uncached,
+                block_size=request.block_size,
+                decodes=False,
+            )
+            self._reserve_decode(request, d, now)
+            self._record_routed(p, request, now)
+            prefill = PrefillLeg(p, uncached)
+            live = _Live(request, lookup, RouteKind.PD, PoolName.DECODE, p, d, True, True)
+            leg = DecodeLeg(d, True, 0, RouteKind.PD, p)
+        else:
+            serving = PoolName.COLOCATED if route.kind is RouteKind.COLOCATED else PoolName.DECODE
+            uncached = self._admit_local(request, lookup, d, now)
+            live = _Live(request, lookup, route.kind, serving, None, d, False)
+            leg = DecodeLeg(d, False, uncached, route.kind, d)
+        self._record_routed(d, request, now)
+        live.tried.append(d)
+        self._live[rid] = live
+        plan = RequestPlan(rid, live.kind, prefill, leg)
+        if self.recorder is not None:
+            self._record(EventKind.ADMITTED, rid, now, request=request, lookup=lookup, plan=plan)
+        return plan
+
+    def prefill_done(self, request_id: str, now: float, *, ok: bool) -> DecodeLeg | None:
+        """The prefill leg returned (`ok`: with KV params) or failed; the decode leg to send
+        (None for an unknown or non-PD request)."""
+        live = self._live.get(request_id)
+        if live is None or live.prefill is None or not live.prefilling:
+            return None
+        tl = self.token_load
+        p = live.prefill
+        live.prefilling = False
+        if ok:
+            tl.on_prefill_done(request_id, p, now)
+            leg = DecodeLeg(live.decode, True, 0, RouteKind.PD, p)
+        else:
+            tl.on_aborted(request_id, now, p)
+            live.with_kv = False
+            live.kind = RouteKind.FALLBACK
+            tl.on_aborted(request_id, now, live.decode)
+            uncached = self._admit_local(live.request, live.lookup, live.decode, now)
+            leg = DecodeLeg(live.decode, False, uncached, RouteKind.FALLBACK, live.decode)
+        if self.recorder is not None:
+            self._record(EventKind.PREFILL_DONE, request_id, now, ok=ok, leg=leg)
+        return leg
+
+    def kv_landed(self, request_id: str, now: float) -> None:
+        """The prefill's KV is in the decode replica: nothing to count (it was, from
+        admission); recorded so a trace shows it."""
+        if self.recorder is not None and request_id in self._live:
+            self._record(EventKind.KV_LANDED, request_id, now)
+
+    def tokens(self, request_id: str, now: float, generated_total: int) -> None:
+        """`generated_total` output tokens exist on the decode replica (cumulative)."""
+        live = self._live.get(request_id)
+        if live is None:
+            return
+        prev = live.generated
+        total = max(prev, generated_total)
+        if prev >= 0:
+            bs = live.request.block_size
+            prompt = live.request.prompt_tokens
+            if _blocks(prompt + total, bs) == _blocks(prompt + prev, bs):
+                live.generated = total
+                return  # same blocks: the token load would not change
+        live.generated = total
+        self.token_load.on_tokens(request_id, live.decode, now, total)
+        if self.recorder is not None:
+            self._record(EventKind.TOKENS, request_id, now, generated=total)
+
+    def decode_failed(self, request_id: str, now: float, *, reached: bool) -> None:
+        """The decode leg on the current replica failed before its first byte; `reached`:
+        the engine got the request and may have claimed the prefill's blocks."""
+        live = self._live.get(request_id)
+        if live is None:
+            return
+        self.token_load.on_aborted(request_id, now, live.decode)
+        live.generated = -1
+        if reached and live.with_kv:
+            live.with_kv = False
+            if live.kind is RouteKind.PD:
+                live.kind = RouteKind.FALLBACK
+        if self.recorder is not None:
+            self._record(EventKind.DECODE_FAILED, request_id, now, reached=reached)
+
+    def retry_decode(self, request_id: str, now: float) -> DecodeLeg | None:
+        """Another replica to serve the request after the tried ones failed (the serving
+        pool, then the colocated pool), admitted like the first; None when none is left."""
+        live = self._live.get(request_id)
+        if live is None:
+            return None
+        request = live.request
+        router = self.router
+        if live.serving is PoolName.COLOCATED:
+            pool, policy = PoolName.COLOCATED, router.colocated_policy
+        else:
+            pool, policy = PoolName.DECODE, router.decode_policy
+        snaps = self.snapshots(pool, live.lookup, now, exclude=live.tried)
+        chosen = policy.pick(request, snaps, now).chosen
+        if chosen is None and pool is PoolName.DECODE and self.pools.members(PoolName.COLOCATED):
+            snaps = self.snapshots(PoolName.COLOCATED, live.lookup, now, exclude=live.tried)
+            chosen = router.colocated_policy.pick(request, snaps, now).chosen
+        leg: DecodeLeg | None = None
+        if chosen is not None:
+            self.token_load.on_aborted(request_id, now, live.decode)
+            live.decode = chosen
+            live.tried.append(chosen)
+            live.generated = -1
+            if live.with_kv:
+                self._reserve_decode(request, chosen, now)
+                by = live.prefill if live.kind is RouteKind.PD and live.prefill else chosen
+                leg = DecodeLeg(chosen, True, 0, live.kind, by)
+            else:
+                uncached = self._admit_local(request, live.lookup, chosen, now)
+                leg = DecodeLeg(chosen, False, uncached, live.kind, chosen)
+        if self.recorder is not None:
+            self._record(EventKind.DECODE_RETRIED, request_id, now, lookup=live.lookup, leg=leg)
+        return leg
+
+    def finished(self, request_id: str, now: float) -> None:
+        """The request completed: every entry it has ends."""
+        self._live.pop(request_id, None)
+        self.token_load.on_finished(request_id, now)
+        if self.recorder is not None:
+            self._record(EventKind.FINISHED, request_id, now)
+
+    def aborted(self, request_id: str, now: float) -> None:
+        """The request failed or its client left: every entry it has ends."""
+        self._live.pop(request_id, None)
+        self.token_load.on_aborted(request_id, now)
+        if self.recorder is not None:
+            self._record(EventKind.ABORTED, request_id, now)
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _reserve_decode(self, request: RoutingRequest, replica: str, now: float) -> None:
+        """The decode side of a PD route: the whole prompt's KV blocks, no prefill tokens
+        (module docstring: vLLM allocates them at once and computes only the last token)."""
+        tl = self.token_load
+        rid = request.request_id
+        tl.on_admitted(
+            rid,
+            replica,
+            now,
+            prompt_tokens=request.prompt_tokens,
+            uncached_tokens=0,
+            block_size=request.block_size,
+        )
+        tl.on_prefill_done(rid, replica, now)
+
+    def _admit_local(
+        self, request: RoutingRequest, lookup: KvLookup, replica: str, now: float
+    ) -> int:
+        """`replica` prefills the prompt itself: its own uncached tokens."""
+        uncached = request.uncached_tokens(lookup.overlap.get(replica, 0))
+        self.token_load.on_admitted(
+            request.request_id,
+            replica,
+            now,
+            prompt_tokens=request.prompt_tokens,
+            uncached_tokens=uncached,
+            block_size=request.block_size,
+        )
+        return uncached
+
+    def _record_routed(self, replica: str, request: RoutingRequest, now: float) -> None:
+        self.pools.record_routed(replica, request.block_keys, now)
+
+    def _record(
+        self,
+        kind: EventKind,
+        request_id: str,
+        now: float,
+        *,
+        request: RoutingRequest | None = None,
+        lookup: KvLookup | None = None,
+        ok: bool | None = None,
+        reached: bool | None = None,
+        generated: int | None = None,
+        plan: RequestPlan | None = None,
+        leg: DecodeLeg | None = None,
+    ) -> None:
+        assert self.recorder is not None
+        tl = self.token_load
+        static = self.pools.statics() if request is not None or lookup is not None else {}
+        self.recorder.append(
+            LifecycleEvent(
+                kind,
+                request_id,
+                now,
+                request,
+                lookup,
+                static,
+                ok,
+                reached,
+                generated,
+                plan,
+                leg,
+                {rid: tl.tracked_load(rid) for rid in self.pools.ids()},
+            )
+        )

@@ -1,0 +1,1 @@
+"""Filters: drop candidates that must not get the request, saying why."""

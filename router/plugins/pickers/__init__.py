@@ -1,0 +1,1 @@
+"""Pickers: choose one candidate from the scored survivors."""

@@ -1,0 +1,165 @@
+"""`Profile`: one routing decision as a pipeline of parts (filters → weighted scorers → picker).
+
+    pick(request, replicas, now):
+        candidates = replicas, narrowed by each filter in turn (rejections kept, with why)
+        no candidate left → chosen None ("no healthy replica" when the health filter emptied it)
+        total(r)   = Σ_i sign_i · w_i · s_i(r)     (see `router.plugins.base.Scored`)
+        chosen     = picker(candidates, totals and every scorer's numbers)
+
+It keeps the interface every caller of a routing policy uses (`PdRouter`, the coordinator,
+the fleet simulator): `pick` (pure: no part changes state in it), `score`, `route` (= `pick`
++ `on_request_routed`), `on_request_routed` and `on_replica_removed` (passed on to every part),
+and `name`. Profiles are built from YAML specs by `router.plugins.spec.build_profile`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from router.plugins.base import Filter, Picker, Scored, Scorer
+from router.replica_state import PolicyDecision, ReplicaSnapshot, RoutingRequest
+
+
+class Profile:
+    """A named pipeline of filters, weighted scorers and one picker."""
+
+    def __init__(
+        self,
+        name: str,
+        filters: Sequence[Filter[Any]],
+        scorers: Sequence[tuple[Scorer[Any], float]],
+        picker: Picker[Any],
+        rng: random.Random | None = None,
+    ) -> None:
+        if not scorers:
+            raise ValueError(f"profile {name!r} has no scorer")
+        self.name = name
+        self.filters = list(filters)
+        self.scorers = list(scorers)
+        self.picker = picker
+        self.rng = rng if rng is not None else random.Random(0)
+        self.higher_is_better = self.scorers[0][0].higher_is_better
+        picker.check([s.name for s, _ in self.scorers])
+
+    @property
+    def needs_prompt_text(self) -> bool:
+        """Whether any part reads the prompt text (`text_prefix`)."""
+        return any(p.needs_prompt_text for p in self._parts())
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """Scorer name → weight."""
+        return {s.name: w for s, w in self.scorers}
+
+    def pick(
+        self, request: RoutingRequest, replicas: Sequence[ReplicaSnapshot], now: float
+    ) -> PolicyDecision:
+        """Filter, score and pick (see module docstring); changes no state."""
+        candidates = list(replicas)
+        rejected: dict[str, str] = {}
+        notes: list[str] = []
+        for f in self.filters:
+            result = f.filter(request, candidates, now)
+            rejected.update(result.rejected)
+            candidates = result.kept
+            if result.note:
+                notes.append(result.note)
+            if not candidates:
+                reason = (
+                    "no healthy replica" if f.name == "health" else f"no candidate left by {f.name}"
+                )
+                return PolicyDecision(self.name, None, reason, rejected=rejected)
+        scored = self._score(request, candidates, now)
+        pick = self.picker.pick(request, candidates, scored, self.rng, now)
+        details = scored.terms
+        for rid, extra in pick.terms.items():
+            details[rid].update(extra)
+        return PolicyDecision(
+            policy=self.name,
+            chosen=pick.chosen,
+            reason=self._reason(pick.reason, scored, pick.chosen, notes),
+            scores=pick.scores,
+            higher_is_better=pick.higher_is_better,
+            details=details,
+            rejected=rejected,
+        )
+
+    def _score(
+        self, request: RoutingRequest, candidates: Sequence[ReplicaSnapshot], now: float
+    ) -> Scored:
+        # On every decision (benchmarks/router_bench.py): the scorers' own dicts are reused
+        # rather than copied, and a leading weight-1 scorer's scores are the total as they are
+        # (0.0 + 1.0 * s == s exactly, so single-scorer profiles rank by the formula itself).
+        ids = [r.replica_id for r in candidates]
+        total: dict[str, float] | None = None
+        terms: dict[str, dict[str, float]] = {}
+        by_scorer: dict[str, dict[str, float]] = {}
+        directions: dict[str, bool] = {}
+        for scorer, weight in self.scorers:
+            out = scorer.score(request, candidates, now)
+            scores = out.scores
+            name = scorer.name
+            by_scorer[name] = scores
+            directions[name] = scorer.higher_is_better
+            w = weight if scorer.higher_is_better == self.higher_is_better else -weight
+            if total is None and w == 1.0:
+                total = dict(scores)
+            else:
+                if total is None:
+                    total = dict.fromkeys(ids, 0.0)
+                for rid in ids:
+                    total[rid] += w * scores[rid]
+            extra = out.terms
+            for rid in ids:
+                row = terms.get(rid)
+                more = extra.get(rid)
+                if row is None:
+                    row = terms[rid] = more if more is not None else {}
+                elif more:
+                    row.update(more)
+                row[name] = scores[rid]
+        assert total is not None  # a profile has at least one scorer
+        return Scored(total, self.higher_is_better, by_scorer, directions, terms)
+
+    def _reason(self, head: str, scored: Scored, chosen: str, notes: list[str]) -> str:
+        parts = [head]
+        row = scored.terms[chosen]
+        if len(self.scorers) > 1:
+            parts.append(
+                "= " + " + ".join(f"{w:g}*{row[s.name]:.3g} {s.name}" for s, w in self.scorers)
+            )
+        described = [d for s, _ in self.scorers if (d := s.describe(row))]
+        if described:
+            parts.append("(" + "; ".join(described) + ")")
+        reason = " ".join(parts)
+        return "; ".join([*notes, reason]) if notes else reason
+
+    def score(
+        self, request: RoutingRequest, replicas: Sequence[ReplicaSnapshot], now: float
+    ) -> dict[str, float]:
+        """Every competing candidate's score as `pick` reports it (no side effects)."""
+        return self.pick(request, replicas, now).scores
+
+    def on_request_routed(self, request: RoutingRequest, replica_id: str, now: float) -> None:
+        """Tell every part that `request` went to `replica_id` (stateful parts learn here)."""
+        for part in self._parts():
+            part.on_request_routed(request, replica_id, now)
+
+    def on_replica_removed(self, replica_id: str, now: float) -> None:
+        """Tell every part to forget `replica_id`."""
+        for part in self._parts():
+            part.on_replica_removed(replica_id, now)
+
+    def route(
+        self, request: RoutingRequest, replicas: Sequence[ReplicaSnapshot], now: float
+    ) -> PolicyDecision:
+        """`pick`, then `on_request_routed` for the chosen replica."""
+        decision = self.pick(request, replicas, now)
+        if decision.chosen is not None:
+            self.on_request_routed(request, decision.chosen, now)
+        return decision
+
+    def _parts(self) -> list[Filter[Any] | Scorer[Any] | Picker[Any]]:
+        return [*self.filters, *(s for s, _ in self.scorers), self.picker]

@@ -1,0 +1,1 @@
+"""Shipped routing profiles (`*.yaml`, package data), loaded by name by `router.plugins.spec`."""

@@ -1,0 +1,155 @@
+"""pdorch's planner, rule by rule, against hand-computed counts (LinearPerfModel numbers:
+prefill 10k tok/s raw, 8k tok/s at target; decode step 10 ms + 0.4 ms/seq, 100 seqs at 50 ms).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autoscale.budget import attainment_estimate, split_budget
+from autoscale.decision import RoleMove
+from autoscale.forecast_seam import EwmaForecaster
+from autoscale.planner import PdorchPlanner
+from autoscale.planner_base import planner_factory
+from autoscale.policy import Intervals, SloPolicy
+from autoscale.signals import Pool
+from tests.autoscale.obs import latency, observation, policy, replicas
+from tests.autoscale.perf_double import LinearPerfModel
+
+P, D = Pool.PREFILL, Pool.DECODE
+
+
+def planner(pol: SloPolicy | None = None, **options: Any) -> PdorchPlanner:
+    options.setdefault("forecaster", EwmaForecaster(alpha=1.0))
+    options.setdefault("headroom", 1.0)
+    return PdorchPlanner(pol or policy(), LinearPerfModel(), **options)
+
+
+def test_predictive_floor_sizes_prefill_by_tokens_and_decode_by_littles_law() -> None:
+    # prefill: 16 rps * 1000 tok = 16k tok/s over 8k tok/s per replica = 2.
+    # decode: 20 rps * (0.1 s own prefill + 200 * 0.05 s) = 202 seqs over 100 = 3.
+    # 16 rps and 20 rps cannot both hold, so look at each pool on its own load.
+    d1 = planner().plan(observation(rate=16.0, p=(2, 0), d=(2, 0)))
+    assert d1.desired[P] == 2 and d1.reasons[P] == "ttft-throughput"
+    d2 = planner().plan(observation(rate=20.0, p=(3, 0), d=(3, 0)))
+    assert d2.desired[D] == 3 and d2.reasons[D] == "itl-concurrency"
+    assert d2.details["decode"]["floor_inputs"]["ttft_term_s"] == 0.1
+
+
+def test_prefix_hits_and_headroom_change_the_floor() -> None:
+    # half the prompt cached: 16 rps * 500 = 8k tok/s -> 1 replica; headroom 0.5 -> 2.
+    assert planner().plan(observation(rate=16.0, hit=0.5)).desired[P] == 1
+    assert planner(headroom=0.5).plan(observation(rate=16.0, hit=0.5, p=(2, 0))).desired[P] == 2
+
+
+def test_floor_counts_pending_replicas_as_provisioned() -> None:
+    # 32k tok/s needs 4; 2 ready + 2 pending already provide them: desired stays 4.
+    decision = planner().plan(observation(rate=32.0, p=(2, 2), d=(8, 0)))
+    assert decision.desired[P] == 4
+
+
+def test_breach_adds_one_replica_only_when_none_is_pending() -> None:
+    slow = latency(3.0)  # p99 TTFT 3 s > 2 s target
+    plain = planner().plan(observation(rate=1.0, p=(3, 0), ttft=slow))
+    assert plain.desired[P] == 4 and plain.reasons[P] == "ttft-breach"
+    pl = planner()
+    for t in (0.0, 5.0, 10.0):  # the breach persists while the new replica starts: no cascade
+        d = pl.plan(observation(t, rate=1.0, p=(3, 1), ttft=slow))
+        assert d.desired[P] == 4 and d.reasons[P] == "ttft-breach-pending"
+
+
+def test_queue_term_drains_the_queue_within_the_ttft_budget() -> None:
+    # 2 replicas each hold 19k queued tokens: (38k / (2 - 0.1) + 10k tok/s) / 10k = 3.
+    reps = replicas(P, 2, queued_prefill_tokens=19_000)
+    decision = planner().plan(observation(rate=10.0, p=(2, 0), reps=reps))
+    assert decision.desired[P] == 3 and decision.reasons[P] == "ttft-queue"
+
+
+def test_decode_kv_usage_term() -> None:
+    reps = replicas(D, 2, kv_usage=0.99, num_running=10)  # sum 1.98 / 0.9 -> 3
+    decision = planner().plan(observation(d=(2, 0), reps=reps))
+    assert decision.desired[D] == 3 and decision.reasons[D] == "kv-usage"
+
+
+def test_scale_down_waits_for_the_stabilization_window() -> None:
+    pl = planner(policy(down_s=60.0, intervals=Intervals(predictive_s=5.0)))
+    busy = pl.plan(observation(0.0, rate=32.0, p=(4, 0)))
+    assert busy.desired[P] == 4
+    for t in (10.0, 30.0, 60.0):  # idle, but the t=0 recommendation is still in the window
+        d = pl.plan(observation(t, rate=0.0, p=(4, 0)))
+        assert d.desired[P] == 4 and d.reasons[P] == "stabilization"
+    assert pl.plan(observation(65.0, rate=0.0, p=(4, 0))).desired[P] == 1
+
+
+def test_scale_down_stops_where_the_consolidation_check_fails() -> None:
+    # 5 decode replicas with 50 seqs each: 250 seqs fit 3 replicas at the target (raw 3), but
+    # over m they must stay <= 0.8 * 100 -> m = 4.
+    reps = replicas(D, 5, num_running=50)
+    decision = planner().plan(observation(rate=0.1, d=(5, 0), reps=reps))
+    assert decision.details["decode"]["raw"] == 3
+    assert decision.desired[D] == 4 and decision.reasons[D] == "consolidation"
+
+
+def test_no_scale_down_while_the_target_is_breached() -> None:
+    pl = planner()
+    d = pl.plan(observation(rate=0.1, d=(4, 1), itl=latency(0.08)))
+    assert d.desired[D] == 5  # the breach holds provisioned (pending counted), nothing drains
+
+
+def test_min_and_max_bind_with_their_names() -> None:
+    huge = planner(policy(pmax=5)).plan(observation(rate=1000.0, p=(5, 0)))
+    assert huge.desired[P] == 5 and huge.reasons[P] == "max"
+    idle = planner().plan(observation(rate=0.0))
+    assert idle.desired == {P: 1, D: 1} and idle.reasons[P] == "min"
+
+
+def test_budget_split_by_marginal_gain_by_hand() -> None:
+    # want P=2, D=3, budget 4, min 1 each: (1,1) -> tie (gain 1/6 each), D further from its
+    # want -> (1,2); then P gains 1/3 vs D 1/6 -> (2,2).
+    assert split_budget({P: 2, D: 3}, {P: 1, D: 1}, {P: 1, D: 1}, 4) == {P: 2, D: 2}
+    assert attainment_estimate({P: 2, D: 2}, {P: 2, D: 3}) == 2 / 3
+    # a prefill replica costs 2 GPUs: only decode fits the last GPU.
+    assert split_budget({P: 2, D: 2}, {P: 1, D: 1}, {P: 2, D: 1}, 4) == {P: 1, D: 2}
+    assert split_budget({P: 2, D: 2}, {P: 1, D: 1}, {P: 1, D: 1}, 9) == {P: 2, D: 2}
+
+
+def test_planner_applies_the_budget() -> None:
+    # P wants 2 (16 rps), D wants 3 (202 seqs... at 20 rps: P then wants 3): use 16 rps and
+    # OSL 300 -> S = 16 * (0.1 + 15) = 241.6 -> D wants 3.
+    pl = planner(policy(budget=4))
+    d = pl.plan(observation(rate=16.0, osl=300.0, p=(2, 0), d=(3, 0)))
+    assert d.desired == {P: 2, D: 2} and d.reasons[D] == "budget"
+
+
+def test_role_switch_moves_idle_decode_replicas_to_a_short_prefill_pool() -> None:
+    # prefill wants 3 (24k tok/s), has 1; decode has 4 ready and no work: move 2, no cold start.
+    obs = observation(rate=24.0, osl=1.0, p=(1, 0), d=(4, 0), reps=replicas(D, 4))
+    switched = planner(policy(role_switching=True, down_s=600.0)).plan(obs)
+    assert switched.moves == (RoleMove(D, P, 2),)
+    assert switched.desired[P] == 3 and switched.desired[D] == 2
+    assert switched.reasons[D] == "role-move"
+    plain = planner(policy(down_s=600.0)).plan(obs)
+    assert plain.moves == () and plain.desired == {P: 3, D: 4}
+
+
+def test_role_switch_keeps_what_the_giver_needs() -> None:
+    # decode holds 240 seqs on 4 replicas: it keeps 3 (consolidation), so only 1 moves.
+    obs = observation(rate=24.0, osl=1.0, p=(1, 0), d=(4, 0), reps=replicas(D, 4, num_running=60))
+    d = planner(policy(role_switching=True, down_s=600.0)).plan(obs)
+    assert d.moves == (RoleMove(D, P, 1),) and d.desired[D] == 3
+
+
+def test_correction_factor_tightens_capacity_when_the_model_is_optimistic() -> None:
+    # 1 ready replica at 5 rps: rho = 5 * 0.1 = 0.5, model mean TTFT = 0.1 * 1.5 = 0.15 s;
+    # observed 0.3 s -> raw k = 2, EWMA with alpha 1 -> 2: capacity 8k/2 = 4k tok/s.
+    pl = planner(correction_alpha=1.0)
+    d = pl.plan(observation(rate=5.0, p=(1, 0), ttft=latency(0.3)))
+    assert pl.correction[P] == pytest.approx(2.0)
+    assert d.desired[P] == 2  # 5k tok/s over 4k
+
+
+def test_registered_factory_takes_policy_model_and_options() -> None:
+    pl = planner_factory("pdorch")(policy(), LinearPerfModel(), headroom=1.0)
+    assert isinstance(pl, PdorchPlanner) and pl.interval_s == 5.0

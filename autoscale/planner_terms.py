@@ -17,7 +17,7 @@ from typing import Any
 
 from autoscale.perf_model_base import PerfModel
 from autoscale.policy import SloPolicy
-from autoscale.signals import Observation, Pool
+from autoscale.signals import Observation, Pool, PoolStatus
 from autoscale.sizing import (
     UNREACHABLE,
     context_tokens,
@@ -104,19 +104,34 @@ def _decode_load(perf: PerfModel, policy: SloPolicy, obs: Observation) -> dict[s
     itl = itl_target_s(policy)
     if reps:
         seqs = float(sum(r.num_running + r.num_waiting for r in reps))
+        waiting = float(sum(r.num_waiting for r in reps))
     else:  # no per-replica signals: Little's law on what the clients saw
         ttft_seen = obs.ttft.mean_s or 0.0
         seqs = decode_concurrency(
             obs.arrival_rps, obs.mean_osl_tokens, ttft_seen, obs.itl.mean_s or itl
         )
+        waiting = 0.0
     bc = _decode_batch_and_context(obs)
     ctx = bc[1] if bc else context_tokens(obs.mean_isl_tokens, obs.mean_osl_tokens)
     return {
         "sequences": seqs,
+        "waiting": waiting,
         "context_tokens": float(ctx),
         "batch_at_target": float(perf.decode_max_batch(ctx, itl)),
         "kv_usage_sum": sum(r.kv_usage for r in reps),
     }
+
+
+def _with_backlog(status: PoolStatus, steady: float, backlog: float, name: str) -> Term:
+    """The steady need plus the backlog's; while replicas are pending the backlog is what they
+    were asked for, so it may not push the count past the provisioned one (no cascade: the
+    backlog keeps growing until they are ready, and re-counting it each tick would order more
+    and more)."""
+    full = replicas_for(steady + backlog)
+    if status.pending == 0:
+        return Term(full, name)
+    held = max(replicas_for(steady), min(full, status.provisioned))
+    return Term(held, name if held == full else name + "-pending")
 
 
 def _breach(obs: Observation, pool: Pool, policy: SloPolicy, min_samples: int) -> float | None:
@@ -142,9 +157,13 @@ def reactive_term(
 ) -> Term:
     """What the observed window needs now, whatever the forecast said.
 
-    prefill: `N_q = ceil((Q / (TTFT - t_own) + λ_tok) / (μ / k))`: the queued tokens must be
-    drained within the TTFT budget left after a request's own prefill, on top of the arrivals.
+    prefill: `N_q = ceil((Q_T / max(TTFT - t_own, T) + λ_tok) / (μ / k))` with `T` the
+    pool's `startup_s` and `Q_T = max(0, Q - (N_prov·μ/k - λ_tok)·T)` the queue the provisioned
+    replicas have not drained by the time a replica ordered now is ready: that rest is drained
+    over one more start-up time, or within the TTFT budget when starts are instant (`T = 0`).
     decode: `N_s = ceil(S / (B / k))` and `N_kv = ceil(Σ kv_usage / kv_high)`.
+    While replicas are pending, the backlog part (`Q`, waiting sequences) cannot raise the
+    count above the provisioned replicas (`_with_backlog`).
     Both: an observed percentile over target adds one replica above the provisioned ones,
     unless some are pending (they are the coming capacity: no cascade).
     """
@@ -155,16 +174,29 @@ def reactive_term(
         ttft = ttft_target_s(policy)
         budget = max(ttft - inputs["t_own_s"], 0.1 * ttft)
         mu = inputs["mu_tok_s"] / correction
-        need = (inputs["queued_tokens"] / budget + inputs["lambda_tok_s"]) / mu if mu > 0 else 0.0
-        best = Term(replicas_for(need), "ttft-queue", inputs)
+        lam = inputs["lambda_tok_s"]
+        start = policy.limits(pool).startup_s
+        # what the provisioned replicas leave of the queue by the time a new one is ready,
+        # drained over one more start-up time (within the TTFT budget when starts are instant)
+        left = inputs["queued_tokens"] - (status.provisioned * mu - lam) * start
+        inputs["backlog_at_start_tokens"] = max(0.0, left)
+        steady = lam / mu if mu > 0 else 0.0
+        backlog = max(0.0, left) / max(budget, start) / mu if mu > 0 else 0.0
+        best = _with_backlog(status, steady, backlog, "ttft-queue")
     else:
         inputs = _decode_load(perf, policy, obs)
         batch = inputs["batch_at_target"] / correction
-        n_s = replicas_for(inputs["sequences"] / batch) if batch > 0 else UNREACHABLE
+        running = inputs["sequences"] - inputs["waiting"]
+        if batch > 0:
+            best = _with_backlog(
+                status, running / batch, inputs["waiting"] / batch, "itl-concurrency-observed"
+            )
+        else:
+            best = Term(UNREACHABLE, "itl-concurrency-observed")
         n_kv = math.ceil(inputs["kv_usage_sum"] / kv_high - 1e-9)
-        best = Term(n_s, "itl-concurrency-observed", inputs)
-        if n_kv > n_s:
-            best = Term(n_kv, "kv-usage", inputs)
+        if n_kv > best.replicas:
+            best = Term(n_kv, "kv-usage")
+    best = Term(best.replicas, best.reason, inputs)
     seen = _breach(obs, pool, policy, min_samples)
     if seen is not None:
         step = 1 if status.pending == 0 else 0
@@ -191,7 +223,8 @@ def fits(
     """Would the observed load, spread over `replicas`, still meet the SLO with `margin`?
 
     prefill: `λ_tok ≤ margin·m·C_p/k` and `t_own + (Q/m)/(μ/k) ≤ margin·TTFT`.
-    decode: `S/m ≤ margin·B/k` and `Σ kv_usage / m ≤ margin·kv_high`.
+    decode: `S/m ≤ B/k`, the predicted ITL `k·perf.decode_step_s(ceil(S/m), ctx) ≤ margin·ITL`
+    and `Σ kv_usage / m ≤ margin·kv_high`.
     Never while the pool's observed percentile breaches its target.
     """
     if replicas <= 0:
@@ -207,6 +240,10 @@ def fits(
         queue_wait = (x["queued_tokens"] / m) / mu if mu > 0 else 0.0
         return x["t_own_s"] + queue_wait <= margin * ttft_target_s(policy)
     y = _decode_load(perf, policy, obs)
-    if y["sequences"] / m > margin * y["batch_at_target"] / correction:
+    batch = math.ceil(y["sequences"] / m - 1e-9)
+    if batch > y["batch_at_target"] / correction:
+        return False
+    step = perf.decode_step_s(max(1, batch), round(y["context_tokens"])) * correction
+    if step > margin * itl_target_s(policy):
         return False
     return y["kv_usage_sum"] / m <= margin * kv_high

@@ -23,12 +23,13 @@ def policy(
     budget: int | None = None,
     role_switching: bool = False,
     pgpus: int = 1,
+    startup_s: float = 120.0,
     **extra: Any,
 ) -> SloPolicy:
     return SloPolicy(
         pools={
-            Pool.PREFILL: PoolLimits(min=1, max=pmax, gpus_per_replica=pgpus),
-            Pool.DECODE: PoolLimits(min=1, max=dmax),
+            Pool.PREFILL: PoolLimits(min=1, max=pmax, gpus_per_replica=pgpus, startup_s=startup_s),
+            Pool.DECODE: PoolLimits(min=1, max=dmax, startup_s=startup_s),
         },
         gpu_budget=budget,
         stabilization=Stabilization(scale_up_s=up_s, scale_down_s=down_s),

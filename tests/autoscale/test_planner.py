@@ -60,11 +60,27 @@ def test_breach_adds_one_replica_only_when_none_is_pending() -> None:
         assert d.desired[P] == 4 and d.reasons[P] == "ttft-breach-pending"
 
 
-def test_queue_term_drains_the_queue_within_the_ttft_budget() -> None:
-    # 2 replicas each hold 19k queued tokens: (38k / (2 - 0.1) + 10k tok/s) / 10k = 3.
+def test_queue_term_drains_the_queue_within_the_ttft_budget_when_starts_are_instant() -> None:
+    # startup 0: 2 replicas hold 19k queued tokens each: (38k / (2 - 0.1) + 10k tok/s) / 10k = 3.
     reps = replicas(P, 2, queued_prefill_tokens=19_000)
-    decision = planner().plan(observation(rate=10.0, p=(2, 0), reps=reps))
+    obs = observation(rate=10.0, p=(2, 0), reps=reps)
+    decision = planner(policy(startup_s=0.0)).plan(obs)
     assert decision.desired[P] == 3 and decision.reasons[P] == "ttft-queue"
+    # startup 120 s: the 2 replicas (10k tok/s spare) drain it long before a new one is ready
+    assert planner().plan(obs).desired[P] == 2
+
+
+def test_queue_term_orders_for_the_backlog_left_when_new_replicas_are_ready() -> None:
+    # 30k tok/s on 2 replicas (20k): the 38k queue grows by 10k/s for 120 s -> 1.238M left,
+    # drained over 120 s -> 10.3k tok/s more: ceil((30k + 10.3k) / 10k) = 5.
+    reps = replicas(P, 2, queued_prefill_tokens=19_000)
+    decision = planner().plan(observation(rate=30.0, p=(2, 0), d=(9, 0), reps=reps))
+    assert decision.desired[P] == 5 and decision.reasons[P] == "ttft-queue"
+    inputs = decision.details["prefill"]["reactive_inputs"]
+    assert inputs["backlog_at_start_tokens"] == pytest.approx(1_238_000)
+    # 3 of them pending already: the backlog cannot order more than the provisioned 5
+    held = planner().plan(observation(rate=30.0, p=(2, 3), d=(9, 0), reps=reps))
+    assert held.desired[P] == 5
 
 
 def test_decode_kv_usage_term() -> None:
@@ -85,7 +101,7 @@ def test_scale_down_waits_for_the_stabilization_window() -> None:
 
 def test_scale_down_stops_where_the_consolidation_check_fails() -> None:
     # 5 decode replicas with 50 seqs each: 250 seqs fit 3 replicas at the target (raw 3), but
-    # over m they must stay <= 0.8 * 100 -> m = 4.
+    # the predicted step must stay <= 0.8 * 50 ms: on 3, 84 seqs -> 43.6 ms; on 4, 63 -> 35.2 ms.
     reps = replicas(D, 5, num_running=50)
     decision = planner().plan(observation(rate=0.1, d=(5, 0), reps=reps))
     assert decision.details["decode"]["raw"] == 3
@@ -124,19 +140,22 @@ def test_planner_applies_the_budget() -> None:
 
 
 def test_role_switch_moves_idle_decode_replicas_to_a_short_prefill_pool() -> None:
-    # prefill wants 3 (24k tok/s), has 1; decode has 4 ready and no work: move 2, no cold start.
+    # prefill has 1 replica for 24k tok/s: the backlog it piles up (14k/s for 120 s) drained
+    # over 120 s more -> ceil((24k + 14k) / 10k) = 4. Decode has 4 ready and no work, keeps its
+    # min 1: move 3, no cold start.
     obs = observation(rate=24.0, osl=1.0, p=(1, 0), d=(4, 0), reps=replicas(D, 4))
     switched = planner(policy(role_switching=True, down_s=600.0)).plan(obs)
-    assert switched.moves == (RoleMove(D, P, 2),)
-    assert switched.desired[P] == 3 and switched.desired[D] == 2
+    assert switched.moves == (RoleMove(D, P, 3),)
+    assert switched.desired[P] == 4 and switched.desired[D] == 1
     assert switched.reasons[D] == "role-move"
     plain = planner(policy(down_s=600.0)).plan(obs)
-    assert plain.moves == () and plain.desired == {P: 3, D: 4}
+    assert plain.moves == () and plain.desired == {P: 4, D: 4}
 
 
 def test_role_switch_keeps_what_the_giver_needs() -> None:
-    # decode holds 240 seqs on 4 replicas: it keeps 3 (consolidation), so only 1 moves.
-    obs = observation(rate=24.0, osl=1.0, p=(1, 0), d=(4, 0), reps=replicas(D, 4, num_running=60))
+    # decode holds 200 seqs on 4 replicas: on 2 the step would be 10 + 100 * 0.4 = 50 ms > 40 ms
+    # (0.8 * target), on 3 it is 10 + 67 * 0.4 = 36.8 ms: it keeps 3, so only 1 moves.
+    obs = observation(rate=24.0, osl=1.0, p=(1, 0), d=(4, 0), reps=replicas(D, 4, num_running=50))
     d = planner(policy(role_switching=True, down_s=600.0)).plan(obs)
     assert d.moves == (RoleMove(D, P, 1),) and d.desired[D] == 3
 

@@ -1,34 +1,38 @@
 """`dynamo-planner`: NVIDIA Dynamo's SLA planner, throughput mode as a floor + load mode.
 
-Source: ai-dynamo/dynamo `components/src/dynamo/planner` (throughput and load modes, budget,
-pending guard) and the legacy `planner_core.py` correction factors, as summarised in
-PEER-AUTOSCALERS.md §1; our own implementation.
+Source: ai-dynamo/dynamo `components/src/dynamo/planner/core` (`throughput_scaling.py`,
+`load_scaling.py`, budget, pending guard) and, as an option, the legacy `planner_core.py`
+correction factors (PEER-AUTOSCALERS.md §1); our own implementation, with the perf model
+standing in for Dynamo's profiled interpolators and online forward-pass regressions.
 
 **Throughput mode**, every `throughput_interval_s` (180 s). The observations since the last
 tick are aggregated into one window (request-weighted ISL/OSL/hit, mean TTFT/ITL) and fed to
-the predictor (`forecaster`, default constant = last interval; Dynamo's default is ARIMA, the
+the predictor (`forecaster`; default constant = last interval; Dynamo defaults to ARIMA, the
 Kalman of `autoscale/` plugs in here). With `ISL_u = ISL·(1-hit)`, `ctx = ISL + OSL/2`:
-- `p_corr = TTFT_obs / perf.prefill_time_s(ISL_u)`;
-  `N_p = ceil(rate·ISL_u·min(1, p_corr) / perf.prefill_tokens_per_s(ISL_u, TTFT_SLA))`.
-- `d_corr = ITL_obs / perf.decode_step_s(conc, ctx)` with the per-replica concurrency
-  `conc = rate·(TTFT_obs + OSL·ITL_obs) / N_d`;
-  `N_d = ceil(rate·OSL / perf.decode_tokens_per_s(ctx, ITL_SLA / d_corr))`.
-- then `max(·, min_endpoint)` (the pool's `min`), `max`, and if `N_p·g_p + N_d·g_d` exceeds
-  `gpu_budget`, both shrink proportionally (`floor(N·budget/total)`, not below min).
+- `N_p = max(ceil(rate / engine_rps_P), sla_floor, min)`, `engine_rps_P =
+  perf.prefill_tokens_per_s(ISL_u, TTFT_SLA) / ISL_u`; `sla_floor = ceil(t_own / TTFT_SLA)`
+  when a lone prefill already misses the SLA (else 1).
+- `N_d = max(ceil(rate / engine_rps_D), min)`, `engine_rps_D =
+  perf.decode_tokens_per_s(ctx, ITL_SLA) / OSL`.
+- `legacy_corrections=True` (off by default): the legacy planner's
+  `p_corr = TTFT_obs / t_own` scales the prefill load by `min(1, p_corr)` and
+  `d_corr = ITL_obs / perf.decode_step_s(conc, ctx)` (`conc = rate·(TTFT_obs + OSL·ITL_obs)
+  / N_d`) tightens the decode target to `ITL_SLA / d_corr`.
+- With load mode on, the result is a floor for it.
 
-**Load mode**, every `load_interval_s` (5 s), from the per-replica signals, with the perf model
-standing in for Dynamo's online forward-pass regressions:
-- prefill: each engine's estimated TTFT `perf.prefill_time_s(queued_i + ISL_u)`; **+1** if
-  every engine's exceeds the SLA; **-1** if the queue-induced TTFT with the mean queue scaled by
-  `N/(N-1)`, `perf.prefill_time_s(q̄·N/(N-1))`, stays under `(SLA - T_own)·sensitivity`.
-- decode: each engine's estimated ITL `perf.decode_step_s(running_i, ctx_i)`; **+1** if every
-  engine's exceeds the SLA; **-1** if the mean KV tokens `·N/(N-1)` stay under the engine's KV
-  capacity and `perf.decode_step_s(b̄·N/(N-1), ctx) < SLA·sensitivity`.
-- `desired = max(throughput floor, current ± 1)`; `sensitivity` = 0.8
-  (`load_scaling_down_sensitivity` 80).
+**Load mode**, every `load_interval_s` (5 s), per engine (ready replica), `N` engines,
+`g = N/(N-1)`, `sensitivity` 0.8 (`load_scaling_down_sensitivity` 80):
+- prefill: estimated TTFT `perf.prefill_time_s(queued_i + ISL_u)`. **+1** if every engine's
+  exceeds the SLA. **-1** if `SLA - T_own > 0` and, for every engine, the queue-induced part
+  `perf.prefill_time_s(queued_i·g + ISL_u) - T_own < (SLA - T_own)·sensitivity`.
+- decode: estimated ITL `perf.decode_step_s(running_i, ctx_i)`. **+1** if every engine's
+  exceeds the SLA. **-1** if, for every engine, `decode_kv_tokens_i·g < kv_capacity_tokens_i`
+  and `perf.decode_step_s(ceil(running_i·g), ctx_i) < SLA·sensitivity`.
+- `desired = max(throughput floor, N ± 1, min)`, then the budget.
 
-**Pending guard**: while any pool has pending replicas (a change is in progress), the planner
-skips the tick and repeats its last desired counts.
+**Budget**: when `N_p·g_p + N_d·g_d > gpu_budget`, both shrink proportionally
+(`floor(N·budget/total)`, not below min). **Pending guard**: while any pool has pending
+replicas (a change is in progress) the tick is skipped and the last desired counts repeat.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from autoscale.forecast_seam import EwmaForecaster, Forecaster, LoadForecast
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_base import Planner, register_planner
 from autoscale.policy import SloPolicy
-from autoscale.signals import LatencySummary, Observation, Pool
+from autoscale.signals import LatencySummary, Observation, Pool, ReplicaSignals
 from autoscale.sizing import context_tokens, itl_target_s, ttft_target_s, uncached_tokens
 
 
@@ -103,6 +107,7 @@ class DynamoPlanner(Planner):
         sensitivity: float = 0.8,
         throughput_mode: bool = True,
         load_mode: bool = True,
+        legacy_corrections: bool = False,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -112,6 +117,7 @@ class DynamoPlanner(Planner):
         self.sensitivity = sensitivity
         self.throughput_mode = throughput_mode
         self.load_mode = load_mode
+        self.legacy_corrections = legacy_corrections
         self._window = _Window()
         self._floor: dict[Pool, int] = {p: policy.limits(p).min for p in POOLS}
         self._floor_inputs: dict[str, Any] = {}
@@ -127,26 +133,26 @@ class DynamoPlanner(Planner):
         ttft_sla, itl_sla = ttft_target_s(self.policy), itl_target_s(self.policy)
         isl_u = uncached_tokens(isl, hit)
         ctx = context_tokens(isl, osl)
-        p_corr = 1.0
-        if agg.ttft.mean_s:
-            p_corr = agg.ttft.mean_s / self.perf.prefill_time_s(isl_u)
-        d_corr = 1.0
-        n_d_ready = max(1, obs.pool(Pool.DECODE).ready)
-        if agg.itl.mean_s and agg.arrival_rps > 0:
-            dur = (agg.ttft.mean_s or 0.0) + agg.mean_osl_tokens * agg.itl.mean_s
-            conc = max(1, round(agg.arrival_rps * dur / n_d_ready))
-            d_corr = agg.itl.mean_s / self.perf.decode_step_s(conc, ctx)
-        cap_p = self.perf.prefill_tokens_per_s(isl_u, ttft_sla)
-        cap_d = self.perf.decode_tokens_per_s(ctx, itl_sla / d_corr) if d_corr > 0 else 0.0
-        load_p = rate * isl * (1.0 - hit) * min(1.0, p_corr)
-        n_p = (
-            math.ceil(load_p / cap_p - 1e-9) if cap_p > 0 else self.policy.limits(Pool.PREFILL).max
-        )
-        n_d = (
-            math.ceil(rate * osl / cap_d - 1e-9)
-            if cap_d > 0
-            else self.policy.limits(Pool.DECODE).max
-        )
+        t_own = self.perf.prefill_time_s(isl_u)
+        p_corr = d_corr = 1.0
+        if self.legacy_corrections:
+            if agg.ttft.mean_s and t_own > 0:
+                p_corr = min(1.0, agg.ttft.mean_s / t_own)
+            n_d_ready = max(1, obs.pool(Pool.DECODE).ready)
+            if agg.itl.mean_s and agg.arrival_rps > 0:
+                dur = (agg.ttft.mean_s or 0.0) + agg.mean_osl_tokens * agg.itl.mean_s
+                conc = max(1, round(agg.arrival_rps * dur / n_d_ready))
+                d_corr = agg.itl.mean_s / self.perf.decode_step_s(conc, ctx)
+        rps_p = self.perf.prefill_tokens_per_s(isl_u, ttft_sla) / isl_u
+        rps_d = self.perf.decode_tokens_per_s(ctx, itl_sla / d_corr) / osl if osl > 0 else 0.0
+        big = {p: self.policy.limits(p).max for p in POOLS}
+        sla_floor = math.ceil(t_own / ttft_sla) if t_own > ttft_sla else 1
+        demand_p = rate * p_corr
+        n_p = math.ceil(demand_p / rps_p - 1e-9) if rps_p > 0 else big[Pool.PREFILL]
+        n_p = max(n_p, sla_floor)
+        n_d = math.ceil(rate / rps_d - 1e-9) if rps_d > 0 else big[Pool.DECODE]
+        if rate <= 0:
+            n_p, n_d = sla_floor if isl > 0 else 0, 0
         counts = {Pool.PREFILL: n_p, Pool.DECODE: n_d}
         for p in POOLS:
             counts[p] = clamp(self.policy, p, counts[p], "")[0]
@@ -174,40 +180,43 @@ class DynamoPlanner(Planner):
         if n == 0:
             return 0
         sens = self.sensitivity
+        grow = n / (n - 1) if n > 1 else 1.0
         if pool is Pool.PREFILL:
             sla = ttft_target_s(self.policy)
             isl_u = uncached_tokens(obs.mean_isl_tokens, obs.prefix_hit_rate)
+            t_own = self.perf.prefill_time_s(isl_u)
             est = [self.perf.prefill_time_s(r.queued_prefill_tokens + isl_u) for r in reps]
             if all(e > sla for e in est):
                 return 1
-            if n > 1:
-                q = sum(r.queued_prefill_tokens for r in reps) / n * n / (n - 1)
-                t_own = self.perf.prefill_time_s(isl_u)
-                if self.perf.prefill_time_s(round(q)) < (sla - t_own) * sens:
+            budget = (sla - t_own) * sens
+            if n > 1 and sla - t_own > 0:
+                after = [
+                    self.perf.prefill_time_s(int(r.queued_prefill_tokens * grow) + isl_u) - t_own
+                    for r in reps
+                ]
+                if all(a < budget for a in after):
                     return -1
             return 0
         sla = itl_target_s(self.policy)
         default_ctx = context_tokens(obs.mean_isl_tokens, obs.mean_osl_tokens)
 
-        def ctx_of(kv: int, running: int) -> int:
-            return max(1, round(kv / running)) if running and kv else default_ctx
+        def ctx_of(r: ReplicaSignals) -> int:
+            if r.num_running and r.decode_kv_tokens:
+                return max(1, round(r.decode_kv_tokens / r.num_running))
+            return default_ctx
 
-        est = [
-            self.perf.decode_step_s(r.num_running, ctx_of(r.decode_kv_tokens, r.num_running))
-            for r in reps
-        ]
+        est = [self.perf.decode_step_s(r.num_running, ctx_of(r)) for r in reps]
         if all(e > sla for e in est):
             return 1
         if n > 1:
-            grow = n / (n - 1)
-            kv = sum(r.decode_kv_tokens for r in reps) / n * grow
-            cap = min((r.kv_capacity_tokens for r in reps), default=0)
-            running = sum(r.num_running for r in reps)
-            batch = running / n * grow
-            ctx = ctx_of(sum(r.decode_kv_tokens for r in reps), running)
-            kv_ok = cap <= 0 or kv < cap
-            if kv_ok and self.perf.decode_step_s(math.ceil(batch), ctx) < sla * sens:
-                return -1
+            for r in reps:
+                cap = r.kv_capacity_tokens
+                if cap > 0 and r.decode_kv_tokens * grow >= cap:
+                    return 0
+                post = self.perf.decode_step_s(math.ceil(r.num_running * grow - 1e-9), ctx_of(r))
+                if post >= sla * sens:
+                    return 0
+            return -1
         return 0
 
     # -- plan --------------------------------------------------------------------------------

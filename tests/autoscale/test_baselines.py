@@ -17,7 +17,7 @@ from autoscale.baselines.static import StaticPlanner
 from autoscale.forecast_seam import EwmaForecaster
 from autoscale.load_window import LoadWindow, window_of
 from autoscale.planners import planner_factory, planner_names
-from autoscale.signals import LatencySummary, Pool
+from autoscale.signals import LatencySummary, Pool, ReplicaSignals
 from tests.autoscale.obs import latency, observation, policy, replicas
 from tests.autoscale.perf_double import LinearPerfModel
 
@@ -120,19 +120,21 @@ def test_dynamo_throughput_mode_formulas() -> None:
     # N_p = ceil(16 rps * 1000 / 8000) = 2; N_d = ceil(16 * 200 / (100 / 0.05 s)) = 2
     d = dynamo(load_mode=False).plan(observation(rate=16.0, p=(1, 0), d=(1, 0)))
     assert d.desired == {P: 2, D: 2}
-    # p_corr = 0.05 / 0.1 = 0.5 and min(1, p_corr) halves the prefill load: 1
-    half = dynamo(load_mode=False).plan(observation(rate=16.0, ttft=latency(0.05)))
-    assert half.desired[P] == 1
+    # legacy: p_corr = 0.05 / 0.1 = 0.5 and min(1, p_corr) halves the prefill load: 1
+    obs = observation(rate=16.0, ttft=latency(0.05))
+    assert dynamo(load_mode=False).plan(obs).desired[P] == 2
+    assert dynamo(load_mode=False, legacy_corrections=True).plan(obs).desired[P] == 1
 
 
-def test_dynamo_decode_correction_factor() -> None:
+def test_dynamo_legacy_decode_correction_factor() -> None:
     # 20 rps, OSL 200: 4000 tok/s over 2000 -> 2 without correction. With ITL 60 ms and TTFT
     # 0.1 s: conc = round(20 * 12.1 / 2) = 121, predicted step 58.4 ms, d_corr = 1.027,
     # ITL target 48.7 ms -> batch 96 -> 1983 tok/s -> ceil(2.02) = 3.
     plain = dynamo(load_mode=False).plan(observation(rate=20.0, d=(2, 0)))
     assert plain.desired[D] == 2
     obs = observation(rate=20.0, d=(2, 0), ttft=latency(0.1), itl=latency(0.06))
-    assert dynamo(load_mode=False).plan(obs).desired[D] == 3
+    assert dynamo(load_mode=False).plan(obs).desired[D] == 2
+    assert dynamo(load_mode=False, legacy_corrections=True).plan(obs).desired[D] == 3
 
 
 def test_dynamo_load_mode_up_when_every_engine_breaches() -> None:
@@ -142,7 +144,7 @@ def test_dynamo_load_mode_up_when_every_engine_breaches() -> None:
 
 
 def test_dynamo_load_mode_down_only_when_consolidation_passes() -> None:
-    # prefill: mean queue 1000 * 3/2 = 1500 tok -> 0.15 s < (2 - 0.1) * 0.8 = 1.52 s
+    # prefill, every engine: 1000 * 3/2 = 1500 queued -> 0.25 s - 0.1 s own < (2 - 0.1) * 0.8
     # decode: 20 seqs * 3/2 = 30 -> step 22 ms < 40 ms
     reps = replicas(P, 3, queued_prefill_tokens=1000) + replicas(D, 3, num_running=20)
     d = dynamo().plan(observation(rate=0.1, p=(3, 0), d=(3, 0), reps=reps))
@@ -150,6 +152,12 @@ def test_dynamo_load_mode_down_only_when_consolidation_passes() -> None:
     # decode at 60 seqs each: 90 * 0.4 ms + 10 ms = 46 ms > 40 ms: stays
     busy = replicas(D, 3, num_running=60)
     assert dynamo().plan(observation(rate=0.1, d=(3, 0), reps=busy)).desired[D] == 3
+    # 12000 * 3/2 = 18000 -> 1.8 s induced >= 1.52 s: that engine vetoes the scale-down
+    mixed = (
+        *replicas(P, 2, queued_prefill_tokens=0),
+        ReplicaSignals("p-long", P, queued_prefill_tokens=12000),
+    )
+    assert dynamo().plan(observation(rate=0.1, p=(3, 0), reps=mixed)).desired[P] == 3
 
 
 def test_dynamo_skips_while_a_change_is_pending_and_shrinks_to_budget() -> None:

@@ -9,15 +9,17 @@ and `target` the per-pod target:
 - `dspc = ceil(stable / target)`, `dppc = ceil(panic / target)`, each clamped to
   `[floor(N / max_scale_down_rate), ceil(max_scale_up_rate · N)]` (rates 2, 2), `N` = ready
   replicas (1 when none).
-- Panic starts (or is extended) when `dppc / N ≥ 2.0`; it ends once `stable_window_s` has
-  passed since it was last triggered. In panic the desired count is `max(dppc, previous)`
-  (it only grows); otherwise it is `dspc`. Then [min, max].
+- Panic starts (or is extended) when `dppc / N ≥ 2.0` (unclamped `dppc`); it ends once more
+  than `stable_window_s` has passed since it was last triggered. In panic the desired count is
+  the largest of the clamped `dspc`, `dppc` and every count since panic began (it only
+  grows); otherwise it is the clamped `dspc`. Like Knative, a KPA created over more than one
+  ready pod starts in panic at that count (it keeps the scale until it has a window of data).
+- `scale_down_delay_s` (Knative's scale-down-delay, default 0 = off): the desired count is the
+  maximum of the last `scale_down_delay_s`. Then [min, max].
 
 Metric (same as `hpa-kv-util`, for a like-for-like comparison): decode = KV-cache usage
 (`gpu_cache_usage_perc`, 0..1) with target 0.70 per pod; prefill = waiting requests
-(`vllm:num_requests_waiting`) with target 3 per pod. AIBrix's `scale-down-cooldown-window`
-annotation is an option (`scale_down_delay_s`, default 0: the KPA's stable window already
-delays scale-down; the docs say the sample's `scale-down-delay` annotation is ignored).
+(`vllm:num_requests_waiting`) with target 3 per pod.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ from autoscale.signals import Observation, Pool
 class _PoolKpa:
     def __init__(self) -> None:
         self.samples: deque[tuple[float, float]] = deque()
+        self.started = False
         self.panic_since: float | None = None
-        self.desired: int | None = None
-        self.above_since: float | None = None  # for the scale-down delay
+        self.max_panic = 0
+        self.desired: deque[tuple[float, int]] = deque()  # for the scale-down delay
 
 
 class AibrixKpaPlanner(Planner):
@@ -78,33 +81,40 @@ class AibrixKpaPlanner(Planner):
     def _pool(self, obs: Observation, pool: Pool) -> tuple[int, str, dict[str, Any]]:
         st = self.state[pool]
         now = obs.now
+        ready = obs.pool(pool).ready
+        if not st.started:  # like Knative: start panicking above 1 pod, keep the scale
+            st.started = True
+            if ready > 1:
+                st.panic_since, st.max_panic = now, ready
         st.samples.append((now, sum(pool_metric(obs, pool))))
         while st.samples and now - st.samples[0][0] > self.stable_window_s:
             st.samples.popleft()
         target = self.targets[pool]
-        n = max(1, obs.pool(pool).ready)
+        n = max(1, ready)
         lo, hi = math.floor(n / self.down_rate), math.ceil(self.up_rate * n)
         stable = self._mean(st, now, self.stable_window_s)
         panic = self._mean(st, now, self.panic_window_s)
-        dspc = min(hi, max(lo, math.ceil(stable / target - 1e-9)))
-        dppc = min(hi, max(lo, math.ceil(panic / target - 1e-9)))
+        dspc = math.ceil(stable / target - 1e-9)
+        dppc = math.ceil(panic / target - 1e-9)
+        want_stable = min(hi, max(lo, dspc))
+        want_panic = min(hi, max(lo, dppc))
         if dppc / n >= self.panic_threshold:
             st.panic_since = now
-        elif st.panic_since is not None and now - st.panic_since >= self.stable_window_s:
-            st.panic_since = None
+        elif st.panic_since is not None and now - st.panic_since > self.stable_window_s:
+            st.panic_since, st.max_panic = None, 0
         if st.panic_since is not None:
-            want, why = max(dppc, st.desired or 0), "panic"
+            st.max_panic = max(st.max_panic, want_stable, want_panic)
+            want, why = st.max_panic, "panic"
         else:
-            want, why = dspc, "stable"
-        current = obs.pool(pool).provisioned
-        if want < current and self.scale_down_delay_s > 0:
-            st.above_since = now if st.above_since is None else st.above_since
-            if now - st.above_since < self.scale_down_delay_s:
-                want, why = current, "cooldown"
-        else:
-            st.above_since = None
+            want, why = want_stable, "stable"
+        if self.scale_down_delay_s > 0:
+            st.desired.append((now, want))
+            while st.desired and now - st.desired[0][0] > self.scale_down_delay_s:
+                st.desired.popleft()
+            delayed = max(d for _, d in st.desired)
+            if delayed > want:
+                want, why = delayed, "scale-down-delay"
         want, why = clamp(self.policy, pool, want, why)
-        st.desired = want
         return want, why, {"stable": stable, "panic": panic, "dspc": dspc, "dppc": dppc}
 
     def plan(self, observation: Observation) -> ScaleDecision:

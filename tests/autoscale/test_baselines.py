@@ -92,17 +92,35 @@ def test_llmd_signal_is_capped_and_averaged_over_45_s() -> None:
 # -- AIBrix KPA ------------------------------------------------------------------------------
 def test_kpa_panics_at_twice_and_only_grows_in_panic() -> None:
     pl = AibrixKpaPlanner(policy(), PERF)
-    calm = pl.plan(observation(0.0, p=(2, 0), reps=replicas(P, 2, num_waiting=3)))
-    assert calm.desired[P] == 2 and calm.reasons[P] == "stable"  # ceil(6 / 3)
-    # panic mean (6 + 30) / 2 = 18 -> 6, clamped to ceil(2 * 2) = 4; 4 / 2 >= 2: panic
-    burst = pl.plan(observation(2.0, p=(2, 0), reps=replicas(P, 2, num_waiting=15)))
-    assert burst.desired[P] == 4 and burst.reasons[P] == "panic"
-    # the queue empties: panic mean 12 -> 4 still >= 2 x 2, and in panic it never shrinks
-    quiet = pl.plan(observation(4.0, p=(2, 2), reps=replicas(P, 2)))
-    assert quiet.desired[P] == 4 and quiet.reasons[P] == "panic"
-    # 60 s after the last trigger with nothing waiting: stable, down by at most 2x
-    late = pl.plan(observation(70.0, p=(4, 0), reps=replicas(P, 4)))
-    assert late.desired[P] == 2 and late.reasons[P] == "stable"
+    calm = pl.plan(observation(0.0, p=(1, 0), reps=replicas(P, 1, num_waiting=2)))
+    assert calm.desired[P] == 1 and calm.reasons[P] == "stable"  # ceil(2 / 3)
+    # panic mean (2 + 15) / 2 = 8.5 -> dppc 3, 3 / 1 >= 2: panic; clamped to ceil(2 * 1) = 2
+    burst = pl.plan(observation(2.0, p=(1, 0), reps=replicas(P, 1, num_waiting=15)))
+    assert burst.desired[P] == 2 and burst.reasons[P] == "panic"
+    # the queue empties: 17 / 3 -> dppc 2, still >= 2 x 1: panic, and it never shrinks
+    quiet = pl.plan(observation(4.0, p=(1, 1), reps=replicas(P, 1)))
+    assert quiet.desired[P] == 2 and quiet.reasons[P] == "panic"
+    # over 60 s after the last trigger, nothing waiting: stable, down by at most 2x
+    late = pl.plan(observation(70.0, p=(2, 0), reps=replicas(P, 2)))
+    assert late.desired[P] == 1 and late.reasons[P] == "stable"
+
+
+def test_kpa_starts_in_panic_over_one_pod_and_can_delay_scale_down() -> None:
+    pl = AibrixKpaPlanner(policy(), PERF)
+    first = pl.plan(observation(0.0, p=(4, 0), reps=replicas(P, 4)))
+    assert first.desired[P] == 4 and first.reasons[P] == "panic"  # keeps the scale
+    delayed = AibrixKpaPlanner(policy(), PERF, scale_down_delay_s=30.0)
+    delayed.plan(observation(0.0, p=(1, 0), reps=replicas(P, 1, num_waiting=6)))  # panic: 2
+    d = delayed.plan(observation(70.0, p=(2, 0), reps=replicas(P, 2)))  # wants 1 at t = 70
+    assert d.desired[P] == 1  # the t = 0 count left the 30 s window
+    # t = 72: stable mean (0 + 18) / 2 = 9 -> 3 (9/3 / 2 pods < 2: no panic)
+    assert (
+        delayed.plan(observation(72.0, p=(2, 0), reps=replicas(P, 2, num_waiting=9))).desired[P]
+        == 3
+    )
+    # t = 80: stable 18 / 3 -> 2, but 3 was asked for within the last 30 s
+    d = delayed.plan(observation(80.0, p=(3, 0), reps=replicas(P, 3)))
+    assert d.desired[P] == 3 and d.reasons[P] == "scale-down-delay"
 
 
 def test_kpa_decode_uses_kv_usage() -> None:

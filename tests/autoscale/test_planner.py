@@ -14,7 +14,7 @@ from autoscale.forecast_seam import EwmaForecaster
 from autoscale.planner import PdorchPlanner
 from autoscale.planner_base import planner_factory
 from autoscale.policy import Intervals, SloPolicy
-from autoscale.signals import Pool
+from autoscale.signals import Observation, Pool
 from tests.autoscale.obs import latency, observation, policy, replicas
 from tests.autoscale.perf_double import LinearPerfModel
 
@@ -172,3 +172,30 @@ def test_correction_factor_tightens_capacity_when_the_model_is_optimistic() -> N
 def test_registered_factory_takes_policy_model_and_options() -> None:
     pl = planner_factory("pdorch")(policy(), LinearPerfModel(), headroom=1.0)
     assert isinstance(pl, PdorchPlanner) and pl.interval_s == 5.0
+
+
+class RampForecaster:
+    """A forecaster whose load doubles by the horizon (implements the seam, nothing else)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def observe(self, observation: Observation) -> None:
+        self.seen += 1
+
+    def forecast(self, horizon_s: float) -> tuple[float, float, float, float]:
+        return (16.0 if horizon_s < 60.0 else 32.0, 1000.0, 200.0, 0.0)
+
+
+def test_floor_is_sized_for_the_load_forecast_one_startup_ahead() -> None:
+    ramp = RampForecaster()
+    d = planner(forecaster=ramp).plan(observation(rate=16.0, p=(2, 0), d=(8, 0)))
+    assert ramp.seen == 1
+    assert d.desired[P] == 4  # 32 rps at now + 120 s, not the 16 of now
+    assert d.details["prefill"]["floor_inputs"]["horizon_s"] == 120.0
+
+
+def test_no_role_move_between_replicas_of_different_gpu_counts() -> None:
+    obs = observation(rate=24.0, osl=1.0, p=(1, 0), d=(4, 0), reps=replicas(D, 4))
+    d = planner(policy(role_switching=True, down_s=600.0, pgpus=2)).plan(obs)
+    assert d.moves == () and d.desired[D] == 4

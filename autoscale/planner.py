@@ -13,7 +13,9 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    (`planner_terms.prefill_correction` / `decode_correction`), clamped to
    `correction_bounds` (0.5, 2.0), updated only from windows with ≥ `min_samples` (20) requests.
 3. **Reactive term** (`planner_terms.reactive_term`): queue / concurrency / KV needs of the
-   observed window, and +1 on an observed percentile breach unless replicas are pending.
+   observed window, and +1 on an observed percentile breach unless replicas are pending. The
+   prefill queue term projects the backlog to when a new replica would serve: `switch_s` when
+   role moves are on and the other pool has ready replicas above its floor, else `startup_s`.
 4. `raw = max(floor, reactive)` clamped to the pool's [min, max].
 5. **Stabilization**: going up takes the minimum recommendation of the last `scale_up_s`
    (0: at once); going down takes the maximum of the last `scale_down_s` and happens only
@@ -173,6 +175,17 @@ class PdorchPlanner(Planner):
             m += 1
         return m
 
+    def _arrival_s(self, obs: Observation, pool: Pool) -> float:
+        """How soon a replica asked for now serves: `switch_s` when role moves are on and the
+        other pool has ready replicas above its floor, else the pool's `startup_s`."""
+        pol = self.policy
+        other = Pool.DECODE if pool is Pool.PREFILL else Pool.PREFILL
+        same_size = pol.limits(pool).gpus_per_replica == pol.limits(other).gpus_per_replica
+        spare = obs.pool(other).ready > max(self._floor[other].replicas, pol.limits(other).min)
+        if pol.role_switching and same_size and spare:
+            return pol.switch_s
+        return pol.limits(pool).startup_s
+
     # -- stabilization -------------------------------------------------------------------
     def _stabilize(self, obs: Observation, pool: Pool, raw: int, reason: str) -> tuple[int, str]:
         now = obs.now
@@ -225,6 +238,7 @@ class PdorchPlanner(Planner):
                 self.correction[pool],
                 min_samples=self.min_samples,
                 kv_high=self.kv_high,
+                start_s=self._arrival_s(obs, pool),
             )
             term = react if react.replicas > floor.replicas else floor
             n, bound = clamp_to_limits(self.policy, pool, term.replicas)

@@ -154,11 +154,13 @@ def reactive_term(
     *,
     min_samples: int,
     kv_high: float,
+    start_s: float | None = None,
 ) -> Term:
     """What the observed window needs now, whatever the forecast said.
 
-    prefill: `N_q = ceil((Q_T / max(TTFT - t_own, T) + λ_tok) / (μ / k))` with `T` the
-    pool's `startup_s` and `Q_T = max(0, Q - (N_prov·μ/k - λ_tok)·T)` the queue the provisioned
+    prefill: `N_q = ceil((Q_T / max(TTFT - t_own, T) + λ_tok) / (μ / k))` with `T` the time a
+    new replica takes (`start_s`: the pool's `startup_s`, or `switch_s` when a role move can
+    bring one) and `Q_T = max(0, Q - (N_prov·μ/k - λ_tok)·T)` the queue the provisioned
     replicas have not drained by the time a replica ordered now is ready: that rest is drained
     over one more start-up time, or within the TTFT budget when starts are instant (`T = 0`).
     decode: `N_s = ceil(S / (B / k))` and `N_kv = ceil(Σ kv_usage / kv_high)`.
@@ -175,7 +177,7 @@ def reactive_term(
         budget = max(ttft - inputs["t_own_s"], 0.1 * ttft)
         mu = inputs["mu_tok_s"] / correction
         lam = inputs["lambda_tok_s"]
-        start = policy.limits(pool).startup_s
+        start = policy.limits(pool).startup_s if start_s is None else start_s
         # what the provisioned replicas leave of the queue by the time a new one is ready,
         # drained over one more start-up time (within the TTFT budget when starts are instant)
         left = inputs["queued_tokens"] - (status.provisioned * mu - lam) * start

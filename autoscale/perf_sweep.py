@@ -11,17 +11,23 @@ Written by `pdorch profile --sweep --out FILE`, read by `SweepPerfModel`. Two so
     point's time is the median client-side TTFT (send → first token chunk). At concurrency 1
     that is the prefill plus what the engine adds around it (HTTP, tokenisation, scheduling).
   - decode: for each (batch, context) point, `batch` concurrent streams of `context`-token
-    prompts with `decode_tokens` outputs (`ignore_eos`); a stream's ITL is its mean token gap
-    counted only after every stream has its first token (so the others' prefills do not
-    pollute the decode steps), with `continuous_usage_stats` token counts; the point's time is
-    the median over streams. The context grows by up to `decode_tokens` during the point.
+    prompts (`ignore_eos`, `max_tokens` up to the model length). The measuring window opens
+    when the last stream has its first token (the others' prefills are done, so every step
+    from then on decodes exactly `batch` sequences) and closes when every stream has produced
+    `decode_tokens` more; then all streams are closed (aborted) together. A stream's ITL is
+    its mean token gap inside the window, with `continuous_usage_stats` token counts; the
+    point's time is the median over streams. The context grows by the ramp (tokens the early
+    streams made while the others prefilled) plus half the window: the compare uses the
+    streams' mean position in the window as their context.
   Points whose KV need (`batch · (context + decode_tokens)`) exceeds the KV capacity are
   skipped. The engine's own TTFT/ITL histogram means around each point are kept as
-  `engine_s` when its `/metrics` has them.
+  `engine_s` when its `/metrics` has them (for decode they include the ramp's mixed steps,
+  so only the prefill comparison uses them).
 
 `compare(sweep, timing)` puts the timing model's prediction beside every measured point and
 reports the relative error `(model - measured) / measured` per point and its mean absolute
-value (MAPE) and maximum per curve.
+value (MAPE) and maximum per curve, against the client-side figure (`error`) and, where the
+engine reported one, its own histogram mean (`engine_error`).
 
 JSON (`format: pdorch-perf-sweep/1`): `source`, `url`, `model_profile`, `gpu`, `tp`,
 `block_size`, `kv_capacity_tokens`, `max_num_seqs`, `decode_tokens`, `prefill: [{isl_tokens,
@@ -69,6 +75,7 @@ class Sweep:
     decode_tokens: int = 0
     engine_prefill: dict[int, float] = field(default_factory=dict)
     engine_decode: dict[tuple[int, int], float] = field(default_factory=dict)
+    decode_positions: dict[tuple[int, int], float] = field(default_factory=dict)
     compare: dict[str, Any] | None = None
 
     def decode_columns(self) -> tuple[list[float], list[list[float]], list[list[float]]]:
@@ -92,6 +99,8 @@ class Sweep:
             row = {"batch": b, "context_tokens": c, "step_s": t}
             if (b, c) in self.engine_decode:
                 row["engine_s"] = self.engine_decode[(b, c)]
+            if (b, c) in self.decode_positions:
+                row["mean_output_tokens"] = self.decode_positions[(b, c)]
             decode.append(row)
         out: dict[str, Any] = {
             "format": FORMAT,
@@ -142,6 +151,11 @@ class Sweep:
                 (int(r["batch"]), int(r["context_tokens"])): float(r["engine_s"])
                 for r in data["decode"]
                 if "engine_s" in r
+            },
+            decode_positions={
+                (int(r["batch"]), int(r["context_tokens"])): float(r["mean_output_tokens"])
+                for r in data["decode"]
+                if "mean_output_tokens" in r
             },
             compare=data.get("compare"),
         )
@@ -211,9 +225,30 @@ class LiveEngine:
     served_model_name: str
     kv_capacity_tokens: int | None
     block_size: int | None
+    max_model_len: int | None = None
 
 
-async def _stream(client: Any, url: str, model: str, prompt: list[int], max_tokens: int) -> Stamps:
+@dataclass
+class LiveMeasurement:
+    """Seconds per point (client side, engine side) and each decode point's mean output
+    position in its window (tokens generated past the prompt)."""
+
+    prefill: dict[int, float]
+    decode: dict[tuple[int, int], float]
+    engine_prefill: dict[int, float]
+    engine_decode: dict[tuple[int, int], float]
+    decode_positions: dict[tuple[int, int], float]
+
+
+async def _stream(
+    client: Any,
+    url: str,
+    model: str,
+    prompt: list[int],
+    max_tokens: int,
+    stop: Callable[[Stamps], bool] | None = None,
+) -> Stamps:
+    """One streamed completion's token stamps; `stop(stamps)` true after a chunk closes it."""
     body = {
         "model": model,
         "prompt": prompt,
@@ -235,9 +270,47 @@ async def _stream(client: Any, url: str, model: str, prompt: list[int], max_toke
             usage = chunk.get("usage") or {}
             count = int(usage.get("completion_tokens", len(stamps) + 1))
             stamps.append((time.perf_counter(), count))
+            if stop is not None and stop(stamps):
+                break
     if not stamps:
         raise RuntimeError(f"{url}: a stream returned no tokens")
     return stamps
+
+
+class _Window:
+    """The decode point's measuring window (module docstring), shared by its streams."""
+
+    def __init__(self, batch: int, tokens: int) -> None:
+        self.batch = batch
+        self.tokens = tokens
+        self.started = 0
+        self.opened_at: float | None = None
+        self.done: set[int] = set()
+
+    def stop(self, i: int) -> Callable[[Stamps], bool]:
+        def check(stamps: Stamps) -> bool:
+            now = stamps[-1][0]
+            if len(stamps) == 1:
+                self.started += 1
+                if self.started == self.batch:
+                    self.opened_at = now
+            if self.opened_at is not None and i not in self.done:
+                inside = [p for p in stamps if p[0] >= self.opened_at]
+                if inside and inside[-1][1] - inside[0][1] >= self.tokens:
+                    self.done.add(i)
+            return len(self.done) == self.batch
+
+        return check
+
+    def itl(self, stamps: Stamps) -> tuple[float, float] | None:
+        """(mean gap, mean completion-token position) of a stream inside the window."""
+        if self.opened_at is None:
+            return None
+        inside = [p for p in stamps if p[0] >= self.opened_at]
+        if len(inside) < 2 or inside[-1][1] <= inside[0][1]:
+            return None
+        gap = (inside[-1][0] - inside[0][0]) / (inside[-1][1] - inside[0][1])
+        return gap, (inside[0][1] + inside[-1][1]) / 2
 
 
 async def _engine_sums(client: Any, url: str) -> list[float] | None:
@@ -267,10 +340,10 @@ async def probe_engine(url: str, served_model_name: str | None) -> LiveEngine:
     from pools.metrics_scrape import parse_vllm_metrics
 
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as client:
-        name = served_model_name
-        if name is None:
-            models = (await client.get(f"{url}/v1/models")).json()
-            name = str(models["data"][0]["id"])
+        models = (await client.get(f"{url}/v1/models")).json()["data"]
+        card = next((m for m in models if m["id"] == served_model_name), models[0])
+        name = served_model_name or str(card["id"])
+        max_model_len = card.get("max_model_len")
         blocks = block_size = None
         try:
             metrics = parse_vllm_metrics((await client.get(f"{url}/metrics")).text, 0.0)
@@ -278,7 +351,7 @@ async def probe_engine(url: str, served_model_name: str | None) -> LiveEngine:
         except (httpx.HTTPError, ValueError):
             pass
     capacity = blocks * block_size if blocks and block_size else None
-    return LiveEngine(name, capacity, block_size)
+    return LiveEngine(name, capacity, block_size, max_model_len)
 
 
 async def measure_live(
@@ -291,10 +364,8 @@ async def measure_live(
     repeats: int = DEFAULT_REPEATS,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
-) -> tuple[
-    dict[int, float], dict[tuple[int, int], float], dict[int, float], dict[tuple[int, int], float]
-]:
-    """(prefill, decode, engine-side prefill, engine-side decode) measured at `url`."""
+) -> LiveMeasurement:
+    """The sweep's points measured at `url` (module docstring)."""
     import httpx
 
     rng = random.Random(seed)
@@ -308,6 +379,8 @@ async def measure_live(
     decode: dict[tuple[int, int], float] = {}
     engine_prefill: dict[int, float] = {}
     engine_decode: dict[tuple[int, int], float] = {}
+    positions: dict[tuple[int, int], float] = {}
+    max_model_len = engine.max_model_len or 8192
     limits = httpx.Limits(max_connections=max([1, *(b for b, _ in points)]) + 4)
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
         await _stream(client, url, model, prompt(64), 4)  # warm-up
@@ -328,22 +401,23 @@ async def measure_live(
             if progress:
                 progress(f"decode batch {b} x {c} tokens")
             before = await _engine_sums(client, url)
+            window = _Window(b, decode_tokens)
+            cap = max(decode_tokens, min(16384, max_model_len - c - 1))
             streams = await asyncio.gather(
-                *(_stream(client, url, model, prompt(c), decode_tokens) for _ in range(b))
+                *(_stream(client, url, model, prompt(c), cap, window.stop(i)) for i in range(b))
             )
-            all_started = max(s[0][0] for s in streams)
-            itls = []
-            for s in streams:
-                after = [p for p in s if p[0] > all_started]
-                if len(after) >= 2 and after[-1][1] > after[0][1]:
-                    itls.append((after[-1][0] - after[0][0]) / (after[-1][1] - after[0][1]))
-            if not itls:  # every stream finished before the last one started: whole streams
-                itls = [(s[-1][0] - s[0][0]) / max(1, s[-1][1] - s[0][1]) for s in streams]
-            decode[(b, c)] = statistics.median(itls)
+            inside = [w for w in (window.itl(s) for s in streams) if w is not None]
+            if len(inside) < b:
+                raise RuntimeError(
+                    f"decode point batch {b} x {c}: {b - len(inside)} streams ended before the "
+                    "window (the model length is too short for the ramp)"
+                )
+            decode[(b, c)] = statistics.median(gap for gap, _ in inside)
+            positions[(b, c)] = sum(pos for _, pos in inside) / len(inside)
             mean = _delta_mean(before, await _engine_sums(client, url), 1)
             if mean is not None:
                 engine_decode[(b, c)] = mean
-    return prefill, decode, engine_prefill, engine_decode
+    return LiveMeasurement(prefill, decode, engine_prefill, engine_decode, positions)
 
 
 def compare(sweep: Sweep, timing: TimingModel) -> dict[str, Any]:
@@ -352,33 +426,32 @@ def compare(sweep: Sweep, timing: TimingModel) -> dict[str, Any]:
     def rel(model: float, measured: float) -> float:
         return (model - measured) / measured if measured > 0 else float("nan")
 
-    prefill = [
-        {
-            "isl_tokens": n,
-            "measured_s": t,
-            "model_s": timing.prefill_time(n),
-            "error": rel(timing.prefill_time(n), t),
-        }
-        for n, t in sorted(sweep.prefill.items())
-    ]
+    prefill = []
+    for n, t in sorted(sweep.prefill.items()):
+        model = timing.prefill_time(n)
+        row: dict[str, Any] = {"isl_tokens": n, "measured_s": t, "model_s": model}
+        row["error"] = rel(model, t)
+        if n in sweep.engine_prefill:
+            row["engine_error"] = rel(model, sweep.engine_prefill[n])
+        prefill.append(row)
     decode = []
     for (b, c), t in sorted(sweep.decode.items()):
-        # the measured context grows during the point: compare at its mean
-        ctx = c + sweep.decode_tokens // 2
+        # the measured context grew during the point: compare at the window's mean position
+        ctx = c + round(sweep.decode_positions.get((b, c), sweep.decode_tokens / 2))
         model = timing.decode_time(b, b * ctx)
-        decode.append(
-            {
-                "batch": b,
-                "context_tokens": c,
-                "measured_s": t,
-                "model_s": model,
-                "error": rel(model, t),
-            }
-        )
+        row = {"batch": b, "context_tokens": c, "measured_s": t, "model_s": model}
+        row["model_context_tokens"] = ctx
+        row["error"] = rel(model, t)
+        decode.append(row)
 
     def stats(rows: list[dict[str, Any]]) -> dict[str, float]:
-        errors = [abs(r["error"]) for r in rows]
-        return {"mape": sum(errors) / len(errors), "max_abs_error": max(errors)} if errors else {}
+        out: dict[str, float] = {}
+        for key, prefix in (("error", ""), ("engine_error", "engine_")):
+            errors = [abs(r[key]) for r in rows if key in r]
+            if errors:
+                out[f"{prefix}mape"] = sum(errors) / len(errors)
+                out[f"{prefix}max_abs_error"] = max(errors)
+        return out
 
     return {
         "timing_model": {"model_profile": sweep.model_profile, "gpu": sweep.gpu, "tp": sweep.tp},

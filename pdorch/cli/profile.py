@@ -246,10 +246,11 @@ def _sweep(
             kv_capacity_tokens=capacity,
             max_num_seqs=timing.max_num_seqs,
             decode_tokens=decode_tokens,
-            prefill=measured[0],
-            decode=measured[1],
-            engine_prefill=measured[2],
-            engine_decode=measured[3],
+            prefill=measured.prefill,
+            decode=measured.decode,
+            engine_prefill=measured.engine_prefill,
+            engine_decode=measured.engine_decode,
+            decode_positions=measured.decode_positions,
         )
         if compare:
             result.compare = ps.compare(result, timing)

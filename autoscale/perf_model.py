@@ -138,6 +138,23 @@ class CurvePerfModel(PerfModel):
         rho = self.prefill_utilisation(n, ttft_target_s)
         return rho * n / self.prefill_time_s(n) if rho > 0 else 0.0
 
+    def estimated_ttft_s(
+        self,
+        uncached_tokens: int,
+        queued_prefill_tokens: int = 0,
+        mean_queued_isl_tokens: int | None = None,
+    ) -> float:
+        """TTFT of a request of `uncached_tokens` arriving at a replica with
+        `queued_prefill_tokens` ahead of it: the queue drains as prompts of
+        `mean_queued_isl_tokens` (default: this one's size), `q/m · S(m)`, then its own
+        `S(n)` and the transfer. The per-replica signal of a reactive (load-mode) step."""
+        n = max(1, uncached_tokens)
+        wait = 0.0
+        if queued_prefill_tokens > 0:
+            m = max(1, mean_queued_isl_tokens or n)
+            wait = queued_prefill_tokens / m * self.prefill_time_s(m)
+        return wait + self.prefill_time_s(n) + self.transfer_s(n)
+
     def kv_max_batch(self, context_tokens: int) -> int:
         """Sequences of `context_tokens` the KV pool holds (block-rounded, null block excluded)."""
         blocks_per_seq = max(1, math.ceil(context_tokens / self.block_size))

@@ -64,6 +64,14 @@ def test_prefill_capacity_from_the_timing_model(timing_model: TimingPerfModel) -
     assert timing_model.prefill_tokens_per_s(32768, 1.0) == 0.0
 
 
+def test_estimated_ttft_adds_the_queue_ahead(timing_model: TimingPerfModel) -> None:
+    alone = timing_model.prefill_time_s(2048) + timing_model.transfer_s(2048)
+    assert timing_model.estimated_ttft_s(2048) == pytest.approx(alone)
+    # four 1024-token prompts ahead: four 1024-token prefills first
+    queued = timing_model.estimated_ttft_s(2048, 4096, mean_queued_isl_tokens=1024)
+    assert queued == pytest.approx(alone + 4 * timing_model.prefill_time_s(1024))
+
+
 def test_decode_batch_is_the_largest_within_the_itl_target(timing_model: TimingPerfModel) -> None:
     target = 0.008
     b = timing_model.decode_max_batch(2048, target)

@@ -208,6 +208,25 @@ class SloPolicy(_Strict):
     switch_s: float = Field(default=5.0, ge=0)  # drain + relabel time of one role move
 
     @model_validator(mode="after")
+    def _hardware_exists(self) -> SloPolicy:
+        from pools.sim.profiles import get_gpu, get_model
+        from pools.sim.timing import TimingModel
+
+        try:
+            model = get_model(self.model_profile)
+        except KeyError as err:
+            raise FieldPathError(("model_profile",), str(err.args[0])) from None
+        try:
+            gpu = get_gpu(self.gpu)
+        except KeyError as err:
+            raise FieldPathError(("gpu",), str(err.args[0])) from None
+        try:
+            TimingModel(model, gpu, tp=self.tp)
+        except ValueError as err:
+            raise FieldPathError(("tp",), str(err)) from None
+        return self
+
+    @model_validator(mode="after")
     def _budget_holds_minimums(self) -> SloPolicy:
         if self.gpu_budget is None:
             return self

@@ -98,3 +98,11 @@ def test_every_problem_is_reported(tmp_path: Path) -> None:
         ("predictor", 2),
         ("intervals.reactive_s", 4),
     }
+
+
+def test_unknown_hardware_and_a_model_that_does_not_fit(tmp_path: Path) -> None:
+    err = _bad(tmp_path, "model_profile: llama-3.1-8b\ngpu: h1000\n")
+    assert [(i.path, i.line) for i in err.issues] == [("gpu", 2)]
+    assert "h100" in err.issues[0].message  # the valid names are listed
+    err = _bad(tmp_path, "model_profile: llama-3.1-70b\ngpu: l40s\ntp: 1\n")
+    assert [(i.path, i.line) for i in err.issues] == [("tp", 3)]

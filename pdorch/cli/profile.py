@@ -204,6 +204,7 @@ def _sweep(
     from rich.console import Console
 
     from autoscale import perf_sweep as ps
+    from autoscale import perf_sweep_live as live
 
     console = Console(stderr=True)
     if url is None:
@@ -216,7 +217,7 @@ def _sweep(
             context_tokens=context_tokens,
         )
     else:
-        engine = asyncio.run(ps.probe_engine(url, served_model_name))
+        engine = asyncio.run(live.probe_engine(url, served_model_name))
         capacity = engine.kv_capacity_tokens or timing.kv_capacity_tokens
         points = ps.decode_points(
             [b for b in batches if b <= timing.max_num_seqs],
@@ -226,7 +227,7 @@ def _sweep(
         )
         with console.status("sweeping") as status:
             measured = asyncio.run(
-                ps.measure_live(
+                live.measure_live(
                     url,
                     engine,
                     isl_tokens=isl_tokens,

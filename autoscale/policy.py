@@ -9,10 +9,40 @@ field.
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from autoscale.signals import Pool
+from pools.yaml_errors import (
+    ConfigFileError,
+    ConfigIssue,
+    FieldPathError,
+    parse_yaml,
+    validation_issues,
+    yaml_issue,
+)
+
+# Ceilings past which a target is a unit mistake (seconds written as ms, ms as µs), not a SLO.
+MAX_TTFT_TARGET_MS = 600_000.0  # 10 min
+MAX_ITL_TARGET_MS = 10_000.0  # 10 s per token
+
+
+class PolicyError(ConfigFileError):
+    """The SLO policy is invalid: every issue names the dotted field path and, read from YAML,
+    its line (`slo-policy.yaml:12: pools.prefill.min: ...`)."""
+
+    default_source = "slo policy"
 
 
 class _Strict(BaseModel):
@@ -20,9 +50,13 @@ class _Strict(BaseModel):
 
 
 class LatencyTarget(_Strict):
-    """`percentile` of the latency must stay ≤ `target` (milliseconds)."""
+    """`percentile` of the latency must stay ≤ `target` (milliseconds).
 
-    percentile: float = Field(default=99.0, gt=0, lt=100)
+    `percentile` is in [50, 100): the observation window reports p50/p90/p99 and a planner
+    reads the nearest one at or below it (`LatencySummary.percentile`), so a tail below the
+    median is not a SLO."""
+
+    percentile: float = Field(default=99.0, ge=50, lt=100)
     target: float = Field(gt=0)
 
 
@@ -33,6 +67,22 @@ class SloTargets(_Strict):
     ttft_ms: LatencyTarget = Field(default_factory=lambda: LatencyTarget(target=2000.0))
     itl_ms: LatencyTarget = Field(default_factory=lambda: LatencyTarget(target=50.0))
     attainment: float = Field(default=0.99, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _sane_targets(self) -> SloTargets:
+        if self.ttft_ms.target > MAX_TTFT_TARGET_MS:
+            raise FieldPathError(
+                ("ttft_ms", "target"),
+                f"{self.ttft_ms.target:g} ms is above {MAX_TTFT_TARGET_MS:g} ms: the unit is "
+                "milliseconds",
+            )
+        if self.itl_ms.target > MAX_ITL_TARGET_MS:
+            raise FieldPathError(
+                ("itl_ms", "target"),
+                f"{self.itl_ms.target:g} ms is above {MAX_ITL_TARGET_MS:g} ms: the unit is "
+                "milliseconds",
+            )
+        return self
 
 
 class PoolLimits(_Strict):
@@ -47,7 +97,7 @@ class PoolLimits(_Strict):
     @model_validator(mode="after")
     def _bounds(self) -> PoolLimits:
         if self.min > self.max:
-            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+            raise FieldPathError(("min",), f"min ({self.min}) is above max ({self.max})")
         return self
 
 
@@ -80,14 +130,61 @@ class PerfModelSource(StrEnum):
     ONLINE = "online"  # the timing model as a prior, corrected from observed step times
 
 
+class PredictorParams(_Strict):
+    """Parameters of every predictor; only the chosen one's are read (`autoscale/predictors.py`).
+
+    EWMA `s <- alpha*x + (1-alpha)*s`; Holt level/trend smoothing `alpha`/`beta`; Kalman local
+    linear trend with process noise `q_level`/`q_trend`, measurement noise `r`, and `min_points`
+    observations before it forecasts (before that: the last value). Kalman defaults are
+    Dynamo's (1.0 / 0.1 / 10 / 5)."""
+
+    ewma_alpha: float = Field(default=0.3, gt=0, le=1)
+    holt_alpha: float = Field(default=0.5, gt=0, le=1)
+    holt_beta: float = Field(default=0.3, gt=0, le=1)
+    kalman_q_level: float = Field(default=1.0, ge=0)
+    kalman_q_trend: float = Field(default=0.1, ge=0)
+    kalman_r: float = Field(default=10.0, gt=0)
+    kalman_min_points: int = Field(default=5, ge=1)
+
+
 class PerfModelConfig(_Strict):
+    """Where per-replica capacity comes from (`autoscale/perf_model.py`).
+
+    `sweep_file` (relative to the policy file) is required for `sweep` and, given with
+    `online`, replaces the timing model as the prior. `online_half_life_s` is the age at which
+    an observation of the online correction weighs half; the correction stays within
+    [`online_min_correction`, `online_max_correction`] of the prior. `rho_max` caps a prefill
+    replica's utilisation whatever the queueing bound allows (headroom for bursts)."""
+
     source: PerfModelSource = PerfModelSource.ONLINE
     sweep_file: str | None = None
+    online_half_life_s: float = Field(default=300.0, gt=0)
+    online_min_correction: float = Field(default=0.25, gt=0)
+    online_max_correction: float = Field(default=4.0, gt=0)
+    rho_max: float = Field(default=0.9, gt=0, lt=1)
+
+    @field_validator("sweep_file")
+    @classmethod
+    def _relative_to_policy(cls, value: str | None, info: ValidationInfo) -> str | None:
+        base = (info.context or {}).get("base_dir")
+        if value is None or base is None or Path(value).is_absolute():
+            return value
+        return str((Path(base) / value).resolve())
 
     @model_validator(mode="after")
     def _sweep_needs_file(self) -> PerfModelConfig:
         if self.source is PerfModelSource.SWEEP and not self.sweep_file:
-            raise ValueError("source 'sweep' needs sweep_file")
+            raise FieldPathError(("sweep_file",), "source 'sweep' needs sweep_file")
+        if self.sweep_file is not None and not Path(self.sweep_file).is_file():
+            raise FieldPathError(
+                ("sweep_file",),
+                f"no such file: {self.sweep_file} (write it with `pdorch "
+                "profile --sweep --out FILE`)",
+            )
+        if self.online_min_correction > self.online_max_correction:
+            raise FieldPathError(
+                ("online_min_correction",), "online_min_correction is above online_max_correction"
+            )
         return self
 
 
@@ -105,9 +202,101 @@ class SloPolicy(_Strict):
     intervals: Intervals = Field(default_factory=Intervals)
     stabilization: Stabilization = Field(default_factory=Stabilization)
     predictor: PredictorKind = PredictorKind.HOLT
+    predictor_params: PredictorParams = Field(default_factory=PredictorParams)
     perf_model: PerfModelConfig = Field(default_factory=PerfModelConfig)
     role_switching: bool = False  # replicas are `kv_both`: move them between pools
     switch_s: float = Field(default=5.0, ge=0)  # drain + relabel time of one role move
 
+    @model_validator(mode="after")
+    def _hardware_exists(self) -> SloPolicy:
+        from pools.sim.profiles import get_gpu, get_model
+        from pools.sim.timing import TimingModel
+
+        try:
+            model = get_model(self.model_profile)
+        except KeyError as err:
+            raise FieldPathError(("model_profile",), str(err.args[0])) from None
+        try:
+            gpu = get_gpu(self.gpu)
+        except KeyError as err:
+            raise FieldPathError(("gpu",), str(err.args[0])) from None
+        try:
+            TimingModel(model, gpu, tp=self.tp)
+        except ValueError as err:
+            raise FieldPathError(("tp",), str(err)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _budget_holds_minimums(self) -> SloPolicy:
+        if self.gpu_budget is None:
+            return self
+        floor = sum(self.limits(p).min * self.limits(p).gpus_per_replica for p in Pool)
+        if floor > self.gpu_budget:
+            terms = " + ".join(
+                f"{p.value} {self.limits(p).min}x{self.limits(p).gpus_per_replica}" for p in Pool
+            )
+            raise FieldPathError(
+                ("gpu_budget",),
+                f"budget {self.gpu_budget} GPUs is below the pools' minimums ({terms} = {floor} "
+                "GPUs)",
+            )
+        return self
+
     def limits(self, pool: Pool) -> PoolLimits:
         return self.pools.get(pool, PoolLimits())
+
+    def gpus_per_replica(self) -> dict[Pool, int]:
+        """Pool → GPUs per replica (for `ScaleDecision.gpus`)."""
+        return {p: self.limits(p).gpus_per_replica for p in Pool}
+
+
+def parse_policy(
+    data: Any,
+    *,
+    base_dir: Path | None = None,
+    source: str | None = None,
+    lines: dict[tuple[str | int, ...], int] | None = None,
+) -> SloPolicy:
+    """Validate a mapping (`None`: all defaults); PolicyError names every bad field (and its
+    line, given `lines`). Relative `perf_model.sweep_file` is resolved against `base_dir`."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PolicyError(
+            [ConfigIssue("", "expected a mapping at the top level", 1 if lines else None)], source
+        )
+    context = {"base_dir": base_dir} if base_dir is not None else None
+    try:
+        return SloPolicy.model_validate(data, context=context)
+    except ValidationError as err:
+        raise PolicyError(validation_issues(err, data, lines or {}), source) from None
+
+
+def load_policy(path_or_text: str | Path, *, base_dir: Path | None = None) -> SloPolicy:
+    """Read and validate an SLO policy: a `Path`, a file name (a one-line string naming an
+    existing file or ending in `.yaml`/`.yml`), or the YAML text itself.
+
+    A file's relative `perf_model.sweep_file` is relative to the file's directory; text's to
+    `base_dir` (default: the working directory). Raises PolicyError (`file:line: field.path:
+    why`), also for YAML syntax errors; FileNotFoundError for a missing file.
+    """
+    source: str | None = None
+    if isinstance(path_or_text, Path) or _names_a_file(path_or_text):
+        path = Path(path_or_text)
+        text = path.read_text(encoding="utf-8")
+        source = str(path)
+        base_dir = path.parent.resolve()
+    else:
+        text = path_or_text
+        base_dir = (base_dir or Path.cwd()).resolve()
+    try:
+        data, lines = parse_yaml(text)
+    except yaml.YAMLError as err:
+        raise PolicyError([yaml_issue(err)], source) from None
+    return parse_policy(data, base_dir=base_dir, source=source, lines=lines)
+
+
+def _names_a_file(text: str) -> bool:
+    if "\n" in text or not text.strip():
+        return False
+    return text.endswith((".yaml", ".yml")) or Path(text).is_file()

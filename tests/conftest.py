@@ -54,6 +54,7 @@ TIERS = ("unit", "integration", "e2e")
 INTEGRATION_PATHS = (
     "conformance/*",
     "coordinator/*",
+    "autoscale/test_*_cli.py",
     "benchmarks/test_bench_*_cli.py",
     "benchmarks/test_live_harness.py",
     "benchmarks/test_live_harness_client.py",

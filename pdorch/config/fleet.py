@@ -22,7 +22,6 @@ file fails before any engine starts. Full reference: `pools/FLEET_API.md`; examp
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,15 @@ from pools.launch_spec import (
 )
 from pools.metrics_scrape import MetricsSettings
 from pools.roles import EngineRole
+from pools.yaml_errors import (
+    ConfigFileError,
+    ConfigIssue,
+    FieldPathError,
+    parse_yaml,
+    validation_issues,
+    yaml_issue,
+)
+from pools.yaml_errors import dotted as _dotted
 from router.pd_decision import PdDecisionParams
 from router.policies.config import PolicyConfig, PolicyConfigError, RouterPolicyConfig, build_policy
 from router.tokenization import TokenizationConfig, TokenizerMode
@@ -59,38 +67,18 @@ DEFAULT_POLICIES = {
 }
 
 
-class FleetFieldError(ValueError):
+class FleetFieldError(FieldPathError):
     """A cross-field rule failed at `path` (kept so the error can name the field and line)."""
 
-    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
-        super().__init__(message)
-        self.path = path
-        self.message = message
+
+FleetConfigIssue = ConfigIssue
+"""One problem in a fleet file: field path (`pools.decode.endpoints[1].url`), line, why."""
 
 
-@dataclass(frozen=True)
-class FleetConfigIssue:
-    """One problem in a fleet file: field path (`pools.decode.endpoints[1].url`), line, why."""
-
-    path: str
-    message: str
-    line: int | None = None
-
-
-class FleetConfigError(ValueError):
+class FleetConfigError(ConfigFileError):
     """The fleet file is invalid; `issues` lists every problem, the message one per line."""
 
-    def __init__(self, issues: list[FleetConfigIssue], source: str | None = None) -> None:
-        self.issues = issues
-        self.source = source
-        lines = []
-        for issue in issues:
-            where = source or "fleet config"
-            if issue.line is not None:
-                where = f"{where}:{issue.line}"
-            field = f"{issue.path}: " if issue.path else ""
-            lines.append(f"{where}: {field}{issue.message}")
-        super().__init__("\n".join(lines))
+    default_source = "fleet config"
 
 
 class PoolConfig(PoolMembers):
@@ -387,73 +375,6 @@ def _check_vllm_spec(spec: VllmLaunchSpec, path: tuple[str | int, ...], fleet: F
 # ---- loading and error formatting ------------------------------------------------------------
 
 
-def _dotted(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _data_path(loc: tuple[str | int, ...], data: Any) -> tuple[str | int, ...]:
-    """`loc` without the union tags pydantic adds (a launch spec's `sim`), by walking `data`."""
-    path: list[str | int] = []
-    node = data
-    for part in loc:
-        key: Any = part
-        if (isinstance(node, dict) and key in node) or (
-            isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node)
-        ):
-            node = node[key]
-            path.append(part)
-        elif isinstance(node, dict) and node.get("kind") == part:
-            continue  # the tag pydantic adds for a discriminated union (a launch kind)
-        else:
-            path.append(part)
-            node = None
-    return tuple(path)
-
-
-def _line_map(
-    node: yaml.Node, path: tuple[str | int, ...] = ()
-) -> dict[tuple[str | int, ...], int]:
-    lines = {path: node.start_mark.line + 1}
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            child = (*path, str(key.value))
-            lines[child] = key.start_mark.line + 1
-            for sub, line in _line_map(value, child).items():
-                lines.setdefault(sub, line)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            for sub, line in _line_map(item, (*path, i)).items():
-                lines.setdefault(sub, line)
-    return lines
-
-
-def _issues(
-    err: ValidationError, data: Any, lines: Mapping[tuple[str | int, ...], int]
-) -> list[FleetConfigIssue]:
-    issues = []
-    for e in err.errors():
-        loc: tuple[str | int, ...] = tuple(e["loc"])
-        message = str(e["msg"]).removeprefix("Value error, ")
-        cause = (e.get("ctx") or {}).get("error")
-        if isinstance(cause, FleetFieldError):
-            loc = (*loc, *cause.path)
-            message = cause.message
-        path = _data_path(loc, data)
-        line = None
-        for n in range(len(path), -1, -1):
-            if path[:n] in lines:
-                line = lines[path[:n]]
-                break
-        issues.append(FleetConfigIssue(_dotted(path), message, line))
-    return issues
-
-
 def parse_fleet_config(
     data: Any,
     *,
@@ -473,7 +394,7 @@ def parse_fleet_config(
     try:
         return FleetConfig.model_validate(data, context=context)
     except ValidationError as err:
-        raise FleetConfigError(_issues(err, data, lines or {}), source) from None
+        raise FleetConfigError(validation_issues(err, data, lines or {}), source) from None
 
 
 def load_fleet_config(path: str | Path) -> FleetConfig:
@@ -485,16 +406,9 @@ def load_fleet_config(path: str | Path) -> FleetConfig:
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data, lines = parse_yaml(text)
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(err, "problem", None) or str(err)
-        raise FleetConfigError(
-            [FleetConfigIssue("", f"YAML: {problem}", line)], str(path)
-        ) from None
-    lines = _line_map(node) if node is not None else {}
+        raise FleetConfigError([yaml_issue(err)], str(path)) from None
     return parse_fleet_config(data, base_dir=path.parent.resolve(), source=str(path), lines=lines)
 
 

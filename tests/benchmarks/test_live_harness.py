@@ -182,7 +182,9 @@ def test_duration_and_max_requests_bound_the_run(sim_url: str) -> None:
     elapsed = time.monotonic() - t0
     assert code == 0, err
     assert data is not None
-    assert data["wall_s"] < 3.0 and elapsed < 30
+    # Generous: the bound under test is "stops near --duration-s" (the next assert shows work
+    # was left undone); a loaded 2-core machine stretches the teardown by seconds.
+    assert data["wall_s"] < 10.0 and elapsed < 30
     assert data["completed"] > 0 and data["errors"] == 0
     assert data["completed"] + data["cancelled"] < data["planned"]
     code, data, err = bench_live(

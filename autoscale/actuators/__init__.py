@@ -1,0 +1,1 @@
+"""Actuators: where replicas live (local processes, Kubernetes, the fleet simulator, dry-run)."""

@@ -1,0 +1,52 @@
+"""The one interface every actuator implements, so one control loop drives any of them.
+
+An actuator hides where replicas live. `current()` reports each pool's ready / pending /
+draining counts; `scale(pool, n, now)` asks for `n` provisioned (ready + pending) replicas:
+above the current count it starts replicas (pending until they are ready to route), below it
+it drains replicas (out of routing at once, in-flight work finishes, bounded by the pool's
+`drain_timeout_s`, then the replica stops); `switch_role(replica, to_pool, now)` moves a
+role-agnostic replica (vLLM `kv_both`, a simulated engine in role `both`) to the other pool
+after draining its current-role work. `apply(decision, now)` is the control loop's one call:
+role moves first, then counts. Every call takes `now`, so the fleet simulator's actuator runs
+in virtual time and the live ones in real time with the same loop.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from autoscale.decision import ScaleDecision
+from autoscale.signals import Pool, PoolStatus
+
+
+class ActuatorError(RuntimeError):
+    """A request the actuator cannot carry out (unknown pool or replica, over a limit)."""
+
+
+class Actuator(ABC):
+    """Base class of actuators (see module docstring)."""
+
+    @abstractmethod
+    def current(self) -> dict[Pool, PoolStatus]:
+        """Ready / pending / draining replicas per pool, as of the last call."""
+
+    @abstractmethod
+    def scale(self, pool: Pool, replicas: int, now: float) -> None:
+        """Make `pool` provisioned with `replicas` (ready + pending)."""
+
+    @abstractmethod
+    def switch_role(self, replica_id: str, to_pool: Pool, now: float) -> None:
+        """Move one replica to `to_pool` without a restart (drain first)."""
+
+    @abstractmethod
+    def switchable(self, pool: Pool) -> list[str]:
+        """Replicas of `pool` that may switch role (role-agnostic and ready)."""
+
+    def apply(self, decision: ScaleDecision, now: float) -> None:
+        """Role moves first (a move is capacity in seconds), then the desired counts."""
+        for move in decision.moves:
+            for replica_id in self.switchable(move.from_pool)[: move.count]:
+                self.switch_role(replica_id, move.to_pool, now)
+        for pool, replicas in decision.desired.items():
+            if self.current().get(pool, PoolStatus()).provisioned != replicas:
+                self.scale(pool, replicas, now)

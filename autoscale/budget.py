@@ -1,0 +1,60 @@
+"""Splitting a GPU budget between the pools by marginal SLO gain.
+
+A request meets its SLO only if both its prefill and its decode do, and a pool given `n` of
+the `w` replicas it wants serves about `min(1, n/w)` of its demand within target. So the
+attainment of an allocation is estimated as
+
+    A(n_p, n_d) = Π_pool min(1, n_pool / w_pool)
+
+Starting from each pool's minimum, the budget is handed out one replica at a time to the pool
+whose next replica raises `A` the most per GPU (`ΔA / gpus_per_replica`); ties go to the pool
+further from its want (smaller `n/w`), then to decode (its replicas hold in-flight sequences).
+This equalises `n/w` across pools with equal GPU sizes and favours the cheaper pool when a
+replica of one costs more GPUs. Pools never go below their minimum, even when the minimums
+alone exceed the budget (the budget is then reported as unmet).
+"""
+
+from __future__ import annotations
+
+from autoscale.signals import Pool
+
+_TIE_ORDER = {Pool.DECODE: 0, Pool.PREFILL: 1}
+
+
+def _served(n: int, want: int) -> float:
+    return 1.0 if want <= 0 else min(1.0, n / want)
+
+
+def attainment_estimate(alloc: dict[Pool, int], want: dict[Pool, int]) -> float:
+    out = 1.0
+    for pool, w in want.items():
+        out *= _served(alloc.get(pool, 0), w)
+    return out
+
+
+def split_budget(
+    want: dict[Pool, int],
+    minimum: dict[Pool, int],
+    gpus_per_replica: dict[Pool, int],
+    budget: int,
+) -> dict[Pool, int]:
+    """Replicas per pool within `budget` GPUs (module docstring); `want` if it fits."""
+    if sum(want[p] * gpus_per_replica[p] for p in want) <= budget:
+        return dict(want)
+    alloc = {p: minimum[p] for p in want}
+    used = sum(alloc[p] * gpus_per_replica[p] for p in alloc)
+    while True:
+        best: tuple[float, float, int, Pool] | None = None
+        for p in want:
+            if alloc[p] >= want[p] or used + gpus_per_replica[p] > budget:
+                continue
+            trial = dict(alloc)
+            trial[p] += 1
+            gain = attainment_estimate(trial, want) - attainment_estimate(alloc, want)
+            key = (gain / gpus_per_replica[p], -_served(alloc[p], want[p]), -_TIE_ORDER[p], p)
+            if best is None or key[:3] > best[:3]:
+                best = key
+        if best is None:
+            return alloc
+        alloc[best[3]] += 1
+        used += gpus_per_replica[best[3]]

@@ -1,0 +1,400 @@
+"""Per-replica capacity at a latency target: from the timing model, a sweep, or online.
+
+Every model here answers the `PerfModel` questions from two per-replica curves, the prefill
+time of one prompt alone `S(n)` and the decode step time `D(b, c)` of `b` sequences of `c`
+context tokens each, plus the replica's limits (KV capacity, `max_num_seqs`). The rules that
+turn the curves into capacity are shared (`CurvePerfModel`):
+
+Prefill: tokens/s at a TTFT target (`prefill_tokens_per_s(n, target)`). A prefill replica is
+modelled as one FIFO server (M/D/1): requests of `n` uncached tokens arrive Poisson at rate
+lambda and each takes `S = S(n)`; utilisation `rho = lambda*S`. The waiting time's tail is
+approximated as exponential with the M/D/1 mean (Pollaczek-Khinchine):
+
+    P(W > 0) = rho,   E[W | W > 0] = S / (2(1 - rho)),
+    w_q = S / (2(1 - rho)) * ln(rho / (1 - q))   if rho > 1 - q, else 0
+    TTFT_q = S + w_q + t_transfer(n)
+
+where `q` is the percentile (0.99) and `t_transfer` the KV transfer to the decode replica
+(`include_transfer`, default on for the timing model; a sweep measured end-to-end TTFT, so
+its `S` already contains what a live engine adds). `rho*` is the largest `rho ≤ rho_max`
+(default 0.9, burst headroom) with `TTFT_q ≤ target`, found by bisection (`TTFT_q` rises
+monotonically in rho); the answer is `rho* · n / S` tokens/s, 0 when `S + t_transfer` alone
+exceeds the target. Serving prefills one at a time is conservative: vLLM packs several short
+prompts into one `max_num_batched_tokens` step.
+
+Decode: sequences at an ITL target (`decode_max_batch(c, target)`): the largest `b` with
+`D(b, c) ≤ target` (bisection; `D` rises in `b`), capped by `max_num_seqs` and by the KV pool:
+`b · ceil(c / block_size) ≤ kv_usage_max · (num_gpu_blocks - 1)` (vLLM's null block is not
+usable). 0 when even `b = 1` misses the target.
+
+Sources:
+- `TimingPerfModel(timing)`: `S(n) = timing.prefill_time(n)`, `D(b, c) =
+  timing.decode_time(b, b*c)` (`pools/sim/timing.py`'s roofline); limits from the timing model.
+- `SweepPerfModel(sweep)`: the curves interpolated piecewise-linearly from a sweep file
+  (`autoscale/perf_sweep.py`): `S` over ISL points (the last segment extended beyond the
+  largest point, the smallest point's time held below it); `D` piecewise-linearly along the
+  batch in every measured context column, then along the context, each extended linearly past
+  its ends (the KV pool caps the batch at large contexts, so columns are ragged; at fixed
+  context the roofline's memory-bound step is linear in the batch and at fixed batch linear
+  in the context, so the extension is exact there).
+- `OnlinePerfModel(prior)`: the prior's curves times a correction per pool, `S = k_p·S_prior`,
+  `D = k_d·D_prior`, each fitted by exponentially weighted least squares of observed against
+  predicted through the origin: `k = Σ w·obs·pred / Σ w·pred²` with weight
+  `w = 2^(-age / half_life_s)` (default 300 s), clamped to [0.25, 4]; 1 before any sample.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+
+from autoscale.perf_model_base import PerfModel
+from autoscale.perf_sweep import Sweep
+from autoscale.policy import PerfModelSource, SloPolicy
+from autoscale.signals import Observation, Pool
+from pools.sim.timing import TimingModel, make_timing
+
+DEFAULT_RHO_MAX = 0.9
+DEFAULT_PERCENTILE = 99.0
+
+
+def ttft_at_percentile(service_s: float, rho: float, q: float) -> float:
+    """`S + w_q` of the module docstring: the q-quantile (0 < q < 1) of wait + service."""
+    if rho <= 0:
+        return service_s
+    if rho >= 1:
+        return math.inf
+    if rho <= 1 - q:
+        return service_s
+    return service_s + service_s / (2 * (1 - rho)) * math.log(rho / (1 - q))
+
+
+def max_utilisation(
+    service_s: float, budget_s: float, q: float, rho_max: float = DEFAULT_RHO_MAX
+) -> float:
+    """Largest rho ≤ rho_max with `ttft_at_percentile(S, rho, q) ≤ budget_s` (0 if none)."""
+    if service_s <= 0 or service_s > budget_s:
+        return 0.0
+    if ttft_at_percentile(service_s, rho_max, q) <= budget_s:
+        return rho_max
+    lo, hi = 0.0, rho_max
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if ttft_at_percentile(service_s, mid, q) <= budget_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class CurvePerfModel(PerfModel):
+    """The capacity rules over `prefill_time_s` and `decode_step_s` (module docstring).
+
+    `percentile` is the TTFT tail the prefill rule keeps (default 99), `rho_max` the prefill
+    utilisation cap, `kv_usage_max` the share of the KV pool decode may fill (default 1.0)."""
+
+    def __init__(
+        self,
+        *,
+        kv_capacity_tokens: int,
+        max_num_seqs: int,
+        block_size: int = 16,
+        percentile: float = DEFAULT_PERCENTILE,
+        rho_max: float = DEFAULT_RHO_MAX,
+        kv_usage_max: float = 1.0,
+    ) -> None:
+        if not 0 < percentile < 100:
+            raise ValueError(f"percentile must be in (0, 100), got {percentile}")
+        if not 0 < rho_max < 1:
+            raise ValueError(f"rho_max must be in (0, 1), got {rho_max}")
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.max_num_seqs = max_num_seqs
+        self.block_size = block_size
+        self.percentile = percentile
+        self.rho_max = rho_max
+        self.kv_usage_max = kv_usage_max
+
+    def transfer_s(self, uncached_tokens: int) -> float:
+        """Time TTFT spends outside the prefill replica's queue and step (default 0)."""
+        return 0.0
+
+    @abstractmethod
+    def prefill_time_s(self, uncached_tokens: int) -> float: ...
+
+    @abstractmethod
+    def decode_step_s(self, batch: int, context_tokens: int) -> float: ...
+
+    def prefill_utilisation(self, isl_uncached_tokens: int, ttft_target_s: float) -> float:
+        """rho* of the module docstring."""
+        n = max(1, isl_uncached_tokens)
+        service = self.prefill_time_s(n)
+        budget = ttft_target_s - self.transfer_s(n)
+        return max_utilisation(service, budget, self.percentile / 100.0, self.rho_max)
+
+    def prefill_tokens_per_s(self, isl_uncached_tokens: int, ttft_target_s: float) -> float:
+        n = max(1, isl_uncached_tokens)
+        rho = self.prefill_utilisation(n, ttft_target_s)
+        return rho * n / self.prefill_time_s(n) if rho > 0 else 0.0
+
+    def estimated_ttft_s(
+        self,
+        uncached_tokens: int,
+        queued_prefill_tokens: int = 0,
+        mean_queued_isl_tokens: int | None = None,
+    ) -> float:
+        """TTFT of a request of `uncached_tokens` arriving at a replica with
+        `queued_prefill_tokens` ahead of it: the queue drains as prompts of
+        `mean_queued_isl_tokens` (default: this one's size), `q/m · S(m)`, then its own
+        `S(n)` and the transfer. The per-replica signal of a reactive (load-mode) step."""
+        n = max(1, uncached_tokens)
+        wait = 0.0
+        if queued_prefill_tokens > 0:
+            m = max(1, mean_queued_isl_tokens or n)
+            wait = queued_prefill_tokens / m * self.prefill_time_s(m)
+        return wait + self.prefill_time_s(n) + self.transfer_s(n)
+
+    def kv_max_batch(self, context_tokens: int) -> int:
+        """Sequences of `context_tokens` the KV pool holds (block-rounded, null block excluded)."""
+        blocks_per_seq = max(1, math.ceil(context_tokens / self.block_size))
+        usable = int(self.kv_usage_max * (self.kv_capacity_tokens // self.block_size - 1))
+        return max(0, usable // blocks_per_seq)
+
+    def decode_max_batch(self, context_tokens: int, itl_target_s: float) -> int:
+        cap = min(self.max_num_seqs, self.kv_max_batch(context_tokens))
+        if cap < 1 or self.decode_step_s(1, context_tokens) > itl_target_s:
+            return 0
+        if self.decode_step_s(cap, context_tokens) <= itl_target_s:
+            return cap
+        lo, hi = 1, cap  # step(lo) ≤ target < step(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.decode_step_s(mid, context_tokens) <= itl_target_s:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+
+class TimingPerfModel(CurvePerfModel):
+    """Curves from `pools/sim`'s roofline `TimingModel` (module docstring)."""
+
+    def __init__(
+        self,
+        timing: TimingModel,
+        *,
+        block_size: int = 16,
+        include_transfer: bool = True,
+        percentile: float = DEFAULT_PERCENTILE,
+        rho_max: float = DEFAULT_RHO_MAX,
+        kv_usage_max: float = 1.0,
+    ) -> None:
+        super().__init__(
+            kv_capacity_tokens=timing.kv_capacity_tokens,
+            max_num_seqs=timing.max_num_seqs,
+            block_size=block_size,
+            percentile=percentile,
+            rho_max=rho_max,
+            kv_usage_max=kv_usage_max,
+        )
+        self.timing = timing
+        self.include_transfer = include_transfer
+
+    @classmethod
+    def from_profiles(
+        cls, model_profile: str, gpu: str, tp: int = 1, **kwargs: object
+    ) -> TimingPerfModel:
+        """From profile names (`pdorch profile`); KeyError lists the valid names."""
+        return cls(make_timing(model_profile, gpu, tp=tp), **kwargs)  # type: ignore[arg-type]
+
+    def transfer_s(self, uncached_tokens: int) -> float:
+        return self.timing.kv_transfer_time(uncached_tokens) if self.include_transfer else 0.0
+
+    def prefill_time_s(self, uncached_tokens: int) -> float:
+        return self.timing.prefill_time(max(1, uncached_tokens))
+
+    def decode_step_s(self, batch: int, context_tokens: int) -> float:
+        b = max(1, batch)
+        return self.timing.decode_time(b, b * max(0, context_tokens))
+
+
+def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """Piecewise-linear through (xs, ys), xs ascending; the end segments extended linearly."""
+    if len(xs) == 1:
+        return ys[0]
+    i = 1
+    while i < len(xs) - 1 and x > xs[i]:
+        i += 1
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+class SweepPerfModel(CurvePerfModel):
+    """Curves interpolated from a sweep file (module docstring)."""
+
+    def __init__(
+        self,
+        sweep: Sweep,
+        *,
+        percentile: float = DEFAULT_PERCENTILE,
+        rho_max: float = DEFAULT_RHO_MAX,
+        kv_usage_max: float = 1.0,
+    ) -> None:
+        super().__init__(
+            kv_capacity_tokens=sweep.kv_capacity_tokens,
+            max_num_seqs=sweep.max_num_seqs,
+            block_size=sweep.block_size,
+            percentile=percentile,
+            rho_max=rho_max,
+            kv_usage_max=kv_usage_max,
+        )
+        self.sweep = sweep
+        prefill = sorted(sweep.prefill.items())
+        self._isl = [float(n) for n, _ in prefill]
+        self._prefill_s = [t for _, t in prefill]
+        self._contexts, self._batches, self._steps = sweep.decode_columns()
+
+    @classmethod
+    def load(cls, path: str | Path, **kwargs: float) -> SweepPerfModel:
+        return cls(Sweep.load(path), **kwargs)
+
+    def prefill_time_s(self, uncached_tokens: int) -> float:
+        n = float(max(1, uncached_tokens))
+        if n <= self._isl[0]:
+            return self._prefill_s[0]
+        return max(self._prefill_s[0], _interp(self._isl, self._prefill_s, n))
+
+    def decode_step_s(self, batch: int, context_tokens: int) -> float:
+        b, c = float(max(1, batch)), float(max(0, context_tokens))
+        # along batch in every context column (extended linearly past the largest batch the
+        # KV pool allowed at that context), then along context
+        per_context = [
+            _interp(bs, steps, b) for bs, steps in zip(self._batches, self._steps, strict=True)
+        ]
+        return max(1e-9, _interp(self._contexts, per_context, c))
+
+
+class _WeightedRatio:
+    """`k = Σ w·obs·pred / Σ w·pred²` with `w = 2^(-age/half_life)` (decayed running sums)."""
+
+    def __init__(self, half_life_s: float) -> None:
+        self.half_life_s = half_life_s
+        self.sxy = 0.0
+        self.sxx = 0.0
+        self.count = 0
+        self.last_now: float | None = None
+
+    def add(self, now: float, predicted: float, observed: float) -> None:
+        if predicted <= 0 or observed <= 0 or not math.isfinite(observed):
+            return
+        if self.last_now is not None and now > self.last_now:
+            decay = 2.0 ** (-(now - self.last_now) / self.half_life_s)
+            self.sxy *= decay
+            self.sxx *= decay
+        if self.last_now is None or now > self.last_now:
+            self.last_now = now
+        self.sxy += observed * predicted
+        self.sxx += predicted * predicted
+        self.count += 1
+
+    def value(self) -> float | None:
+        return self.sxy / self.sxx if self.sxx > 0 else None
+
+
+class OnlinePerfModel(CurvePerfModel):
+    """A prior's curves corrected by observed prefill and decode times (module docstring).
+
+    Feed it `observe_prefill(now, uncached_tokens, seconds)` (a prefill's service time, or
+    TTFT at an idle queue), `observe_decode(now, batch, context_tokens, step_s)`, or a whole
+    `observe(observation)`; `correction(pool)` is the current factor."""
+
+    def __init__(
+        self,
+        prior: CurvePerfModel,
+        *,
+        half_life_s: float = 300.0,
+        min_correction: float = 0.25,
+        max_correction: float = 4.0,
+    ) -> None:
+        super().__init__(
+            kv_capacity_tokens=prior.kv_capacity_tokens,
+            max_num_seqs=prior.max_num_seqs,
+            block_size=prior.block_size,
+            percentile=prior.percentile,
+            rho_max=prior.rho_max,
+            kv_usage_max=prior.kv_usage_max,
+        )
+        if not 0 < min_correction <= max_correction:
+            raise ValueError("need 0 < min_correction <= max_correction")
+        self.prior = prior
+        self.min_correction = min_correction
+        self.max_correction = max_correction
+        self._fits = {p: _WeightedRatio(half_life_s) for p in Pool}
+
+    def correction(self, pool: Pool) -> float:
+        k = self._fits[pool].value()
+        if k is None:
+            return 1.0
+        return min(self.max_correction, max(self.min_correction, k))
+
+    def samples(self, pool: Pool) -> int:
+        return self._fits[pool].count
+
+    def observe_prefill(self, now: float, uncached_tokens: int, seconds: float) -> None:
+        n = max(1, uncached_tokens)
+        self._fits[Pool.PREFILL].add(
+            now, self.prior.prefill_time_s(n) + self.prior.transfer_s(n), seconds
+        )
+
+    def observe_decode(self, now: float, batch: int, context_tokens: int, step_s: float) -> None:
+        if batch >= 1:
+            self._fits[Pool.DECODE].add(
+                now, self.prior.decode_step_s(batch, context_tokens), step_s
+            )
+
+    def observe(self, observation: Observation) -> None:
+        """Decode: every decode replica with a step time and running sequences (context =
+        its decode KV tokens / running). Prefill: the window's median TTFT against the mean
+        uncached ISL, only when no prefill replica has a queue (then TTFT ≈ service time)."""
+        o = observation
+        for r in o.replicas_of(Pool.DECODE):
+            if r.mean_step_s is not None and r.num_running > 0:
+                context = r.decode_kv_tokens // r.num_running
+                self.observe_decode(o.now, r.num_running, context, r.mean_step_s)
+        prefill = o.replicas_of(Pool.PREFILL)
+        idle_queues = all(r.num_waiting == 0 for r in prefill)
+        if o.ttft.p50_s is not None and o.num_requests > 0 and idle_queues:
+            uncached = int(o.mean_isl_tokens * (1.0 - o.prefix_hit_rate))
+            self.observe_prefill(o.now, uncached, o.ttft.p50_s)
+
+    def transfer_s(self, uncached_tokens: int) -> float:
+        return self.correction(Pool.PREFILL) * self.prior.transfer_s(uncached_tokens)
+
+    def prefill_time_s(self, uncached_tokens: int) -> float:
+        return self.correction(Pool.PREFILL) * self.prior.prefill_time_s(uncached_tokens)
+
+    def decode_step_s(self, batch: int, context_tokens: int) -> float:
+        return self.correction(Pool.DECODE) * self.prior.decode_step_s(batch, context_tokens)
+
+
+def build_perf_model(policy: SloPolicy) -> CurvePerfModel:
+    """The model `policy.perf_model` asks for, with the policy's TTFT percentile and rho_max:
+    `timing-model` → `TimingPerfModel`; `sweep` → `SweepPerfModel`; `online` →
+    `OnlinePerfModel` over the sweep when `sweep_file` is given, else over the timing model."""
+    cfg = policy.perf_model
+    percentile, rho_max = policy.slo.ttft_ms.percentile, cfg.rho_max
+    prior: CurvePerfModel
+    if cfg.sweep_file is not None and cfg.source is not PerfModelSource.TIMING_MODEL:
+        prior = SweepPerfModel(Sweep.load(cfg.sweep_file), percentile=percentile, rho_max=rho_max)
+    else:
+        timing = make_timing(policy.model_profile, policy.gpu, tp=policy.tp)
+        prior = TimingPerfModel(timing, percentile=percentile, rho_max=rho_max)
+    if cfg.source is PerfModelSource.ONLINE:
+        return OnlinePerfModel(
+            prior,
+            half_life_s=cfg.online_half_life_s,
+            min_correction=cfg.online_min_correction,
+            max_correction=cfg.online_max_correction,
+        )
+    return prior

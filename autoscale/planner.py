@@ -1,0 +1,304 @@
+"""pdorch's planner: a predictive floor, fast reactive steps above it, safe scale-down.
+
+Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
+
+1. **Predictive floor** (recomputed every `intervals.predictive_s`) from the forecaster's load
+   at now and at `startup_s` ahead (the larger need wins, so capacity is asked for before the
+   load arrives and not released before it leaves), sized by `autoscale.sizing` with
+   `headroom` (0.9) and the pool's correction factor `k`:
+   `N_p = ceil(rate·ISL·(1-hit) / (C_p(ISL_u, TTFT)·h/k_p))`,
+   `N_d = ceil(rate·(T_ttft + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k_d))`, `T_ttft` = the observed
+   mean TTFT capped at the target (the model's prefill time before any is observed).
+2. **Correction** `k` = EWMA (`correction_alpha` 0.2) of observed/predicted mean latency
+   (`planner_terms.prefill_correction` / `decode_correction`), clamped to
+   `correction_bounds` (0.5, 2.0), updated only from windows with ≥ `min_samples` (20) requests.
+3. **Reactive term** (`planner_terms.reactive_term`): queue / concurrency / KV needs of the
+   observed window, and +1 on an observed percentile breach unless replicas are pending. The
+   prefill queue term projects the backlog to when a new replica would serve: `switch_s` when
+   role moves are on and the other pool has ready replicas above its floor, else `startup_s`.
+4. `raw = max(floor, reactive)` clamped to the pool's [min, max].
+5. **Stabilization**: going up takes the minimum recommendation of the last `scale_up_s`
+   (0: at once); going down takes the maximum of the last `scale_down_s` and happens only
+   once the planner has watched a whole window, and only to the smallest count `M` at which
+   the observed load spread over `M` replicas still meets the SLO with `margin` (0.8)
+   (`planner_terms.fits`, the consolidation check).
+6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
+7. **Role switch** (`policy.role_switching`, equal GPUs per replica): when a pool is short
+   (desired > provisioned) and the other has ready replicas beyond what it needs (its raw need
+   and its consolidation count), move `min(short, slack)` replicas (`RoleMove`) instead of cold
+   starts; the giving pool's desired drops by the moved count.
+
+`reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `ttft-queue`,
+`itl-concurrency-observed`, `kv-usage`, `ttft-breach`, `itl-breach[-pending]`, `min`, `max`,
+`stabilization`, `consolidation`, `budget`, `role-move`); `details` carries the inputs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from autoscale.budget import split_budget
+from autoscale.decision import RoleMove, ScaleDecision
+from autoscale.forecast_seam import EwmaForecaster, Forecaster, LoadForecast
+from autoscale.perf_model_base import PerfModel
+from autoscale.planner_base import Planner, register_planner
+from autoscale.planner_terms import (
+    Term,
+    decode_correction,
+    fits,
+    prefill_correction,
+    reactive_term,
+)
+from autoscale.policy import SloPolicy
+from autoscale.signals import Observation, Pool
+from autoscale.sizing import (
+    clamp_to_limits,
+    decode_need,
+    itl_target_s,
+    prefill_need,
+    replicas_for,
+    ttft_target_s,
+    uncached_tokens,
+)
+
+POOLS = (Pool.PREFILL, Pool.DECODE)
+
+
+class PdorchPlanner(Planner):
+    """See the module docstring; options are keyword arguments of the factory."""
+
+    name = "pdorch"
+
+    def __init__(
+        self,
+        policy: SloPolicy,
+        perf_model: PerfModel,
+        *,
+        forecaster: Forecaster | None = None,
+        headroom: float = 0.9,
+        margin: float = 0.8,
+        kv_high: float = 0.9,
+        min_samples: int = 20,
+        correction_alpha: float = 0.2,
+        correction_bounds: tuple[float, float] = (0.5, 2.0),
+    ) -> None:
+        self.policy = policy
+        self.perf = perf_model
+        self.forecaster: Forecaster = forecaster or EwmaForecaster()
+        self.headroom = headroom
+        self.margin = margin
+        self.kv_high = kv_high
+        self.min_samples = min_samples
+        self.correction_alpha = correction_alpha
+        self.correction_bounds = correction_bounds
+        self.interval_s = policy.intervals.reactive_s
+        self.correction: dict[Pool, float] = {p: 1.0 for p in POOLS}
+        self._floor: dict[Pool, Term] = {}
+        self._floor_at: float | None = None
+        self._started: float | None = None
+        self._history: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
+
+    # -- terms -------------------------------------------------------------------------
+    def _update_corrections(self, obs: Observation) -> None:
+        lo, hi = self.correction_bounds
+        for pool, raw in (
+            (Pool.PREFILL, prefill_correction(self.perf, obs, self.min_samples)),
+            (Pool.DECODE, decode_correction(self.perf, obs, self.min_samples)),
+        ):
+            if raw is None:
+                continue
+            k = self.correction[pool]
+            self.correction[pool] = min(hi, max(lo, k + self.correction_alpha * (raw - k)))
+
+    def _floor_for(self, load: LoadForecast, obs: Observation) -> dict[Pool, Term]:
+        rate, isl, osl, hit = load
+        ttft, itl = ttft_target_s(self.policy), itl_target_s(self.policy)
+        t_own = self.perf.prefill_time_s(uncached_tokens(isl, hit)) if isl > 0 else 0.0
+        t_term = min(obs.ttft.mean_s, ttft) if obs.ttft.mean_s else min(t_own, ttft)
+        inputs = {"rate_rps": rate, "isl": isl, "osl": osl, "hit": hit, "ttft_term_s": t_term}
+        p = prefill_need(
+            self.perf,
+            rate,
+            isl,
+            hit,
+            ttft,
+            correction=self.correction[Pool.PREFILL],
+            headroom=self.headroom,
+        )
+        d = decode_need(
+            self.perf,
+            rate,
+            isl,
+            osl,
+            itl,
+            ttft_term_s=t_term,
+            correction=self.correction[Pool.DECODE],
+            headroom=self.headroom,
+        )
+        return {
+            Pool.PREFILL: Term(replicas_for(p), "ttft-throughput", {**inputs, "need": p}),
+            Pool.DECODE: Term(replicas_for(d), "itl-concurrency", {**inputs, "need": d}),
+        }
+
+    def _predictive_floor(self, obs: Observation) -> dict[Pool, Term]:
+        out: dict[Pool, Term] = {}
+        for pool in POOLS:
+            horizon = self.policy.limits(pool).startup_s
+            best: Term | None = None
+            for h in (0.0, horizon):
+                term = self._floor_for(LoadForecast(*self.forecaster.forecast(h)), obs)[pool]
+                term.inputs["horizon_s"] = h
+                if best is None or term.replicas > best.replicas:
+                    best = term
+            assert best is not None
+            out[pool] = best
+        return out
+
+    def _fits(self, obs: Observation, pool: Pool, m: int) -> bool:
+        return fits(
+            self.perf,
+            self.policy,
+            obs,
+            pool,
+            m,
+            self.correction[pool],
+            margin=self.margin,
+            min_samples=self.min_samples,
+            kv_high=self.kv_high,
+        )
+
+    def _consolidated(self, obs: Observation, pool: Pool, start: int, current: int) -> int:
+        """Smallest m in [start, current] at which the observed load fits (else current)."""
+        m = start
+        while m < current and not self._fits(obs, pool, m):
+            m += 1
+        return m
+
+    def _arrival_s(self, obs: Observation, pool: Pool) -> float:
+        """How soon a replica asked for now serves: `switch_s` when role moves are on and the
+        other pool has ready replicas above its floor, else the pool's `startup_s`."""
+        pol = self.policy
+        other = Pool.DECODE if pool is Pool.PREFILL else Pool.PREFILL
+        same_size = pol.limits(pool).gpus_per_replica == pol.limits(other).gpus_per_replica
+        spare = obs.pool(other).ready > max(self._floor[other].replicas, pol.limits(other).min)
+        if pol.role_switching and same_size and spare:
+            return pol.switch_s
+        return pol.limits(pool).startup_s
+
+    # -- stabilization -------------------------------------------------------------------
+    def _stabilize(self, obs: Observation, pool: Pool, raw: int, reason: str) -> tuple[int, str]:
+        now = obs.now
+        st = self.policy.stabilization
+        hist = self._history[pool]
+        hist.append((now, raw))
+        keep = max(st.scale_up_s, st.scale_down_s)
+        while hist and now - hist[0][0] > keep:
+            hist.popleft()
+        current = obs.pool(pool).provisioned
+        if raw >= current:
+            if st.scale_up_s <= 0:
+                return raw, reason
+            up = min(r for t, r in hist if now - t <= st.scale_up_s)
+            target = max(current, up)
+            return target, reason if target == raw else "stabilization"
+        assert self._started is not None
+        if now - self._started < st.scale_down_s:
+            return current, "stabilization"
+        down = min(current, max(r for t, r in hist if now - t <= st.scale_down_s))
+        if down >= current:
+            return current, "stabilization"
+        m = self._consolidated(obs, pool, down, current)
+        if m > down:
+            return m, "consolidation"
+        return down, reason if down == raw else "stabilization"
+
+    # -- plan ------------------------------------------------------------------------------
+    def plan(self, observation: Observation) -> ScaleDecision:
+        obs = observation
+        now = obs.now
+        if self._started is None:
+            self._started = now
+        self.forecaster.observe(obs)
+        self._update_corrections(obs)
+        if self._floor_at is None or now - self._floor_at >= self.policy.intervals.predictive_s:
+            self._floor = self._predictive_floor(obs)
+            self._floor_at = now
+        desired: dict[Pool, int] = {}
+        reasons: dict[Pool, str] = {}
+        raw: dict[Pool, int] = {}
+        details: dict[str, Any] = {"correction": {str(p): k for p, k in self.correction.items()}}
+        for pool in POOLS:
+            floor = self._floor[pool]
+            react = reactive_term(
+                self.perf,
+                self.policy,
+                obs,
+                pool,
+                self.correction[pool],
+                min_samples=self.min_samples,
+                kv_high=self.kv_high,
+                start_s=self._arrival_s(obs, pool),
+            )
+            term = react if react.replicas > floor.replicas else floor
+            n, bound = clamp_to_limits(self.policy, pool, term.replicas)
+            raw[pool] = n
+            desired[pool], reasons[pool] = self._stabilize(obs, pool, n, bound or term.reason)
+            details[str(pool)] = {
+                "floor": floor.replicas,
+                "floor_inputs": floor.inputs,
+                "reactive": react.replicas,
+                "reactive_reason": react.reason,
+                "reactive_inputs": react.inputs,
+                "raw": n,
+                "ready": obs.pool(pool).ready,
+                "pending": obs.pool(pool).pending,
+                "draining": obs.pool(pool).draining,
+            }
+        self._apply_budget(desired, reasons)
+        moves = self._role_moves(obs, desired, reasons, raw)
+        return ScaleDecision(now, desired, reasons, moves, details)
+
+    def _apply_budget(self, desired: dict[Pool, int], reasons: dict[Pool, str]) -> None:
+        budget = self.policy.gpu_budget
+        if budget is None:
+            return
+        gpus = {p: self.policy.limits(p).gpus_per_replica for p in POOLS}
+        minimum = {p: self.policy.limits(p).min for p in POOLS}
+        split = split_budget(desired, minimum, gpus, budget)
+        for p in POOLS:
+            if split[p] < desired[p]:
+                desired[p], reasons[p] = split[p], "budget"
+
+    def _role_moves(
+        self,
+        obs: Observation,
+        desired: dict[Pool, int],
+        reasons: dict[Pool, str],
+        raw: dict[Pool, int],
+    ) -> tuple[RoleMove, ...]:
+        pol = self.policy
+        if not pol.role_switching:
+            return ()
+        if pol.limits(Pool.PREFILL).gpus_per_replica != pol.limits(Pool.DECODE).gpus_per_replica:
+            return ()
+        for short, giver in ((Pool.PREFILL, Pool.DECODE), (Pool.DECODE, Pool.PREFILL)):
+            lacking = desired[short] - obs.pool(short).provisioned
+            if lacking <= 0:
+                continue
+            ready = obs.pool(giver).ready
+            floor_g = max(raw[giver], pol.limits(giver).min)
+            keep = self._consolidated(obs, giver, min(floor_g, ready), ready) if ready else 0
+            keep = max(keep, floor_g)
+            count = min(lacking, ready - keep)
+            if count <= 0:
+                continue
+            desired[giver] = min(desired[giver], obs.pool(giver).provisioned - count)
+            reasons[giver] = "role-move"
+            return (RoleMove(giver, short, count),)
+        return ()
+
+
+register_planner(
+    "pdorch", lambda policy, perf_model, **options: PdorchPlanner(policy, perf_model, **options)
+)

@@ -1,0 +1,251 @@
+"""The observation-driven terms of pdorch's planner: model corrections, reactive needs and the
+consolidation (N → M) check. Pure functions of (perf model, policy, observation).
+
+Notation (per pool): `λ_tok = rate·ISL·(1-hit)` observed uncached prompt tokens/s;
+`t_own = perf.prefill_time_s(ISL_u)`; `μ = ISL_u / t_own` one prefill replica's raw tokens/s;
+`C_p = perf.prefill_tokens_per_s(ISL_u, TTFT)` its capacity at the target; `Q` the uncached
+prompt tokens queued on the prefill replicas; `S` the sequences on the decode replicas
+(running + waiting); `B = perf.decode_max_batch(ctx, ITL)` a decode replica's batch at the
+target; `k` the pool's correction factor (capacities are divided by it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscale.perf_model_base import PerfModel
+from autoscale.policy import SloPolicy
+from autoscale.signals import Observation, Pool, PoolStatus
+from autoscale.sizing import (
+    UNREACHABLE,
+    context_tokens,
+    decode_concurrency,
+    itl_target_s,
+    replicas_for,
+    ttft_target_s,
+    uncached_tokens,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """A replica count one rule asks for, the rule's name, and its inputs."""
+
+    replicas: int
+    reason: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+def _enough(obs_count: int, min_samples: int) -> bool:
+    return obs_count >= min_samples
+
+
+def prefill_correction(perf: PerfModel, obs: Observation, min_samples: int) -> float | None:
+    """Observed mean TTFT / the model's mean TTFT at the observed load (None: not measurable).
+
+    The model's mean is an M/D/1 response time per ready replica: prefill is close to a
+    deterministic service of `t_own`, utilisation `rho = rate·t_own / N_ready`, so
+    `TTFT ≈ t_own·(1 + rho / (2(1 - rho)))`. Skipped at `rho ≥ 0.9` (saturated: the queue, not the
+    model, explains TTFT, and the reactive queue term handles it).
+    """
+    ready = obs.pool(Pool.PREFILL).ready
+    if ready <= 0 or not _enough(obs.ttft.count, min_samples) or not obs.ttft.mean_s:
+        return None
+    t_own = perf.prefill_time_s(uncached_tokens(obs.mean_isl_tokens, obs.prefix_hit_rate))
+    rho = obs.arrival_rps * t_own / ready
+    if t_own <= 0 or rho >= 0.9:
+        return None
+    predicted = t_own * (1.0 + rho / (2.0 * (1.0 - rho)))
+    return obs.ttft.mean_s / predicted
+
+
+def _decode_batch_and_context(obs: Observation) -> tuple[float, int] | None:
+    reps = obs.replicas_of(Pool.DECODE)
+    running = sum(r.num_running for r in reps)
+    if not reps or running <= 0:
+        return None
+    kv = sum(r.decode_kv_tokens for r in reps)
+    ctx = (
+        round(kv / running) if kv > 0 else context_tokens(obs.mean_isl_tokens, obs.mean_osl_tokens)
+    )
+    return running / len(reps), max(1, ctx)
+
+
+def decode_correction(perf: PerfModel, obs: Observation, min_samples: int) -> float | None:
+    """Observed mean ITL / the model's step time at the observed batch and context."""
+    if not _enough(obs.itl.count, min_samples) or not obs.itl.mean_s:
+        return None
+    bc = _decode_batch_and_context(obs)
+    if bc is None:
+        return None
+    predicted = perf.decode_step_s(max(1, round(bc[0])), bc[1])
+    return obs.itl.mean_s / predicted if predicted > 0 else None
+
+
+def _prefill_load(perf: PerfModel, policy: SloPolicy, obs: Observation) -> dict[str, float]:
+    isl_u = uncached_tokens(obs.mean_isl_tokens, obs.prefix_hit_rate)
+    t_own = perf.prefill_time_s(isl_u)
+    return {
+        "isl_uncached": float(isl_u),
+        "t_own_s": t_own,
+        "mu_tok_s": isl_u / t_own if t_own > 0 else 0.0,
+        "cap_tok_s": perf.prefill_tokens_per_s(isl_u, ttft_target_s(policy)),
+        "lambda_tok_s": obs.arrival_rps
+        * obs.mean_isl_tokens
+        * (1.0 - min(max(obs.prefix_hit_rate, 0.0), 1.0)),
+        "queued_tokens": float(sum(r.queued_prefill_tokens for r in obs.replicas_of(Pool.PREFILL))),
+    }
+
+
+def _decode_load(perf: PerfModel, policy: SloPolicy, obs: Observation) -> dict[str, float]:
+    reps = obs.replicas_of(Pool.DECODE)
+    itl = itl_target_s(policy)
+    if reps:
+        seqs = float(sum(r.num_running + r.num_waiting for r in reps))
+        waiting = float(sum(r.num_waiting for r in reps))
+    else:  # no per-replica signals: Little's law on what the clients saw
+        ttft_seen = obs.ttft.mean_s or 0.0
+        seqs = decode_concurrency(
+            obs.arrival_rps, obs.mean_osl_tokens, ttft_seen, obs.itl.mean_s or itl
+        )
+        waiting = 0.0
+    bc = _decode_batch_and_context(obs)
+    ctx = bc[1] if bc else context_tokens(obs.mean_isl_tokens, obs.mean_osl_tokens)
+    return {
+        "sequences": seqs,
+        "waiting": waiting,
+        "context_tokens": float(ctx),
+        "batch_at_target": float(perf.decode_max_batch(ctx, itl)),
+        "kv_usage_sum": sum(r.kv_usage for r in reps),
+    }
+
+
+def _with_backlog(status: PoolStatus, steady: float, backlog: float, name: str) -> Term:
+    """The steady need plus the backlog's; while replicas are pending the backlog is what they
+    were asked for, so it may not push the count past the provisioned one (no cascade: the
+    backlog keeps growing until they are ready, and re-counting it each tick would order more
+    and more)."""
+    full = replicas_for(steady + backlog)
+    if status.pending == 0:
+        return Term(full, name)
+    held = max(replicas_for(steady), min(full, status.provisioned))
+    return Term(held, name if held == full else name + "-pending")
+
+
+def _breach(obs: Observation, pool: Pool, policy: SloPolicy, min_samples: int) -> float | None:
+    """The observed percentile (policy's) when it is over target and measurable, else None."""
+    summ, tgt = (
+        (obs.ttft, policy.slo.ttft_ms) if pool is Pool.PREFILL else (obs.itl, policy.slo.itl_ms)
+    )
+    value = summ.percentile(tgt.percentile)
+    if value is None or not _enough(summ.count, min_samples):
+        return None
+    return value if value > tgt.target / 1000.0 else None
+
+
+def reactive_term(
+    perf: PerfModel,
+    policy: SloPolicy,
+    obs: Observation,
+    pool: Pool,
+    correction: float,
+    *,
+    min_samples: int,
+    kv_high: float,
+    start_s: float | None = None,
+) -> Term:
+    """What the observed window needs now, whatever the forecast said.
+
+    prefill: `N_q = ceil((Q_T / max(TTFT - t_own, T) + λ_tok) / (μ / k))` with `T` the time a
+    new replica takes (`start_s`: the pool's `startup_s`, or `switch_s` when a role move can
+    bring one) and `Q_T = max(0, Q - (N_prov·μ/k - λ_tok)·T)` the queue the provisioned
+    replicas have not drained by the time a replica ordered now is ready: that rest is drained
+    over one more start-up time, or within the TTFT budget when starts are instant (`T = 0`).
+    decode: `N_s = ceil(S / (B / k))` and `N_kv = ceil(Σ kv_usage / kv_high)`.
+    While replicas are pending, the backlog part (`Q`, waiting sequences) cannot raise the
+    count above the provisioned replicas (`_with_backlog`).
+    Both: an observed percentile over target adds one replica above the provisioned ones,
+    unless some are pending (they are the coming capacity: no cascade).
+    """
+    status = obs.pool(pool)
+    inputs: dict[str, Any]
+    if pool is Pool.PREFILL:
+        inputs = _prefill_load(perf, policy, obs)
+        ttft = ttft_target_s(policy)
+        budget = max(ttft - inputs["t_own_s"], 0.1 * ttft)
+        mu = inputs["mu_tok_s"] / correction
+        lam = inputs["lambda_tok_s"]
+        start = policy.limits(pool).startup_s if start_s is None else start_s
+        # what the provisioned replicas leave of the queue by the time a new one is ready,
+        # drained over one more start-up time (within the TTFT budget when starts are instant)
+        left = inputs["queued_tokens"] - (status.provisioned * mu - lam) * start
+        inputs["backlog_at_start_tokens"] = max(0.0, left)
+        steady = lam / mu if mu > 0 else 0.0
+        backlog = max(0.0, left) / max(budget, start) / mu if mu > 0 else 0.0
+        best = _with_backlog(status, steady, backlog, "ttft-queue")
+    else:
+        inputs = _decode_load(perf, policy, obs)
+        batch = inputs["batch_at_target"] / correction
+        running = inputs["sequences"] - inputs["waiting"]
+        if batch > 0:
+            best = _with_backlog(
+                status, running / batch, inputs["waiting"] / batch, "itl-concurrency-observed"
+            )
+        else:
+            best = Term(UNREACHABLE, "itl-concurrency-observed")
+        n_kv = math.ceil(inputs["kv_usage_sum"] / kv_high - 1e-9)
+        if n_kv > best.replicas:
+            best = Term(n_kv, "kv-usage")
+    best = Term(best.replicas, best.reason, inputs)
+    seen = _breach(obs, pool, policy, min_samples)
+    if seen is not None:
+        step = 1 if status.pending == 0 else 0
+        name = "ttft-breach" if pool is Pool.PREFILL else "itl-breach"
+        breach = Term(status.provisioned + step, name if step else name + "-pending", inputs)
+        if breach.replicas > best.replicas:
+            best = breach
+    best.inputs["observed_breach_s"] = seen
+    return best
+
+
+def fits(
+    perf: PerfModel,
+    policy: SloPolicy,
+    obs: Observation,
+    pool: Pool,
+    replicas: int,
+    correction: float,
+    *,
+    margin: float,
+    min_samples: int,
+    kv_high: float,
+) -> bool:
+    """Would the observed load, spread over `replicas`, still meet the SLO with `margin`?
+
+    prefill: `λ_tok ≤ margin·m·C_p/k` and `t_own + (Q/m)/(μ/k) ≤ margin·TTFT`.
+    decode: `S/m ≤ B/k`, the predicted ITL `k·perf.decode_step_s(ceil(S/m), ctx) ≤ margin·ITL`
+    and `Σ kv_usage / m ≤ margin·kv_high`.
+    Never while the pool's observed percentile breaches its target.
+    """
+    if replicas <= 0:
+        return False
+    if _breach(obs, pool, policy, min_samples) is not None:
+        return False
+    m = float(replicas)
+    if pool is Pool.PREFILL:
+        x = _prefill_load(perf, policy, obs)
+        if x["lambda_tok_s"] > margin * m * x["cap_tok_s"] / correction:
+            return False
+        mu = x["mu_tok_s"] / correction
+        queue_wait = (x["queued_tokens"] / m) / mu if mu > 0 else 0.0
+        return x["t_own_s"] + queue_wait <= margin * ttft_target_s(policy)
+    y = _decode_load(perf, policy, obs)
+    batch = math.ceil(y["sequences"] / m - 1e-9)
+    if batch > y["batch_at_target"] / correction:
+        return False
+    step = perf.decode_step_s(max(1, batch), round(y["context_tokens"])) * correction
+    if step > margin * itl_target_s(policy):
+        return False
+    return y["kv_usage_sum"] / m <= margin * kv_high

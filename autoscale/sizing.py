@@ -1,0 +1,129 @@
+"""Pool sizing from a load and the per-replica performance model (shared by the planners).
+
+Prefill (TTFT): `N_p = ceil(rate · ISL · (1 - hit) / (C_p(ISL_u, TTFT) · h / k_p))` where
+`C_p = perf.prefill_tokens_per_s` is the prompt tokens/s one replica sustains at the TTFT target
+for `ISL_u = ISL·(1 - hit)` uncached tokens.
+
+Decode (ITL): sequences in flight by Little's law `S = rate · (T_ttft + OSL · ITL)`, and
+`N_d = ceil(S / (B_d(ctx, ITL) · h / k_d))` with `B_d = perf.decode_max_batch` at the context
+`ctx = ISL + OSL/2` (a sequence is half-way through its output on average).
+
+`h` is a headroom (1.0 = run replicas exactly at the target; pdorch's planner uses 0.9) and
+`k` a correction factor (observed/predicted latency, 1.0 = trust the model).
+"""
+
+from __future__ import annotations
+
+import math
+
+from autoscale.load_window import LoadWindow
+from autoscale.perf_model_base import PerfModel
+from autoscale.policy import SloPolicy
+from autoscale.signals import Pool
+
+UNREACHABLE = 10**6  # replicas "needed" when the target cannot be met at all (then max binds)
+
+
+def ttft_target_s(policy: SloPolicy) -> float:
+    return policy.slo.ttft_ms.target / 1000.0
+
+
+def itl_target_s(policy: SloPolicy) -> float:
+    return policy.slo.itl_ms.target / 1000.0
+
+
+def uncached_tokens(isl: float, hit: float) -> int:
+    return max(1, round(isl * (1.0 - min(max(hit, 0.0), 1.0))))
+
+
+def context_tokens(isl: float, osl: float) -> int:
+    return max(1, round(isl + osl / 2.0))
+
+
+def replicas_for(need: float) -> int:
+    """Whole replicas for a fractional need (a hair of float noise does not add one)."""
+    if math.isinf(need) or need >= UNREACHABLE:
+        return UNREACHABLE
+    return max(0, math.ceil(need - 1e-9))
+
+
+def prefill_need(
+    perf: PerfModel,
+    rate_rps: float,
+    isl: float,
+    hit: float,
+    ttft_s: float,
+    *,
+    correction: float = 1.0,
+    headroom: float = 1.0,
+) -> float:
+    """Fractional prefill replicas for the load (module docstring)."""
+    if rate_rps <= 0 or isl <= 0:
+        return 0.0
+    isl_u = uncached_tokens(isl, hit)
+    cap = perf.prefill_tokens_per_s(isl_u, ttft_s) * headroom / correction
+    if cap <= 0:
+        return math.inf
+    return rate_rps * isl * (1.0 - min(max(hit, 0.0), 1.0)) / cap
+
+
+def decode_concurrency(rate_rps: float, osl: float, ttft_term_s: float, itl_s: float) -> float:
+    """Sequences in flight (Little's law): rate · (TTFT + OSL · ITL)."""
+    return max(0.0, rate_rps) * (ttft_term_s + osl * itl_s)
+
+
+def decode_need(
+    perf: PerfModel,
+    rate_rps: float,
+    isl: float,
+    osl: float,
+    itl_s: float,
+    *,
+    ttft_term_s: float,
+    correction: float = 1.0,
+    headroom: float = 1.0,
+) -> float:
+    """Fractional decode replicas for the load (module docstring)."""
+    if rate_rps <= 0 or osl <= 0:
+        return 0.0
+    batch = perf.decode_max_batch(context_tokens(isl, osl), itl_s) * headroom / correction
+    if batch <= 0:
+        return math.inf
+    return decode_concurrency(rate_rps, osl, ttft_term_s, itl_s) / batch
+
+
+def size_window(
+    perf: PerfModel, policy: SloPolicy, window: LoadWindow, *, headroom: float = 1.0
+) -> dict[Pool, int]:
+    """Fewest replicas per pool that meet both targets for `window`'s load, per the model.
+
+    The decode Little's-law TTFT term is the model's own prefill time of the uncached prompt
+    (what a request waits when prefill is sized right), not the TTFT target.
+    """
+    w = window
+    ttft = ttft_target_s(policy)
+    itl = itl_target_s(policy)
+    p = prefill_need(
+        perf, w.arrival_rps, w.mean_isl_tokens, w.prefix_hit_rate, ttft, headroom=headroom
+    )
+    t_own = perf.prefill_time_s(uncached_tokens(w.mean_isl_tokens, w.prefix_hit_rate))
+    d = decode_need(
+        perf,
+        w.arrival_rps,
+        w.mean_isl_tokens,
+        w.mean_osl_tokens,
+        itl,
+        ttft_term_s=min(t_own, ttft),
+        headroom=headroom,
+    )
+    return {Pool.PREFILL: replicas_for(p), Pool.DECODE: replicas_for(d)}
+
+
+def clamp_to_limits(policy: SloPolicy, pool: Pool, n: int) -> tuple[int, str | None]:
+    """`n` within the pool's [min, max]; the second item names the bound that bit, if any."""
+    lim = policy.limits(pool)
+    if n < lim.min:
+        return lim.min, "min"
+    if n > lim.max:
+        return lim.max, "max"
+    return n, None

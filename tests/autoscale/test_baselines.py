@@ -1,0 +1,242 @@
+"""Each baseline's formula against hand-computed cases (LinearPerfModel numbers: prefill
+8k tok/s per replica at target, 0.1 s for 1000 tokens; decode 100 seqs at 50 ms)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autoscale.baselines.aibrix_kpa import AibrixKpaPlanner
+from autoscale.baselines.dynamo_planner import DynamoPlanner
+from autoscale.baselines.hpa_behavior import Behavior, HpaController, metric_recommendation
+from autoscale.baselines.hpa_kv_util import HpaKvUtilPlanner
+from autoscale.baselines.llmd_slo import LlmdSloPlanner, llmd_replicas
+from autoscale.baselines.oracle import OraclePlanner
+from autoscale.baselines.static import StaticPlanner
+from autoscale.forecast_seam import EwmaForecaster
+from autoscale.load_window import LoadWindow, window_of
+from autoscale.planners import planner_factory, planner_names
+from autoscale.signals import LatencySummary, Pool, ReplicaSignals
+from tests.autoscale.obs import latency, observation, policy, replicas
+from tests.autoscale.perf_double import LinearPerfModel
+
+P, D = Pool.PREFILL, Pool.DECODE
+PERF = LinearPerfModel()
+
+
+# -- HPA arithmetic -------------------------------------------------------------------------
+def test_hpa_metric_recommendation() -> None:
+    assert metric_recommendation([0.9, 0.9], 0, 0.7, 2) == 3  # ceil(2 * 0.9/0.7 = 2.57)
+    assert metric_recommendation([0.75, 0.75], 0, 0.7, 2) == 2  # 1.07: within tolerance
+    assert metric_recommendation([0.35, 0.35], 0, 0.7, 2) == 1  # ceil(2 * 0.5)
+    # a pending pod counts as 0 when scaling up: (2 + 0) / 3 / 0.5 = 1.33 -> ceil(4.0) = 4
+    assert metric_recommendation([1.0, 1.0], 1, 0.5, 3) == 4
+    # ... and here it flips 2 * 0.9/0.7 = 1.29 to 1.8/3/0.7 = 0.86: no change
+    assert metric_recommendation([0.9, 0.9], 1, 0.7, 3) == 3
+
+
+def test_hpa_scale_down_takes_the_max_recommendation_of_300_s() -> None:
+    hpa = HpaController(Behavior())
+    assert hpa.decide(0.0, 4, 4) == (4, "hold")
+    assert hpa.decide(100.0, 4, 2) == (4, "stabilization")
+    assert hpa.decide(301.0, 4, 2) == (2, "metric")
+
+
+def test_hpa_scale_up_rate_max_of_100_percent_and_4_pods_per_15_s() -> None:
+    hpa = HpaController(Behavior())
+    assert hpa.decide(0.0, 2, 20) == (6, "rate-limit")  # max(2 + 2, 2 + 4)
+    assert hpa.decide(5.0, 6, 20) == (6, "rate-limit")  # same period: started at 2
+    assert hpa.decide(16.0, 6, 20) == (12, "rate-limit")  # new period: max(12, 10)
+
+
+def test_hpa_kv_util_planner_per_pool_metrics_and_sync_period() -> None:
+    pl = HpaKvUtilPlanner(policy(down_s=0.0), PERF)
+    reps = replicas(D, 2, kv_usage=0.9) + replicas(P, 2, num_waiting=6)
+    d = pl.plan(observation(0.0, p=(2, 0), d=(2, 0), reps=reps))
+    assert d.desired == {P: 4, D: 3}  # waiting 6/3 -> ceil(2*2); kv 0.9/0.7 -> ceil(2.57)
+    held = pl.plan(observation(5.0, p=(4, 0), d=(3, 0)))  # inside the 15 s sync period
+    assert held.desired == {P: 4, D: 3}
+    assert pl.interval_s == 15.0
+
+
+# -- llm-d SLO recipe ---------------------------------------------------------------------
+def test_llmd_formula_with_in_flight_credit() -> None:
+    assert llmd_replicas(1.1, 4, 4) == 8  # 4 + ceil(4 * (1.1/0.55 - 1))
+    assert llmd_replicas(1.1, 4, 2) == 4  # c = 0.5: 1.1 * 0.5 / 0.55 = 1 -> + 0
+    assert llmd_replicas(0.2, 4, 4) == 2  # 4 - floor(4 * (1 - 0.5))
+    assert llmd_replicas(0.5, 4, 4) == 4  # between 0.40 and 0.55: hold
+
+
+def test_llmd_planner_maps_ttft_to_prefill_and_tpot_to_decode() -> None:
+    obs = observation(p=(4, 0), d=(4, 0), ttft=latency(2.2), itl=latency(0.01))
+    d = LlmdSloPlanner(policy(), PERF).plan(obs)
+    # prefill s = 1.1 -> 8 (up 100 %/4 pods allows 8); decode s = 0.2 -> 2, 1 pod/120 s -> 3
+    assert d.desired == {P: 8, D: 3}
+    assert d.reasons[D] == "rate-limit"
+    both = LlmdSloPlanner(policy(), PERF, combined=True).plan(obs)
+    assert both.desired == {P: 8, D: 8}
+
+
+def test_llmd_signal_is_capped_and_averaged_over_45_s() -> None:
+    pl = LlmdSloPlanner(policy(), PERF)
+    pl.plan(observation(0.0, ttft=latency(10.0)))  # 5 -> capped at 2
+    pl.plan(observation(15.0, ttft=latency(0.6)))  # 0.3
+    assert pl.signal(P) == pytest.approx(1.15)
+    pl.plan(observation(50.0, ttft=latency(0.6), p=(8, 0)))  # the t=0 sample left the window
+    assert pl.signal(P) == pytest.approx(0.3)
+    pl.plan(observation(60.0, ttft=LatencySummary()))  # no data: no sample
+    assert pl.signal(P) == pytest.approx(0.3)
+
+
+# -- AIBrix KPA ------------------------------------------------------------------------------
+def test_kpa_panics_at_twice_and_only_grows_in_panic() -> None:
+    pl = AibrixKpaPlanner(policy(), PERF)
+    calm = pl.plan(observation(0.0, p=(1, 0), reps=replicas(P, 1, num_waiting=2)))
+    assert calm.desired[P] == 1 and calm.reasons[P] == "stable"  # ceil(2 / 3)
+    # panic mean (2 + 15) / 2 = 8.5 -> dppc 3, 3 / 1 >= 2: panic; clamped to ceil(2 * 1) = 2
+    burst = pl.plan(observation(2.0, p=(1, 0), reps=replicas(P, 1, num_waiting=15)))
+    assert burst.desired[P] == 2 and burst.reasons[P] == "panic"
+    # the queue empties: 17 / 3 -> dppc 2, still >= 2 x 1: panic, and it never shrinks
+    quiet = pl.plan(observation(4.0, p=(1, 1), reps=replicas(P, 1)))
+    assert quiet.desired[P] == 2 and quiet.reasons[P] == "panic"
+    # over 60 s after the last trigger, nothing waiting: stable, down by at most 2x
+    late = pl.plan(observation(70.0, p=(2, 0), reps=replicas(P, 2)))
+    assert late.desired[P] == 1 and late.reasons[P] == "stable"
+
+
+def test_kpa_starts_in_panic_over_one_pod_and_can_delay_scale_down() -> None:
+    pl = AibrixKpaPlanner(policy(), PERF)
+    first = pl.plan(observation(0.0, p=(4, 0), reps=replicas(P, 4)))
+    assert first.desired[P] == 4 and first.reasons[P] == "panic"  # keeps the scale
+    delayed = AibrixKpaPlanner(policy(), PERF, scale_down_delay_s=30.0)
+    delayed.plan(observation(0.0, p=(1, 0), reps=replicas(P, 1, num_waiting=6)))  # panic: 2
+    d = delayed.plan(observation(70.0, p=(2, 0), reps=replicas(P, 2)))  # wants 1 at t = 70
+    assert d.desired[P] == 1  # the t = 0 count left the 30 s window
+    # t = 72: stable mean (0 + 18) / 2 = 9 -> 3 (9/3 / 2 pods < 2: no panic)
+    assert (
+        delayed.plan(observation(72.0, p=(2, 0), reps=replicas(P, 2, num_waiting=9))).desired[P]
+        == 3
+    )
+    # t = 80: stable 18 / 3 -> 2, but 3 was asked for within the last 30 s
+    d = delayed.plan(observation(80.0, p=(3, 0), reps=replicas(P, 3)))
+    assert d.desired[P] == 3 and d.reasons[P] == "scale-down-delay"
+
+
+def test_kpa_decode_uses_kv_usage() -> None:
+    pl = AibrixKpaPlanner(policy(), PERF)
+    d = pl.plan(observation(0.0, d=(3, 0), reps=replicas(D, 3, kv_usage=0.98)))
+    assert d.desired[D] == 5  # ceil(2.94 / 0.7 = 4.2)
+
+
+# -- Dynamo planner --------------------------------------------------------------------------
+def dynamo(**options: object) -> DynamoPlanner:
+    return DynamoPlanner(policy(), PERF, forecaster=EwmaForecaster(alpha=1.0), **options)  # type: ignore[arg-type]
+
+
+def test_dynamo_throughput_mode_formulas() -> None:
+    # N_p = ceil(16 rps * 1000 / 8000) = 2; N_d = ceil(16 * 200 / (100 / 0.05 s)) = 2
+    d = dynamo(load_mode=False).plan(observation(rate=16.0, p=(1, 0), d=(1, 0)))
+    assert d.desired == {P: 2, D: 2}
+    # legacy: p_corr = 0.05 / 0.1 = 0.5 and min(1, p_corr) halves the prefill load: 1
+    obs = observation(rate=16.0, ttft=latency(0.05))
+    assert dynamo(load_mode=False).plan(obs).desired[P] == 2
+    assert dynamo(load_mode=False, legacy_corrections=True).plan(obs).desired[P] == 1
+
+
+def test_dynamo_legacy_decode_correction_factor() -> None:
+    # 20 rps, OSL 200: 4000 tok/s over 2000 -> 2 without correction. With ITL 60 ms and TTFT
+    # 0.1 s: conc = round(20 * 12.1 / 2) = 121, predicted step 58.4 ms, d_corr = 1.027,
+    # ITL target 48.7 ms -> batch 96 -> 1983 tok/s -> ceil(2.02) = 3.
+    plain = dynamo(load_mode=False).plan(observation(rate=20.0, d=(2, 0)))
+    assert plain.desired[D] == 2
+    obs = observation(rate=20.0, d=(2, 0), ttft=latency(0.1), itl=latency(0.06))
+    assert dynamo(load_mode=False).plan(obs).desired[D] == 2
+    assert dynamo(load_mode=False, legacy_corrections=True).plan(obs).desired[D] == 3
+
+
+def test_dynamo_load_mode_up_when_every_engine_breaches() -> None:
+    reps = replicas(P, 2, queued_prefill_tokens=30_000)  # est TTFT 3.1 s > 2 s on both
+    d = dynamo().plan(observation(rate=0.1, p=(2, 0), reps=reps))
+    assert d.desired[P] == 3 and d.reasons[P] == "load+1"
+
+
+def test_dynamo_load_mode_down_only_when_consolidation_passes() -> None:
+    # prefill, every engine: 1000 * 3/2 = 1500 queued -> 0.25 s - 0.1 s own < (2 - 0.1) * 0.8
+    # decode: 20 seqs * 3/2 = 30 -> step 22 ms < 40 ms
+    reps = replicas(P, 3, queued_prefill_tokens=1000) + replicas(D, 3, num_running=20)
+    d = dynamo().plan(observation(rate=0.1, p=(3, 0), d=(3, 0), reps=reps))
+    assert d.desired == {P: 2, D: 2}
+    # decode at 60 seqs each: 90 * 0.4 ms + 10 ms = 46 ms > 40 ms: stays
+    busy = replicas(D, 3, num_running=60)
+    assert dynamo().plan(observation(rate=0.1, d=(3, 0), reps=busy)).desired[D] == 3
+    # 12000 * 3/2 = 18000 -> 1.8 s induced >= 1.52 s: that engine vetoes the scale-down
+    mixed = (
+        *replicas(P, 2, queued_prefill_tokens=0),
+        ReplicaSignals("p-long", P, queued_prefill_tokens=12000),
+    )
+    assert dynamo().plan(observation(rate=0.1, p=(3, 0), reps=mixed)).desired[P] == 3
+
+
+def test_dynamo_skips_while_a_change_is_pending_and_shrinks_to_budget() -> None:
+    pl = dynamo(load_mode=False)
+    first = pl.plan(observation(0.0, rate=16.0))
+    held = pl.plan(observation(5.0, rate=100.0, p=(1, 1)))
+    assert held.desired == first.desired and held.reasons[P] == "pending-guard"
+    # 32 rps: P wants 4, D wants 4 (6400 / 2000 = 3.2); budget 4 -> floor(4 * 0.5) = 2 each
+    tight = DynamoPlanner(policy(budget=4), PERF, load_mode=False)
+    assert tight.plan(observation(rate=32.0)).desired == {P: 2, D: 2}
+
+
+# -- static and oracle -----------------------------------------------------------------------
+def test_static_counts_from_options_or_trace() -> None:
+    fixed = StaticPlanner(policy(), PERF, prefill=3, decode=5)
+    assert fixed.plan(observation()).desired == {P: 3, D: 5}
+    # OSL 100: decode S = rate * (0.1 + 5) -> 16 rps: 81.6 -> 1, 48 rps: 244.8 -> 3
+    ws = [LoadWindow(0.0, 60.0, 16.0, 1000.0, 100.0), LoadWindow(60.0, 60.0, 48.0, 1000.0, 100.0)]
+    assert StaticPlanner(policy(), PERF, windows=ws).plan(observation()).desired == {P: 6, D: 3}
+    mean = StaticPlanner(policy(), PERF, mode="mean", windows=ws)  # 32 rps: 4 and 163.2 -> 2
+    assert mean.plan(observation()).desired == {P: 4, D: 2}
+
+
+def steady(rate: float, until: float, osl: int) -> list[tuple[float, int, int, float]]:
+    return [(i / rate, 1000, osl, 0.0) for i in range(round(rate * until))]
+
+
+def test_oracle_sizes_the_worst_piece_of_the_next_interval() -> None:
+    trace = steady(16.0, 10.0, 100) + [(10.0 + i / 48.0, 1000, 100, 0.0) for i in range(480)]
+    assert window_of(trace, 10.0, 20.0).arrival_rps == pytest.approx(48.0)
+    oracle = OraclePlanner(policy(), PERF, requests=trace)
+    assert oracle.plan(observation(0.0)).desired[P] == 6  # the [10, 20) burst: 48k / 8k
+    after = oracle.plan(observation(20.0))
+    assert after.desired[P] == 1 and after.reasons[P] == "min"
+
+
+def test_oracle_counts_sequences_still_decoding() -> None:
+    # 16 rps for 60 s, OSL 1000: R = 0.1 + 50 s; at t = 60 the arrivals of [9.9, 60) = 801
+    # sequences are in flight -> ceil(8.01) = 9, although nothing arrives after t = 60.
+    oracle = OraclePlanner(policy(), PERF, requests=steady(16.0, 60.0, 1000))
+    d = oracle.plan(observation(60.0))
+    assert d.desired == {P: 1, D: 9} and d.reasons[D] == "oracle-itl"
+
+
+def test_every_planner_is_registered_and_takes_policy_model_options() -> None:
+    assert set(planner_names()) >= {
+        "pdorch",
+        "oracle",
+        "static-peak",
+        "static-mean",
+        "hpa-kv-util",
+        "dynamo-planner",
+        "llmd-slo",
+        "aibrix-kpa",
+    }
+    extra: dict[str, dict[str, Any]] = {
+        "oracle": {"requests": steady(1.0, 10.0, 10)},
+        "static-peak": {"prefill": 1, "decode": 1},
+        "static-mean": {"prefill": 1, "decode": 1},
+    }
+    for name in planner_names():
+        pl = planner_factory(name)(policy(), PERF, **extra.get(name, {}))
+        decision = pl.plan(observation(0.0, rate=1.0))
+        assert set(decision.desired) == {P, D} and set(decision.reasons) == {P, D}

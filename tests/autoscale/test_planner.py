@@ -1,0 +1,214 @@
+"""pdorch's planner, rule by rule, against hand-computed counts (LinearPerfModel numbers:
+prefill 10k tok/s raw, 8k tok/s at target; decode step 10 ms + 0.4 ms/seq, 100 seqs at 50 ms).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autoscale.budget import attainment_estimate, split_budget
+from autoscale.decision import RoleMove
+from autoscale.forecast_seam import EwmaForecaster
+from autoscale.planner import PdorchPlanner
+from autoscale.planner_base import planner_factory
+from autoscale.policy import Intervals, SloPolicy
+from autoscale.signals import Observation, Pool
+from tests.autoscale.obs import latency, observation, policy, replicas
+from tests.autoscale.perf_double import LinearPerfModel
+
+P, D = Pool.PREFILL, Pool.DECODE
+
+
+def planner(pol: SloPolicy | None = None, **options: Any) -> PdorchPlanner:
+    options.setdefault("forecaster", EwmaForecaster(alpha=1.0))
+    options.setdefault("headroom", 1.0)
+    return PdorchPlanner(pol or policy(), LinearPerfModel(), **options)
+
+
+def test_predictive_floor_sizes_prefill_by_tokens_and_decode_by_littles_law() -> None:
+    # prefill: 16 rps * 1000 tok = 16k tok/s over 8k tok/s per replica = 2.
+    # decode: 20 rps * (0.1 s own prefill + 200 * 0.05 s) = 202 seqs over 100 = 3.
+    # 16 rps and 20 rps cannot both hold, so look at each pool on its own load.
+    d1 = planner().plan(observation(rate=16.0, p=(2, 0), d=(2, 0)))
+    assert d1.desired[P] == 2 and d1.reasons[P] == "ttft-throughput"
+    d2 = planner().plan(observation(rate=20.0, p=(3, 0), d=(3, 0)))
+    assert d2.desired[D] == 3 and d2.reasons[D] == "itl-concurrency"
+    assert d2.details["decode"]["floor_inputs"]["ttft_term_s"] == 0.1
+
+
+def test_prefix_hits_and_headroom_change_the_floor() -> None:
+    # half the prompt cached: 16 rps * 500 = 8k tok/s -> 1 replica; headroom 0.5 -> 2.
+    assert planner().plan(observation(rate=16.0, hit=0.5)).desired[P] == 1
+    assert planner(headroom=0.5).plan(observation(rate=16.0, hit=0.5, p=(2, 0))).desired[P] == 2
+
+
+def test_floor_counts_pending_replicas_as_provisioned() -> None:
+    # 32k tok/s needs 4; 2 ready + 2 pending already provide them: desired stays 4.
+    decision = planner().plan(observation(rate=32.0, p=(2, 2), d=(8, 0)))
+    assert decision.desired[P] == 4
+
+
+def test_breach_adds_one_replica_only_when_none_is_pending() -> None:
+    slow = latency(3.0)  # p99 TTFT 3 s > 2 s target
+    plain = planner().plan(observation(rate=1.0, p=(3, 0), ttft=slow))
+    assert plain.desired[P] == 4 and plain.reasons[P] == "ttft-breach"
+    pl = planner()
+    for t in (0.0, 5.0, 10.0):  # the breach persists while the new replica starts: no cascade
+        d = pl.plan(observation(t, rate=1.0, p=(3, 1), ttft=slow))
+        assert d.desired[P] == 4 and d.reasons[P] == "ttft-breach-pending"
+
+
+def test_queue_term_drains_the_queue_within_the_ttft_budget_when_starts_are_instant() -> None:
+    # startup 0: 2 replicas hold 19k queued tokens each: (38k / (2 - 0.1) + 10k tok/s) / 10k = 3.
+    reps = replicas(P, 2, queued_prefill_tokens=19_000)
+    obs = observation(rate=10.0, p=(2, 0), reps=reps)
+    decision = planner(policy(startup_s=0.0)).plan(obs)
+    assert decision.desired[P] == 3 and decision.reasons[P] == "ttft-queue"
+    # startup 120 s: the 2 replicas (10k tok/s spare) drain it long before a new one is ready
+    assert planner().plan(obs).desired[P] == 2
+
+
+def test_queue_term_orders_for_the_backlog_left_when_new_replicas_are_ready() -> None:
+    # 30k tok/s on 2 replicas (20k): the 38k queue grows by 10k/s for 120 s -> 1.238M left,
+    # drained over 120 s -> 10.3k tok/s more: ceil((30k + 10.3k) / 10k) = 5.
+    reps = replicas(P, 2, queued_prefill_tokens=19_000)
+    decision = planner().plan(observation(rate=30.0, p=(2, 0), d=(9, 0), reps=reps))
+    assert decision.desired[P] == 5 and decision.reasons[P] == "ttft-queue"
+    inputs = decision.details["prefill"]["reactive_inputs"]
+    assert inputs["backlog_at_start_tokens"] == pytest.approx(1_238_000)
+    # 3 of them pending already: the backlog cannot order more than the provisioned 5
+    held = planner().plan(observation(rate=30.0, p=(2, 3), d=(9, 0), reps=reps))
+    assert held.desired[P] == 5
+
+
+def test_decode_kv_usage_term() -> None:
+    reps = replicas(D, 2, kv_usage=0.99, num_running=10)  # sum 1.98 / 0.9 -> 3
+    decision = planner().plan(observation(d=(2, 0), reps=reps))
+    assert decision.desired[D] == 3 and decision.reasons[D] == "kv-usage"
+
+
+def test_scale_down_waits_for_the_stabilization_window() -> None:
+    pl = planner(policy(down_s=60.0, intervals=Intervals(predictive_s=5.0)))
+    busy = pl.plan(observation(0.0, rate=32.0, p=(4, 0)))
+    assert busy.desired[P] == 4
+    for t in (10.0, 30.0, 60.0):  # idle, but the t=0 recommendation is still in the window
+        d = pl.plan(observation(t, rate=0.0, p=(4, 0)))
+        assert d.desired[P] == 4 and d.reasons[P] == "stabilization"
+    assert pl.plan(observation(65.0, rate=0.0, p=(4, 0))).desired[P] == 1
+
+
+def test_scale_down_stops_where_the_consolidation_check_fails() -> None:
+    # 5 decode replicas with 50 seqs each: 250 seqs fit 3 replicas at the target (raw 3), but
+    # the predicted step must stay <= 0.8 * 50 ms: on 3, 84 seqs -> 43.6 ms; on 4, 63 -> 35.2 ms.
+    reps = replicas(D, 5, num_running=50)
+    decision = planner().plan(observation(rate=0.1, d=(5, 0), reps=reps))
+    assert decision.details["decode"]["raw"] == 3
+    assert decision.desired[D] == 4 and decision.reasons[D] == "consolidation"
+
+
+def test_no_scale_down_while_the_target_is_breached() -> None:
+    pl = planner()
+    d = pl.plan(observation(rate=0.1, d=(4, 1), itl=latency(0.08)))
+    assert d.desired[D] == 5  # the breach holds provisioned (pending counted), nothing drains
+
+
+def test_min_and_max_bind_with_their_names() -> None:
+    huge = planner(policy(pmax=5)).plan(observation(rate=1000.0, p=(5, 0)))
+    assert huge.desired[P] == 5 and huge.reasons[P] == "max"
+    idle = planner().plan(observation(rate=0.0))
+    assert idle.desired == {P: 1, D: 1} and idle.reasons[P] == "min"
+
+
+def test_budget_split_by_marginal_gain_by_hand() -> None:
+    # want P=2, D=3, budget 4, min 1 each: (1,1) -> tie (gain 1/6 each), D further from its
+    # want -> (1,2); then P gains 1/3 vs D 1/6 -> (2,2).
+    assert split_budget({P: 2, D: 3}, {P: 1, D: 1}, {P: 1, D: 1}, 4) == {P: 2, D: 2}
+    assert attainment_estimate({P: 2, D: 2}, {P: 2, D: 3}) == 2 / 3
+    # a prefill replica costs 2 GPUs: only decode fits the last GPU.
+    assert split_budget({P: 2, D: 2}, {P: 1, D: 1}, {P: 2, D: 1}, 4) == {P: 1, D: 2}
+    assert split_budget({P: 2, D: 2}, {P: 1, D: 1}, {P: 1, D: 1}, 9) == {P: 2, D: 2}
+
+
+def test_planner_applies_the_budget() -> None:
+    # P wants 2 (16 rps), D wants 3 (202 seqs... at 20 rps: P then wants 3): use 16 rps and
+    # OSL 300 -> S = 16 * (0.1 + 15) = 241.6 -> D wants 3.
+    pl = planner(policy(budget=4))
+    d = pl.plan(observation(rate=16.0, osl=300.0, p=(2, 0), d=(3, 0)))
+    assert d.desired == {P: 2, D: 2} and d.reasons[D] == "budget"
+
+
+def test_role_switch_moves_idle_decode_replicas_to_a_short_prefill_pool() -> None:
+    # prefill has 1 replica for 24k tok/s: the backlog it piles up (14k/s for 120 s) drained
+    # over 120 s more -> ceil((24k + 14k) / 10k) = 4. Decode has 4 ready and no work, keeps its
+    # min 1: move 3, no cold start.
+    obs = observation(rate=24.0, osl=1.0, p=(1, 0), d=(4, 0), reps=replicas(D, 4))
+    switched = planner(policy(role_switching=True, down_s=600.0)).plan(obs)
+    assert switched.moves == (RoleMove(D, P, 3),)
+    assert switched.desired[P] == 4 and switched.desired[D] == 1
+    assert switched.reasons[D] == "role-move"
+    plain = planner(policy(down_s=600.0)).plan(obs)
+    assert plain.moves == () and plain.desired == {P: 4, D: 4}
+
+
+def test_role_switch_keeps_what_the_giver_needs() -> None:
+    # decode holds 200 seqs on 4 replicas: on 2 the step would be 10 + 100 * 0.4 = 50 ms > 40 ms
+    # (0.8 * target), on 3 it is 10 + 67 * 0.4 = 36.8 ms: it keeps 3, so only 1 moves.
+    obs = observation(rate=24.0, osl=1.0, p=(1, 0), d=(4, 0), reps=replicas(D, 4, num_running=50))
+    d = planner(policy(role_switching=True, down_s=600.0)).plan(obs)
+    assert d.moves == (RoleMove(D, P, 1),) and d.desired[D] == 3
+
+
+def test_correction_factor_tightens_capacity_when_the_model_is_optimistic() -> None:
+    # 1 ready replica at 5 rps: rho = 5 * 0.1 = 0.5, model mean TTFT = 0.1 * 1.5 = 0.15 s;
+    # observed 0.3 s -> raw k = 2, EWMA with alpha 1 -> 2: capacity 8k/2 = 4k tok/s.
+    pl = planner(correction_alpha=1.0)
+    d = pl.plan(observation(rate=5.0, p=(1, 0), ttft=latency(0.3)))
+    assert pl.correction[P] == pytest.approx(2.0)
+    assert d.desired[P] == 2  # 5k tok/s over 4k
+
+
+def test_registered_factory_takes_policy_model_and_options() -> None:
+    pl = planner_factory("pdorch")(policy(), LinearPerfModel(), headroom=1.0)
+    assert isinstance(pl, PdorchPlanner) and pl.interval_s == 5.0
+
+
+class RampForecaster:
+    """A forecaster whose load doubles by the horizon (implements the seam, nothing else)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def observe(self, observation: Observation) -> None:
+        self.seen += 1
+
+    def forecast(self, horizon_s: float) -> tuple[float, float, float, float]:
+        return (16.0 if horizon_s < 60.0 else 32.0, 1000.0, 200.0, 0.0)
+
+
+def test_floor_is_sized_for_the_load_forecast_one_startup_ahead() -> None:
+    ramp = RampForecaster()
+    d = planner(forecaster=ramp).plan(observation(rate=16.0, p=(2, 0), d=(8, 0)))
+    assert ramp.seen == 1
+    assert d.desired[P] == 4  # 32 rps at now + 120 s, not the 16 of now
+    assert d.details["prefill"]["floor_inputs"]["horizon_s"] == 120.0
+
+
+def test_no_role_move_between_replicas_of_different_gpu_counts() -> None:
+    obs = observation(rate=24.0, osl=1.0, p=(1, 0), d=(4, 0), reps=replicas(D, 4))
+    d = planner(policy(role_switching=True, down_s=600.0, pgpus=2)).plan(obs)
+    assert d.moves == () and d.desired[D] == 4
+
+
+def test_role_moves_make_the_queue_term_drain_within_the_switch_time() -> None:
+    # 200k tokens queued on 1 prefill replica, 12k tok/s arriving; decode needs 2 of its 6.
+    # cold starts (120 s): the rest 200k + 2k*120 = 440k over 120 s -> ceil(1.57) = 2;
+    # role moves (5 s): 200k + 2k*5 = 210k over 5 s -> ceil((12k + 42k) / 10k) = 6, and
+    # decode gives 4 (it keeps its 2).
+    reps = replicas(P, 1, queued_prefill_tokens=200_000) + replicas(D, 6)
+    obs = observation(rate=12.0, p=(1, 0), d=(6, 0), reps=reps)
+    assert planner(policy(down_s=600.0)).plan(obs).desired[P] == 2
+    fast = planner(policy(role_switching=True, down_s=600.0)).plan(obs)
+    assert fast.desired[P] == 6 and fast.moves == (RoleMove(D, P, 4),)
+    assert fast.desired[D] == 2

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from benchmarks.workloads import agentic, rl_rollouts, shared_prefix
+from benchmarks.workloads import agentic, diurnal, rl_rollouts, shared_prefix
 from benchmarks.workloads.model import Workload
 from benchmarks.workloads.traces import load_trace
 
@@ -20,6 +20,7 @@ WORKLOADS: dict[str, Builder] = {
     rl_rollouts.NAME: rl_rollouts.build,
     agentic.NAME: agentic.build,
     shared_prefix.NAME: shared_prefix.build,
+    diurnal.NAME: diurnal.build,
 }
 
 

@@ -26,7 +26,7 @@ def _as_tuple(w: Workload) -> list[object]:
 
 
 def test_registry_names() -> None:
-    assert workload_names() == ["agentic", "rl-rollouts", "shared-prefix"]
+    assert workload_names() == ["agentic", "diurnal", "rl-rollouts", "shared-prefix"]
 
 
 @pytest.mark.parametrize("name", ["rl-rollouts", "agentic", "shared-prefix"])

@@ -1,0 +1,1 @@
+"""What-if autoscaling study: planners driving the fleet simulator, and its report."""

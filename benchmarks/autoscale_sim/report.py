@@ -1,0 +1,228 @@
+"""`report.md` and PNG plots for a `pdorch bench autoscale` run (its `results.json` dict).
+
+The input is the run dict (the contract with the simulator, one entry per planner):
+
+    {"command": str, "settings": {...}, "planners": {name: {
+        "attainment" | "attainment_p90" | "attainment_loose": {"both", "ttft", "itl"},
+        "per_minute": [{"t_s", "requests", "attainment_both"}],
+        "gpu_hours": float, "lost": int, "requests": int,
+        "direction_changes": {"prefill": int, "decode": int},
+        "events": [{"t_s", "pool", "from", "to", "reason", "kind"}],
+        "timeline": [{"t_s", "arrival_rps", "ttft_p90_s", "itl_p90_s",
+                      "prefill": {"ready", "pending", "draining"}, "decode": {...}}],
+        "time_to_capacity_s": [float, ...]}}}
+
+`summary_table(run)` gives one row per planner with the numbers both the CLI's table and
+`report.md` print (so they agree): the ratios are `gpu_hours / oracle gpu_hours` and
+`gpu_hours / static-peak gpu_hours` (None when that planner is not in the run). The worst
+minute is the lowest `attainment_both` over minutes with at least one request.
+
+SLO lines in the plots come from `settings["slo"]` or `settings["policy"]["slo"]` in the
+policy-YAML shape (`{"ttft_ms": {"target"}, "itl_ms": {"target"}, "attainment"}`); without
+one the plots have no SLO lines.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from benchmarks.autoscale_sim.report_plots import Plots, plot_all, slo_targets
+
+__all__ = ["render_report", "summary_table"]
+
+ORACLE = "oracle"
+STATIC_PEAK = "static-peak"
+
+
+def _ratio(value: float, base: float | None) -> float | None:
+    if base is None or base <= 0:
+        return None
+    return value / base
+
+
+def _worst_minute(per_minute: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    rows = [m for m in per_minute if m.get("requests", 0) > 0]
+    if not rows:
+        return None, None
+    worst = min(rows, key=lambda m: float(m["attainment_both"]))
+    return float(worst["attainment_both"]), float(worst["t_s"])
+
+
+def summary_table(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One dict per planner (run order): attainment, GPU-hours and ratios, events, capacity."""
+    planners: dict[str, dict[str, Any]] = run["planners"]
+    base_oracle = planners.get(ORACLE, {}).get("gpu_hours")
+    base_static = planners.get(STATIC_PEAK, {}).get("gpu_hours")
+    rows: list[dict[str, Any]] = []
+    for name, p in planners.items():
+        ttc = [float(x) for x in p.get("time_to_capacity_s", [])]
+        worst, worst_t = _worst_minute(p.get("per_minute", []))
+        gpu_h = float(p["gpu_hours"])
+        dc = p.get("direction_changes", {})
+        rows.append(
+            {
+                "planner": name,
+                "attainment": dict(p["attainment"]),
+                "attainment_p90": dict(p.get("attainment_p90", {})),
+                "attainment_loose": dict(p.get("attainment_loose", {})),
+                "gpu_hours": gpu_h,
+                "vs_oracle": _ratio(gpu_h, base_oracle),
+                "vs_static_peak": _ratio(gpu_h, base_static),
+                "requests": int(p.get("requests", 0)),
+                "lost": int(p.get("lost", 0)),
+                "direction_changes_prefill": int(dc.get("prefill", 0)),
+                "direction_changes_decode": int(dc.get("decode", 0)),
+                "scale_events": len(p.get("events", [])),
+                "time_to_capacity_median_s": statistics.median(ttc) if ttc else None,
+                "time_to_capacity_max_s": max(ttc) if ttc else None,
+                "worst_minute_attainment": worst,
+                "worst_minute_t_s": worst_t,
+            }
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100.0 * x:.2f}"
+
+
+def _triple(att: dict[str, float]) -> str:
+    if not att:
+        return "-"
+    return " / ".join(_pct(att.get(k)) for k in ("both", "ttft", "itl"))
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+_MAIN_HEADER = (
+    "planner",
+    "SLO both / TTFT / ITL %",
+    "p90 both / TTFT / ITL %",
+    "loose both / TTFT / ITL %",
+    "GPU-h",
+    "x oracle",
+    "x static-peak",
+    "requests",
+    "lost",
+    "dir. changes P / D",
+    "scale events",
+    "time to capacity median / max s",
+)
+
+
+def _main_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        out.append(
+            [
+                f"`{r['planner']}`",
+                _triple(r["attainment"]),
+                _triple(r["attainment_p90"]),
+                _triple(r["attainment_loose"]),
+                f"{r['gpu_hours']:.2f}",
+                _num(r["vs_oracle"], "{:.3f}"),
+                _num(r["vs_static_peak"], "{:.3f}"),
+                str(r["requests"]),
+                str(r["lost"]),
+                f"{r['direction_changes_prefill']} / {r['direction_changes_decode']}",
+                str(r["scale_events"]),
+                f"{_num(r['time_to_capacity_median_s'], '{:.1f}')} / "
+                f"{_num(r['time_to_capacity_max_s'], '{:.1f}')}",
+            ]
+        )
+    return out
+
+
+def _table(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def _events_rows(run: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    kinds: list[str] = []
+    counts: dict[str, dict[str, int]] = {}
+    for name, p in run["planners"].items():
+        c = counts[name] = {}
+        for e in p.get("events", []):
+            key = f"{e.get('pool', '?')}:{e.get('kind', '?')}"
+            c[key] = c.get(key, 0) + 1
+            if key not in kinds:
+                kinds.append(key)
+    kinds.sort()
+    header = ["planner", *kinds]
+    return header, [[f"`{n}`", *(str(c.get(k, 0)) for k in kinds)] for n, c in counts.items()]
+
+
+def _markdown(run: dict[str, Any], rows: list[dict[str, Any]], plots: Plots) -> str:
+    lines = ["# Autoscaling what-if report", "", "Command:", "", "```", run["command"], "```", ""]
+    lines += ["## Settings", "", "```json", json.dumps(run.get("settings", {}), indent=2)]
+    lines += ["```", ""]
+    slo = slo_targets(run.get("settings", {}))
+    lines += ["## Results", ""]
+    if slo is not None:
+        lines += [
+            f"SLO: TTFT ≤ {slo.ttft_s * 1e3:g} ms and ITL ≤ {slo.itl_s * 1e3:g} ms"
+            + (f", attainment goal {100 * slo.attainment:g} %." if slo.attainment else "."),
+            "",
+        ]
+    lines += [
+        "Attainment = share of requests within the SLO (both: TTFT and mean ITL within target); "
+        "p90 and loose are the other two SLO pairs of the run. x oracle / x static-peak = "
+        "GPU-hours over that planner's GPU-hours (- when it is not in the run).",
+        "",
+    ]
+    lines += [*_table(_MAIN_HEADER, _main_rows(rows)), ""]
+    lines += [
+        "## Worst minute",
+        "",
+        "Lowest per-minute attainment (both SLOs), minutes with requests.",
+    ]
+    lines += [""]
+    worst_rows = [
+        [
+            f"`{r['planner']}`",
+            _pct(r["worst_minute_attainment"]),
+            _num(None if r["worst_minute_t_s"] is None else r["worst_minute_t_s"] / 60, "{:.0f}"),
+        ]
+        for r in rows
+    ]
+    lines += [*_table(["planner", "worst minute attainment %", "at minute"], worst_rows), ""]
+    header, ev_rows = _events_rows(run)
+    if len(header) > 1:
+        lines += ["## Scale events by pool and kind", "", *_table(header, ev_rows), ""]
+    lines += ["## Plots", ""]
+    if plots.scatter:
+        lines += ["GPU-hours against attainment (one point per planner):", ""]
+        lines += [f"![GPU-hours vs attainment]({plots.scatter})", ""]
+    if plots.per_minute:
+        lines += ["Per-minute attainment (both SLOs):", "", f"![per-minute]({plots.per_minute})"]
+        lines += [""]
+    for name, png in plots.replicas.items():
+        lines += [
+            f"### `{name}`",
+            "",
+            "Provisioned replicas per pool (ready + pending; pending shaded), arrival rate, "
+            "observed p90 TTFT and ITL against the SLO:",
+            "",
+            f"![{name} replicas]({png})",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def render_report(run: dict[str, Any], out_dir: Path) -> None:
+    """Write `out_dir/report.md` and its PNGs (see the module docstring)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = summary_table(run)
+    plots = plot_all(run, out_dir)
+    (out_dir / "report.md").write_text(_markdown(run, rows, plots) + "\n", encoding="utf-8")

@@ -51,7 +51,11 @@ What changed against the two copies this replaces:
 - simulator (`simulator.py` before): decode admitted with `prompt - overlap * block_size`
   *prefill* tokens until the KV transfer landed; now the blocks above, no prefill tokens.
   Inputs moved for every decode policy that reads `prefill_tokens_queued` or
-  `decode_blocks` (`token_load_decode`, `llmd`, `dynamo`) on P/D fleets.
+  `decode_blocks` (`token_load_decode`, `dynamo`) on P/D fleets.
+
+The reservation is `TokenLoad.on_reserved` until the decode leg is sent (`on_leg_sent`, at
+`prefill_done`): no engine holds those blocks yet, so a `/metrics` scrape must not bound them
+(the KV-usage bound applies to the blocks the engine holds only; router/token_load.py).
 
 Membership, statics and the index lookups live in `router/lifecycle_pools.py` (members in
 natural order: `p2` before `p10`). Optional `recorder`: a list that receives one
@@ -242,6 +246,7 @@ class RequestLifecycle:
         live.prefilling = False
         if ok:
             tl.on_prefill_done(request_id, p, now)
+            tl.on_leg_sent(request_id, live.decode, now)  # the decode engine allocates them now
             leg = DecodeLeg(live.decode, True, 0, RouteKind.PD, p)
         else:
             tl.on_aborted(request_id, now, p)
@@ -318,6 +323,8 @@ class RequestLifecycle:
             live.generated = -1
             if live.with_kv:
                 self._reserve_decode(request, chosen, now)
+                if not live.prefilling:  # the prefill is done: this leg is sent at once
+                    self.token_load.on_leg_sent(request_id, chosen, now)
                 by = live.prefill if live.kind is RouteKind.PD and live.prefill else chosen
                 leg = DecodeLeg(chosen, True, 0, live.kind, by)
             else:
@@ -346,17 +353,13 @@ class RequestLifecycle:
     def _reserve_decode(self, request: RoutingRequest, replica: str, now: float) -> None:
         """The decode side of a PD route: the whole prompt's KV blocks, no prefill tokens
         (module docstring: vLLM allocates them at once and computes only the last token)."""
-        tl = self.token_load
-        rid = request.request_id
-        tl.on_admitted(
-            rid,
+        self.token_load.on_reserved(
+            request.request_id,
             replica,
             now,
             prompt_tokens=request.prompt_tokens,
-            uncached_tokens=0,
             block_size=request.block_size,
         )
-        tl.on_prefill_done(rid, replica, now)
 
     def _admit_local(
         self, request: RoutingRequest, lookup: KvLookup, replica: str, now: float

@@ -11,6 +11,11 @@ Lifecycle, per (request, replica) entry; every call is idempotent and takes `now
     on_prefill_done                                        prefill_tokens = 0
                                                            decode_blocks = ceil(prompt / bs)
                                                            (a prefill-only leg ends here)
+    on_reserved(prompt_tokens)                             decode_blocks = ceil(prompt / bs),
+                                                           reserved (the engine has not seen
+                                                           the request yet: a P/D decode side
+                                                           before its leg is sent)
+    on_leg_sent                                            reserved → held by the engine
     on_tokens(generated_total)                             decode_blocks =
                                                            ceil((prompt + generated) / bs)
     on_finished / on_aborted                               entry removed (tombstoned)
@@ -28,8 +33,11 @@ Reconciliation with scraped `/metrics` (`observe_metrics`), the documented rule:
    restarted). Younger entries stay, because the scrape may predate their admission.
 2. **KV usage bounds the decode estimate.** When the last scrape is at least as new as the last
    tracked change on the replica and the KV capacity is known, the reported decode blocks are
-   `min(tracked, ceil(kv_usage * kv_capacity_blocks))`: the engine cannot be decoding more KV
-   than it holds (tracked blocks double count prefixes shared between sequences).
+   `min(tracked_held, ceil(kv_usage * kv_capacity_blocks)) + reserved`: the engine cannot be
+   decoding more KV than it holds (tracked blocks double count prefixes shared between
+   sequences), but blocks *reserved* for a decode leg not yet sent are not in the engine at all,
+   so no scrape can bound them (clipping them erased every P/D decode reservation at each
+   scrape and piled decode picks onto the replicas whose reservations were erased).
 3. Tombstones older than `tombstone_ttl_s` (default 300 s) are forgotten on every scrape.
 
 Sharing between coordinator replicas: entries learned from another coordinator change only
@@ -68,6 +76,7 @@ class TokenLoadDelta(BaseModel):
     request_id: str
     replica_id: str
     removed: bool = False
+    reserved: bool = False  # decode blocks promised to a leg the engine has not seen yet
     prefill_tokens: int = Field(default=0, ge=0)
     decode_blocks: int = Field(default=0, ge=0)
     updated_at: float = 0.0
@@ -84,12 +93,14 @@ class _Entry:
     updated_at: float
     origin: str
     version: int
+    reserved: bool = False
 
 
 @dataclass(slots=True)
 class _Totals:
     prefill_tokens: int = 0
     decode_blocks: int = 0
+    reserved_blocks: int = 0  # the part of decode_blocks held by no engine yet
     requests: int = 0
     last_change: float = float("-inf")
 
@@ -180,6 +191,42 @@ class TokenLoad:
         if not entry.decodes:
             self._remove(key, now)
             return
+        self._set(key, entry, now, prefill_tokens=0, generated=entry.generated)
+
+    def on_reserved(
+        self, request_id: str, replica_id: str, now: float, *, prompt_tokens: int, block_size: int
+    ) -> None:
+        """`replica_id` will decode the request once its leg is sent: its whole prompt's KV is
+        promised to it now (no prefill tokens), and no scrape bounds it until `on_leg_sent`."""
+        key = (request_id, replica_id)
+        if key in self._entries:
+            return
+        self._tombstones.pop(key, None)
+        prompt = max(0, prompt_tokens)
+        entry = _Entry(
+            prompt_tokens=prompt,
+            block_size=block_size,
+            prefill_tokens=0,
+            decodes=True,
+            generated=0,
+            decode_blocks=_blocks(prompt, block_size),
+            updated_at=now,
+            origin=self.origin,
+            version=self._next_version(),
+            reserved=True,
+        )
+        self._insert(key, entry, now)
+        self._dirty.add(key)
+
+    def on_leg_sent(self, request_id: str, replica_id: str, now: float) -> None:
+        """The reserved decode leg reached its engine, which now holds the blocks."""
+        key = (request_id, replica_id)
+        entry = self._entries.get(key)
+        if entry is None or not entry.reserved or entry.origin != self.origin:
+            return
+        totals = self._totals.setdefault(replica_id, _Totals())
+        totals.reserved_blocks = max(0, totals.reserved_blocks - entry.decode_blocks)
+        entry.reserved = False
         self._set(key, entry, now, prefill_tokens=0, generated=entry.generated)
 
     def on_tokens(self, request_id: str, replica_id: str, now: float, generated_total: int) -> None:
@@ -273,7 +320,9 @@ class TokenLoad:
             return ReplicaLoad(prefill, decode, requests)
         last_change = totals.last_change if totals else float("-inf")
         if metrics.kv_capacity_blocks > 0 and metrics.sampled_at >= last_change:
-            decode = min(decode, math.ceil(metrics.kv_usage * metrics.kv_capacity_blocks - 1e-9))
+            reserved = totals.reserved_blocks if totals else 0
+            bound = math.ceil(metrics.kv_usage * metrics.kv_capacity_blocks - 1e-9)
+            decode = min(decode - reserved, bound) + reserved
         return ReplicaLoad(
             prefill,
             decode,
@@ -315,6 +364,7 @@ class TokenLoad:
                         version=entry.version,
                         request_id=request_id,
                         replica_id=replica_id,
+                        reserved=entry.reserved,
                         prefill_tokens=entry.prefill_tokens,
                         decode_blocks=entry.decode_blocks,
                         updated_at=entry.updated_at,
@@ -367,6 +417,7 @@ class TokenLoad:
             updated_at=max(delta.updated_at, now),
             origin=delta.origin,
             version=delta.version,
+            reserved=delta.reserved,
         )
         if entry is not None:
             self._drop(key, now)
@@ -391,6 +442,8 @@ class TokenLoad:
         totals = self._totals.setdefault(key[1], _Totals())
         totals.prefill_tokens += entry.prefill_tokens
         totals.decode_blocks += entry.decode_blocks
+        if entry.reserved:
+            totals.reserved_blocks += entry.decode_blocks
         totals.requests += 1
         totals.last_change = now
         self._load_cache.pop(key[1], None)
@@ -404,6 +457,10 @@ class TokenLoad:
             0, totals.prefill_tokens + prefill_tokens - entry.prefill_tokens
         )
         totals.decode_blocks = max(0, totals.decode_blocks + decode_blocks - entry.decode_blocks)
+        if entry.reserved:
+            totals.reserved_blocks = max(
+                0, totals.reserved_blocks + decode_blocks - entry.decode_blocks
+            )
         totals.last_change = now
         self._load_cache.pop(key[1], None)
         entry.prefill_tokens = prefill_tokens
@@ -430,6 +487,8 @@ class TokenLoad:
         if totals is not None:
             totals.prefill_tokens = max(0, totals.prefill_tokens - entry.prefill_tokens)
             totals.decode_blocks = max(0, totals.decode_blocks - entry.decode_blocks)
+            if entry.reserved:
+                totals.reserved_blocks = max(0, totals.reserved_blocks - entry.decode_blocks)
             totals.requests = max(0, totals.requests - 1)
             totals.last_change = now
         self._load_cache.pop(key[1], None)

@@ -271,3 +271,39 @@ def test_remote_entry_changes_only_through_its_owner() -> None:
     snap = two.load("a", 1.0)
     assert (snap.prefill_tokens_queued, snap.decode_blocks) == (160, 0)
     assert two.export_deltas() == []  # nothing of its own to share
+
+
+def test_a_scrape_never_erases_a_decode_reservation() -> None:
+    """A P/D decode leg not sent yet is in no engine: its reserved blocks survive a fresh scrape
+    that shows an idle-ish engine; once sent, the engine's KV usage bounds them again."""
+    load = TokenLoad()
+    load.on_reserved("r1", "d", 1.0, prompt_tokens=1600, block_size=16)  # 100 blocks
+    load.on_admitted("r0", "d", 1.0, prompt_tokens=160, uncached_tokens=0, block_size=16)
+    load.on_prefill_done("r0", "d", 1.0)  # 10 blocks the engine holds
+    load.observe_metrics("d", 2.0, num_running=1, num_waiting=0, kv_usage=0.01,
+                         kv_capacity_blocks=500)  # fmt: skip
+    # the held 10 are bounded by ceil(0.01 * 500) = 5; the 100 reserved stay
+    assert load.load("d", 2.0).decode_blocks == 5 + 100
+    load.on_leg_sent("r1", "d", 3.0)
+    load.observe_metrics("d", 4.0, num_running=2, num_waiting=0, kv_usage=0.1,
+                         kv_capacity_blocks=500)  # fmt: skip
+    assert load.load("d", 4.0).decode_blocks == 50  # min(110, ceil(0.1 * 500))
+    assert load.tracked_load("d").decode_blocks == 110
+
+
+def test_reservation_travels_in_deltas() -> None:
+    a, b = TokenLoad(origin="a"), TokenLoad(origin="b")
+    a.on_reserved("r", "d", 1.0, prompt_tokens=320, block_size=16)
+    for delta in a.export_deltas():
+        assert delta.reserved
+        b.apply_delta(delta, 1.0)
+    b.observe_metrics("d", 2.0, num_running=0, num_waiting=1, kv_usage=0.0,
+                      kv_capacity_blocks=100)  # fmt: skip
+    assert b.load("d", 2.0).decode_blocks == 20
+    a.on_leg_sent("r", "d", 3.0)
+    for delta in a.export_deltas():
+        assert not delta.reserved
+        b.apply_delta(delta, 3.0)
+    b.observe_metrics("d", 4.0, num_running=1, num_waiting=0, kv_usage=0.0,
+                      kv_capacity_blocks=100)  # fmt: skip
+    assert b.load("d", 4.0).decode_blocks == 0

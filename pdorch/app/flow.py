@@ -240,8 +240,7 @@ class RequestFlow:
             self._show(leg)
         else:
             c.expect_blocks(leg.replica, keys, now)
-        c.metrics.routes.labels(self.route_kind).inc()
-        c.metrics.prompt_tokens.labels(self.route_kind).observe(prompt_tokens)
+        c.metrics.routed(self.route_kind, prompt_tokens)
         c.token_load_changed()
         return await self._decode(leg, parsed, kv_params)
 
@@ -332,11 +331,11 @@ class RequestFlow:
             if parsed.stream:
                 prefilled = c.replica(leg.prefilled_by) if leg.prefilled_by != decode else replica
                 if prefilled is not None:
-                    c.metrics.ttft.labels(prefilled.pool, prefilled.replica_id).observe(first_byte)
+                    c.metrics.first_token(prefilled.pool, prefilled.replica_id, first_byte)
                 return ProxyStream(self, stream, decode, replica.pool)
             output = _completion_tokens(content)
             if output is not None:
-                c.metrics.generation_tokens.labels(self.route_kind).observe(output)
+                c.metrics.completed(self.route_kind, output)
             headers = self._route_headers()
             return Response(content, status_code=200, media_type=ctype, headers=headers)
         raise ApiError(
@@ -462,10 +461,10 @@ class ProxyStream(StreamingResponse):
         # carry none: [DONE], chat's opening role event, the usage event
         usage = _usage_events(flow.parsed)
         tokens = max(0, events - 1 - usage - (flow.parsed.kind == "chat"))
-        metrics.generation_tokens.labels(flow.route_kind).observe(tokens)
+        metrics.completed(flow.route_kind, tokens)
         gaps = later_events - 1 - usage  # token events after the first chunk
         if gaps > 0 and span_s > 0:
-            metrics.itl.labels(self.pool, self.replica_id).observe(span_s / gaps)
+            metrics.stream_itl(self.pool, self.replica_id, span_s / gaps)
 
     @staticmethod
     def _error_end(tail: bytes, message: str) -> bytes:

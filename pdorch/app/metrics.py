@@ -230,12 +230,47 @@ class CoordinatorMetrics:
             buckets=_TOKEN_BUCKETS,
             registry=r,
         )
+        # labelled children looked up once: `.labels()` costs as much as the observation
+        self._by_route: dict[str, tuple[Counter, Histogram, Histogram]] = {}
+        self._by_replica: dict[tuple[str, str], tuple[Histogram, Histogram]] = {}
         for route in _ROUTES:
-            self.routes.labels(route)
-            self.prompt_tokens.labels(route)
-            self.generation_tokens.labels(route)
+            self._route(route)
         self.coordinator = coordinator
         r.register(_StateCollector(coordinator))
+
+    def _route(self, route: str) -> tuple[Counter, Histogram, Histogram]:
+        children = self._by_route.get(route)
+        if children is None:
+            children = (
+                self.routes.labels(route),
+                self.prompt_tokens.labels(route),
+                self.generation_tokens.labels(route),
+            )
+            self._by_route[route] = children
+        return children
+
+    def _replica(self, pool: str, replica_id: str) -> tuple[Histogram, Histogram]:
+        key = (pool, replica_id)
+        children = self._by_replica.get(key)
+        if children is None:
+            children = (self.ttft.labels(pool, replica_id), self.itl.labels(pool, replica_id))
+            self._by_replica[key] = children
+        return children
+
+    def routed(self, route: str, prompt_tokens: int) -> None:
+        """A request was routed: `pdorch_routes_total` and its prompt tokens."""
+        routes, prompt, _ = self._route(route)
+        routes.inc()
+        prompt.observe(prompt_tokens)
+
+    def first_token(self, pool: str, replica_id: str, seconds: float) -> None:
+        self._replica(pool, replica_id)[0].observe(seconds)
+
+    def completed(self, route: str, output_tokens: int) -> None:
+        self._route(route)[2].observe(output_tokens)
+
+    def stream_itl(self, pool: str, replica_id: str, mean_gap_s: float) -> None:
+        self._replica(pool, replica_id)[1].observe(mean_gap_s)
 
     def rejected(self, reason: str) -> None:
         self._rejected.labels(reason).inc()
@@ -244,6 +279,5 @@ class CoordinatorMetrics:
         # every replica's latency series exist from its first scrape on, at 0: Prometheus's
         # rate() then counts the first request too (a series born at 1 would lose it)
         for replica in self.coordinator.fleet.replicas():
-            self.ttft.labels(replica.pool, replica.replica_id)
-            self.itl.labels(replica.pool, replica.replica_id)
+            self._replica(replica.pool, replica.replica_id)
         return generate_latest(self.registry)

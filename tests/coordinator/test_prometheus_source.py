@@ -114,7 +114,7 @@ async def traffic(client: httpx.AsyncClient, n: int) -> list[int]:
 
     async def run(i: int) -> int:
         unique = f"{uuid.uuid4().hex} " + " ".join(f"w{i}x{j}" for j in range(40 + 7 * i))
-        prompt = {0: f"{shared} {unique}", 1: unique, 2: f"short {uuid.uuid4().hex}"}[i % 3]
+        prompt = {0: f"{shared} {unique}", 1: unique, 2: f"hi {i}"}[i % 3]
         async with limit:
             return await one_request(client, prompt, 4 + (i * 13) % 60)
 
@@ -196,6 +196,22 @@ async def test_prometheus_inputs_match_the_coordinator_and_engines(
             assert c.num_requests == len(tokens) == e.num_requests
             assert c.mean_osl_tokens == pytest.approx(sum(tokens) / len(tokens))
             assert e.mean_osl_tokens == pytest.approx(c.mean_osl_tokens)
+            assert e.mean_isl_tokens == pytest.approx(c.mean_isl_tokens)  # same tokenizer
+            # labels: TTFT by the replica that computed the prompt, ITL by decode replica
+            ttft_by = await prom_c.query(
+                "sum by (pool, replica) (pdorch_time_to_first_token_seconds_count)"
+            )
+            itl_by = await prom_c.query(
+                "sum by (pool, replica) (pdorch_inter_token_latency_seconds_count)"
+            )
+            ttft_counts = {(m["pool"], m["replica"]): v for m, v in ttft_by}
+            itl_counts = {(m["pool"], m["replica"]): v for m, v in itl_by}
+            routes = {m["route"]: v for m, v in await prom_c.query("pdorch_routes_total")}
+            assert ttft_counts[("prefill", "prefill-0")] == routes["pd"] > 0
+            assert sum(ttft_counts.values()) == len(tokens) == sum(routes.values())
+            assert routes["local"] > 0
+            assert sum(v for (pool, _), v in itl_counts.items() if pool == "decode") == len(tokens)
+            assert itl_counts[("prefill", "prefill-0")] == 0
 
             rate_tol = 2 * SCRAPE_S / c.window_s
             assert p.arrival_rps == pytest.approx(c.arrival_rps, rel=rate_tol)

@@ -13,14 +13,17 @@ routable replicas, `pending` / `draining` = replicas in those states (unhealthy 
 as neither). Per-replica signals and the prefix hit rate: with `engines=True` (default) from
 an `EngineScrapeSource` over the replicas `/admin/pools` lists (their `metrics_url`), else
 from the coordinator's own gauges (`pdorch_replica_requests_in_flight` as `num_running`,
-`pdorch_replica_kv_usage`) and no hit rate. Window: since the last call (see `base.py`).
+`pdorch_replica_kv_usage`) and no hit rate. Either way each replica's token load comes from
+the coordinator (`pdorch_replica_prefill_tokens_queued` as `queued_prefill_tokens`,
+`pdorch_replica_decode_blocks` x block size as `decode_kv_tokens`). Window: since the last
+call (see `base.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -38,7 +41,9 @@ PROMPT = "pdorch_request_prompt_tokens"
 GENERATION = "pdorch_request_generation_tokens"
 IN_FLIGHT = "pdorch_replica_requests_in_flight"
 KV_USAGE = "pdorch_replica_kv_usage"
-FAMILIES = (TTFT, ITL, PROMPT, GENERATION, IN_FLIGHT, KV_USAGE)
+PREFILL_QUEUED = "pdorch_replica_prefill_tokens_queued"
+DECODE_BLOCKS = "pdorch_replica_decode_blocks"
+FAMILIES = (TTFT, ITL, PROMPT, GENERATION, IN_FLIGHT, KV_USAGE, PREFILL_QUEUED, DECODE_BLOCKS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +123,23 @@ def gauge_replicas(page: Page) -> list[ReplicaSignals]:
             )
         )
     return out
+
+
+def with_token_load(
+    replicas: tuple[ReplicaSignals, ...], page: Page, block_size: int
+) -> tuple[ReplicaSignals, ...]:
+    """Add the coordinator's token load (`queued_prefill_tokens`, `decode_kv_tokens` =
+    decode blocks x block size) to each replica's signals."""
+    queued = page.values(PREFILL_QUEUED, ("replica",))
+    blocks = page.values(DECODE_BLOCKS, ("replica",))
+    return tuple(
+        replace(
+            r,
+            queued_prefill_tokens=round(queued.get((r.replica_id,), 0.0)),
+            decode_kv_tokens=round(blocks.get((r.replica_id,), 0.0) * block_size),
+        )
+        for r in replicas
+    )
 
 
 def coordinator_observation(
@@ -208,6 +230,7 @@ class CoordinatorSource(MetricsSource):
             replicas, hit_rate = engine_obs.replicas, engine_obs.prefix_hit_rate
         else:
             replicas, hit_rate = tuple(gauge_replicas(page)), 0.0
+        replicas = with_token_load(replicas, page, int(view.get("block_size") or 0))
         window = None if self._previous is None else read.minus(self._previous)
         window_s = 0.0 if self._last_now is None else now - self._last_now
         self._previous, self._last_now = read, now

@@ -227,16 +227,20 @@ async def test_prometheus_inputs_match_the_coordinator_and_engines(
             assert p.pools[Pool.PREFILL].ready == c.pools[Pool.PREFILL].ready == 1
             assert p.pools[Pool.DECODE].ready == c.pools[Pool.DECODE].ready == 2
 
-            await check_kv_usage(client, engines, prom_c)
+            await check_kv_usage(client, coord, engines, prom_c)
         finally:
             for source in (coord, engines, prom_c, prom_e):
                 await source.aclose()
 
 
 async def check_kv_usage(
-    client: httpx.AsyncClient, engines: EngineScrapeSource, prom: PrometheusSource
+    client: httpx.AsyncClient,
+    coord: CoordinatorSource,
+    engines: EngineScrapeSource,
+    prom: PrometheusSource,
 ) -> None:
-    """Per-replica KV usage and running requests agree while long streams decode."""
+    """Per-replica KV usage and running requests agree while long streams decode; the
+    coordinator's source adds its token load to the same replicas."""
     prom.at = None
     prompt = " ".join(f"hold{i}" for i in range(100))
     holds = [
@@ -259,6 +263,10 @@ async def check_kv_usage(
         e = await engines.observe(time.time())
         p = await prom.observe(time.time())
         got = {r.replica_id: r for r in p.replicas}
+        co = await coord.observe(time.time())
+        decoding = co.replicas_of(Pool.DECODE)
+        assert sum(r.num_running for r in decoding) == 4
+        assert all(r.decode_kv_tokens > 0 for r in decoding), decoding
         for r in e.replicas_of(Pool.DECODE):
             assert r.replica_id in got, (r.replica_id, sorted(got))
             assert got[r.replica_id].kv_usage == pytest.approx(r.kv_usage, abs=0.05)

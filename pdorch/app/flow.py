@@ -240,7 +240,7 @@ class RequestFlow:
             self._show(leg)
         else:
             c.expect_blocks(leg.replica, keys, now)
-        c.metrics.routes.labels(self.route_kind).inc()
+        c.metrics.routed(self.route_kind, prompt_tokens)
         c.token_load_changed()
         return await self._decode(leg, parsed, kv_params)
 
@@ -326,9 +326,16 @@ class RequestFlow:
                 log.info("request %s: decode on %s failed: %s", self.request_id, decode, last)
                 continue
             c.report_success(decode)
-            c.metrics.first_byte.labels(self.endpoint).observe(time.monotonic() - self.started)
+            first_byte = time.monotonic() - self.started
+            c.metrics.first_byte.labels(self.endpoint).observe(first_byte)
             if parsed.stream:
-                return ProxyStream(self, stream, decode)
+                prefilled = c.replica(leg.prefilled_by) if leg.prefilled_by != decode else replica
+                if prefilled is not None:
+                    c.metrics.first_token(prefilled.pool, prefilled.replica_id, first_byte)
+                return ProxyStream(self, stream, decode, replica.pool)
+            output = _completion_tokens(content)
+            if output is not None:
+                c.metrics.completed(self.route_kind, output)
             headers = self._route_headers()
             return Response(content, status_code=200, media_type=ctype, headers=headers)
         raise ApiError(
@@ -363,6 +370,27 @@ class RequestFlow:
         self.c.metrics.duration.labels(self.endpoint).observe(time.monotonic() - self.started)
 
 
+_USAGE_KEY = b'"completion_tokens":'
+
+
+def _completion_tokens(content: bytes) -> int | None:
+    """`usage.completion_tokens` of a whole answer, found from the end (no JSON decode)."""
+    at = content.rfind(_USAGE_KEY)
+    if at < 0:
+        return None
+    digits = content[at + len(_USAGE_KEY) : at + len(_USAGE_KEY) + 12].lstrip()
+    end = 0
+    while end < len(digits) and 48 <= digits[end] <= 57:
+        end += 1
+    return int(digits[:end]) if end else None
+
+
+def _usage_events(parsed: ParsedRequest) -> int:
+    """1 when the stream ends with a usage event (`stream_options.include_usage`), else 0."""
+    options = parsed.body.get("stream_options")
+    return int(isinstance(options, dict) and bool(options.get("include_usage")))
+
+
 class ProxyStream(StreamingResponse):
     """The decode engine's SSE bytes, unchanged, then release; see `RequestFlow`.
 
@@ -372,10 +400,11 @@ class ProxyStream(StreamingResponse):
     upstream answer and releases the request.
     """
 
-    def __init__(self, flow: RequestFlow, stream: DecodeStream, replica_id: str) -> None:
+    def __init__(self, flow: RequestFlow, stream: DecodeStream, replica_id: str, pool: str) -> None:
         self.flow = flow
         self.stream = stream
         self.replica_id = replica_id
+        self.pool = pool
         self.completed = False
         self.errored = False
         super().__init__(
@@ -392,7 +421,9 @@ class ProxyStream(StreamingResponse):
         lifecycle = c.lifecycle
         chunk = self.stream.first
         events = chunk.count(b"data: ")
-        lifecycle.tokens(rid, c.now(), events)  # the first byte: the prompt is computed
+        first_at = last_at = c.now()
+        first_events = events
+        lifecycle.tokens(rid, first_at, events)  # the first byte: the prompt is computed
         tail = chunk[-32:]
         yield chunk
         try:
@@ -400,7 +431,8 @@ class ProxyStream(StreamingResponse):
                 if not chunk:
                     continue
                 events += chunk.count(b"data: ")
-                lifecycle.tokens(rid, c.now(), events)
+                last_at = c.now()
+                lifecycle.tokens(rid, last_at, events)
                 tail = (tail + chunk)[-32:]
                 yield chunk
         except Exception as exc:  # aiohttp read/payload errors: the engine died or hung
@@ -414,10 +446,25 @@ class ProxyStream(StreamingResponse):
             return
         if tail.endswith(_DONE):
             self.completed = True
+            self._observe(events, events - first_events, last_at - first_at)
             return
         c.metrics.stream_errors.inc()
         self.errored = True
         yield self._error_end(tail, f"decode replica {self.replica_id} ended the stream early")
+
+    def _observe(self, events: int, later_events: int, span_s: float) -> None:
+        """Per completed stream: output tokens and the mean gap between token events."""
+        flow = self.flow
+        metrics = flow.c.metrics
+        assert flow.parsed is not None
+        # one token per SSE event (vLLM without speculative decoding), less the events that
+        # carry none: [DONE], chat's opening role event, the usage event
+        usage = _usage_events(flow.parsed)
+        tokens = max(0, events - 1 - usage - (flow.parsed.kind == "chat"))
+        metrics.completed(flow.route_kind, tokens)
+        gaps = later_events - 1 - usage  # token events after the first chunk
+        if gaps > 0 and span_s > 0:
+            metrics.stream_itl(self.pool, self.replica_id, span_s / gaps)
 
     @staticmethod
     def _error_end(tail: bytes, message: str) -> bytes:

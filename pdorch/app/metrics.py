@@ -14,6 +14,26 @@ Metrics (type; labels):
 - `pdorch_rejected_total` (counter; `reason`: concurrency, body_size, auth)
 - `pdorch_request_duration_seconds`, `pdorch_first_byte_seconds` (histograms; `endpoint`)
 - `pdorch_requests_in_flight` (gauge)
+- planner inputs (`autoscale/metrics_sources/`; labels `pool`, `replica` = the replica's pool
+  and id, series created at 0 for every replica at each scrape so `rate()` sees the first
+  request):
+  - `pdorch_time_to_first_token_seconds` (histogram; `pool`, `replica` of the replica that
+    computed the prompt: the prefill replica, or the decode replica on `local`/`fallback`):
+    streamed requests only, request arrival to the client's first byte
+  - `pdorch_inter_token_latency_seconds` (histogram; `pool`, `replica` of the decode
+    replica): one observation per completed stream, its *mean* gap between token events
+    ((last - first event time) / events after the first chunk), the per-request mean ITL the
+    planner sizes decode against; no per-token work beyond the counting the stream already did
+  - `pdorch_request_prompt_tokens` (histogram; `route`): prompt tokens of each routed request
+    (the coordinator's tokenization, or chars/4 without a tokenizer), observed when it is
+    routed; its `_count` is the arrivals, `_sum/_count` the mean ISL
+  - `pdorch_request_generation_tokens` (histogram; `route`): output tokens of each completed
+    request (streams: SSE events less `[DONE]`, chat's role event and the usage event;
+    whole answers: `usage.completion_tokens`); `_sum/_count` the mean OSL
+  - requests by route: `pdorch_routes_total`; queue per replica:
+    `pdorch_replica_requests_in_flight`; cached prompt tokens are not known to the
+    coordinator (its index predicts, the engine decides): the hit rate comes from the
+    engines' `vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`
 - `pdorch_replica_healthy`, `pdorch_replica_prefill_tokens_queued`,
   `pdorch_replica_decode_blocks`, `pdorch_replica_requests_in_flight`,
   `pdorch_replica_kv_usage` (gauges; `pool`, `replica`)
@@ -42,6 +62,20 @@ if TYPE_CHECKING:
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# finer than _LATENCY_BUCKETS where SLOs sit (TTFT 0.1-5 s, ITL 10-100 ms): a percentile is
+# only known to within the bucket it falls in
+_TTFT_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
+    1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0,
+)  # fmt: skip
+_ITL_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06,
+    0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5,
+)  # fmt: skip
+_TOKEN_BUCKETS = (
+    16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072,
+)  # fmt: skip
+_ROUTES = ("pd", "local", "colocated", "fallback")
 
 
 class _StateCollector(Collector):
@@ -166,10 +200,84 @@ class CoordinatorMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        replica_labels = ["pool", "replica"]
+        self.ttft = Histogram(
+            "pdorch_time_to_first_token_seconds",
+            "Seconds from a streamed request's arrival to its first byte, by the replica that "
+            "computed the prompt.",
+            replica_labels,
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "pdorch_inter_token_latency_seconds",
+            "Per completed stream: its mean seconds between token events, by decode replica.",
+            replica_labels,
+            buckets=_ITL_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Histogram(
+            "pdorch_request_prompt_tokens",
+            "Prompt tokens of each routed request.",
+            ["route"],
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.generation_tokens = Histogram(
+            "pdorch_request_generation_tokens",
+            "Output tokens of each completed request.",
+            ["route"],
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        # labelled children looked up once: `.labels()` costs as much as the observation
+        self._by_route: dict[str, tuple[Counter, Histogram, Histogram]] = {}
+        self._by_replica: dict[tuple[str, str], tuple[Histogram, Histogram]] = {}
+        for route in _ROUTES:
+            self._route(route)
+        self.coordinator = coordinator
         r.register(_StateCollector(coordinator))
+
+    def _route(self, route: str) -> tuple[Counter, Histogram, Histogram]:
+        children = self._by_route.get(route)
+        if children is None:
+            children = (
+                self.routes.labels(route),
+                self.prompt_tokens.labels(route),
+                self.generation_tokens.labels(route),
+            )
+            self._by_route[route] = children
+        return children
+
+    def _replica(self, pool: str, replica_id: str) -> tuple[Histogram, Histogram]:
+        key = (pool, replica_id)
+        children = self._by_replica.get(key)
+        if children is None:
+            children = (self.ttft.labels(pool, replica_id), self.itl.labels(pool, replica_id))
+            self._by_replica[key] = children
+        return children
+
+    def routed(self, route: str, prompt_tokens: int) -> None:
+        """A request was routed: `pdorch_routes_total` and its prompt tokens."""
+        routes, prompt, _ = self._route(route)
+        routes.inc()
+        prompt.observe(prompt_tokens)
+
+    def first_token(self, pool: str, replica_id: str, seconds: float) -> None:
+        self._replica(pool, replica_id)[0].observe(seconds)
+
+    def completed(self, route: str, output_tokens: int) -> None:
+        self._route(route)[2].observe(output_tokens)
+
+    def stream_itl(self, pool: str, replica_id: str, mean_gap_s: float) -> None:
+        self._replica(pool, replica_id)[1].observe(mean_gap_s)
 
     def rejected(self, reason: str) -> None:
         self._rejected.labels(reason).inc()
 
     def render(self) -> bytes:
+        # every replica's latency series exist from its first scrape on, at 0: Prometheus's
+        # rate() then counts the first request too (a series born at 1 would lose it)
+        for replica in self.coordinator.fleet.replicas():
+            self._replica(replica.pool, replica.replica_id)
         return generate_latest(self.registry)

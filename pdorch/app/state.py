@@ -381,6 +381,7 @@ class Coordinator:
                     {
                         "id": r.replica_id,
                         "url": r.url,
+                        "metrics_url": r.endpoint.metrics_endpoint,
                         "kind": r.endpoint.kind,
                         "launched": r.endpoint.launched,
                         "state": r.state.value,

@@ -1,14 +1,18 @@
-"""Fixtures for the coordinator tests: a sim fleet + coordinator on loopback, per test."""
+"""Fixtures for the coordinator tests: a sim fleet + coordinator on loopback, per test; a real
+Prometheus server (`prometheus`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from pdorch.app.server import RunningCoordinator, run_coordinator
 from tests.coordinator.helpers import fleet
+from tests.prometheus_server import PrometheusServer
 
 
 @pytest.fixture
@@ -22,3 +26,22 @@ async def pd() -> AsyncIterator[RunningCoordinator]:
 async def client(pd: RunningCoordinator) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=pd.url, timeout=30.0) as c:
         yield c
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], PrometheusServer]]:
+    """`start(config)` → a running real Prometheus (its workdir holds the config, the TSDB and
+    the log; file_sd paths in the config are relative to it); every one started is stopped
+    when the test ends, failed or not."""
+    started: list[PrometheusServer] = []
+
+    def start(config: dict[str, Any]) -> PrometheusServer:
+        workdir = tmp_path / f"prometheus-{len(started)}"
+        workdir.mkdir()
+        server = PrometheusServer(config, workdir)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()

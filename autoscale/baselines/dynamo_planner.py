@@ -43,7 +43,7 @@ from typing import Any
 
 from autoscale.baselines.common import POOLS, clamp
 from autoscale.decision import ScaleDecision
-from autoscale.forecast_seam import EwmaForecaster, Forecaster, LoadForecast
+from autoscale.forecast_seam import EwmaForecaster, Forecaster, LoadForecast, PredictorForecaster
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_base import Planner, register_planner
 from autoscale.policy import SloPolicy
@@ -255,6 +255,11 @@ class DynamoPlanner(Planner):
         return ScaleDecision(obs.now, desired, reasons, (), details)
 
 
-register_planner(
-    "dynamo-planner", lambda policy, perf_model, **o: DynamoPlanner(policy, perf_model, **o)
-)
+def _make_dynamo(policy: SloPolicy, perf_model: PerfModel, **options: Any) -> DynamoPlanner:
+    """The registry's factory: the policy's predictor is the default forecaster (Dynamo lets
+    the user pick one too: constant/ARIMA/Kalman/Prophet); `forecaster=` overrides it."""
+    options.setdefault("forecaster", PredictorForecaster(policy.predictor, policy.predictor_params))
+    return DynamoPlanner(policy, perf_model, **options)
+
+
+register_planner("dynamo-planner", _make_dynamo)

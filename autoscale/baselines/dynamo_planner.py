@@ -7,8 +7,9 @@ standing in for Dynamo's profiled interpolators and online forward-pass regressi
 
 **Throughput mode**, every `throughput_interval_s` (180 s). The observations since the last
 tick are aggregated into one window (request-weighted ISL/OSL/hit, mean TTFT/ITL) and fed to
-the predictor (`forecaster`; default constant = last interval; Dynamo defaults to ARIMA, the
-Kalman of `autoscale/` plugs in here). With `ISL_u = ISL·(1-hit)`, `ctx = ISL + OSL/2`:
+the predictor (`forecaster`; through the registry the policy's `predictor`, constructed
+directly constant = last interval; Dynamo defaults to ARIMA and offers Kalman too).
+With `ISL_u = ISL·(1-hit)`, `ctx = ISL + OSL/2`:
 - `N_p = max(ceil(rate / engine_rps_P), sla_floor, min)`, `engine_rps_P =
   perf.prefill_tokens_per_s(ISL_u, TTFT_SLA) / ISL_u`; `sla_floor = ceil(t_own / TTFT_SLA)`
   when a lone prefill already misses the SLA (else 1).

@@ -16,7 +16,8 @@ last tick, `planner.interval_s` earlier; the first call's window starts at 0):
 - per *ready* replica (`ReplicaSignals`), at `now`, from its engine core and the router's
   `TokenLoad`: running and waiting sequences, queued prefill tokens (the uncached prompt
   tokens admitted and not yet prefilled), KV usage and capacity (tokens), decode KV tokens
-  (the KV blocks of its decode sequences x block size);
+  (the KV blocks of its decode sequences x block size), mean engine step time over the
+  window (steps that started in it; `None` when none did);
 - `pools`: ready / pending / draining per pool (`DynamicFleetSimulator.status`: a replica
   being moved is pending in its new pool and counts nowhere else).
 
@@ -86,6 +87,7 @@ class ObservationBuilder:
         self._arr = 0
         self._first = 0
         self._fin = 0
+        self._steps: dict[str, tuple[float, float]] = {}
 
     def observe(self, now: float) -> Observation:
         sim = self.sim
@@ -142,6 +144,10 @@ class ObservationBuilder:
             st = rep.core.stats()
             used = rep.blocks_capacity - st.num_free_blocks
             load = sim.load.load(rep.id, now)
+            busy, steps = sim.step_time.get(rep.id, (0.0, 0))
+            busy0, steps0 = self._steps.get(rep.id, (0.0, 0))
+            self._steps[rep.id] = (busy, steps)
+            mean_step = (busy - busy0) / (steps - steps0) if steps > steps0 else None
             out.append(
                 ReplicaSignals(
                     replica_id=rep.id,
@@ -152,6 +158,7 @@ class ObservationBuilder:
                     kv_usage=used / rep.blocks_capacity,
                     kv_capacity_tokens=rep.blocks_capacity * bs,
                     decode_kv_tokens=load.decode_blocks * bs if m.pool == "decode" else 0,
+                    mean_step_s=mean_step,
                 )
             )
         return tuple(out)

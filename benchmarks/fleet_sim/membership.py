@@ -43,6 +43,7 @@ from benchmarks.fleet_sim.simulator import (
 )
 from benchmarks.workloads.model import Workload
 from pools.sim.engine_core import StepResult
+from pools.sim.outputs import DecodeFastForward
 from router.replica_state import ReplicaStatic
 from router.vocabulary import PoolName
 
@@ -132,6 +133,9 @@ class DynamicFleetSimulator(FleetSimulator):
         self.finished_records: list[RequestRecord] = []  # in finish order
         self.first_token_records: list[RequestRecord] = []  # in first-token order
         self.now = 0.0
+        # per replica: [Σ step seconds, steps] of the steps started so far (engine busy time)
+        self.step_time: dict[str, list[float]] = {}
+        self._counted: dict[str, StepResult] = {}
         for rep in self.replicas:
             self.members[rep.id] = Member(rep.id, rep.role, READY, 0.0, ready_at=0.0)
             self._counter[rep.role] += 1
@@ -353,6 +357,12 @@ class DynamicFleetSimulator(FleetSimulator):
                         self.first_token_records.append(rec)
         super()._apply_outputs(rep, res, now)
 
+    def _apply_fast_forward(self, rep: _Replica, ff: DecodeFastForward) -> None:
+        acc = self.step_time.setdefault(rep.id, [0.0, 0])
+        acc[0] += ff.end - ff.start
+        acc[1] += ff.num_steps
+        super()._apply_fast_forward(rep, ff)
+
     def _finish(self, rec: RequestRecord, rep: _Replica, now: float) -> None:
         self.completed += 1
         self.finished_records.append(rec)
@@ -360,6 +370,12 @@ class DynamicFleetSimulator(FleetSimulator):
 
     def _on_step(self, rep: _Replica, now: float) -> None:
         super()._on_step(rep, now)
+        step = rep.driver.in_flight
+        if step is not None and step.num_scheduled_tokens and self._counted.get(rep.id) is not step:
+            self._counted[rep.id] = step  # a step still computing is seen again: count it once
+            acc = self.step_time.setdefault(rep.id, [0.0, 0])
+            acc[0] += step.duration_s
+            acc[1] += 1
         if self._leaving and rep.id in self._leaving:
             self._check_leaving(now)
 

@@ -11,7 +11,9 @@ Every metrics tick (`tick_s`, 0.5 s) the controller checks two clocks:
 
 Start: every planner starts from the same fleet, the one the oracle sizes for the first
 `oracle.interval_s` of the trace (clamped to the pools' limits), ready at t = 0 (a fleet sized
-for the load before the trace began); `initial=` overrides it. The static planners are the
+for the load before the trace began); `initial=` overrides it. A planner's first tick is at
+`interval_s`, after one whole window (at t = 0 it would see an idle fleet and no load, and
+the reactive baselines would drain the warm fleet before the first request). The static planners are the
 exception: their fixed fleet is in place from the start (that is what static provisioning
 means). The oracle's replicas start instantly (`startup_s` 0, its definition); it and the
 static planners are handed the trace as `requests=[(arrival_s, isl, osl, hit)]`
@@ -162,7 +164,8 @@ def run_planner(
                 sim, policy, instant=name in INSTANT, role_switching=role_switching
             )
             state["recorder"] = Recorder(policy)
-            state["next_plan"] = 0.0
+            # the first tick sees a whole window: the fleet at t = 0 is the initial one
+            state["next_plan"] = planner.interval_s
             state["next_record"] = cfg.record_s
             state["plan_cpu_s"] = 0.0
         if now >= state["next_plan"] - 1e-9:

@@ -13,10 +13,10 @@ Start: every planner starts from the same fleet, the one the oracle sizes for th
 `oracle.interval_s` of the trace (clamped to the pools' limits), ready at t = 0 (a fleet sized
 for the load before the trace began); `initial=` overrides it. A planner's first tick is at
 `interval_s`, after one whole window (at t = 0 it would see an idle fleet and no load, and
-the reactive baselines would drain the warm fleet before the first request). The static planners are the
-exception: their fixed fleet is in place from the start (that is what static provisioning
-means). The oracle's replicas start instantly (`startup_s` 0, its definition); it and the
-static planners are handed the trace as `requests=[(arrival_s, isl, osl, hit)]`
+the reactive baselines would drain the warm fleet before the first request). The static
+planners are the exception: their fixed fleet is in place from the start (that is what static
+provisioning means). The oracle's replicas start instantly (`startup_s` 0, its definition);
+it and the static planners are handed the trace as `requests=[(arrival_s, isl, osl, hit)]`
 (`trace_requests`).
 """
 

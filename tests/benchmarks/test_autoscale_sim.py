@@ -314,3 +314,17 @@ def test_observation_window_counts_arrivals_latencies_and_replica_signals() -> N
     busy = [r for r in decode if r.num_running > 0]
     assert all(r.mean_step_s is not None and r.decode_kv_tokens > 0 for r in busy)
     assert all(r.kv_capacity_tokens > 0 and 0 < r.kv_usage < 1 for r in busy)
+
+
+def test_planner_run_is_the_same_with_and_without_fast_forward() -> None:
+    # the control ticks read the engines mid-run: they must see the same state either way
+    wl = phases([(60, 2.0, 1000, 100), (300, 10.0, 5000, 20), (400, 12.0, 300, 600)])
+    pol = small_policy(role_switching=True)
+    init = {Pool.PREFILL: 1, Pool.DECODE: 1}
+    fast, slow = (
+        run_planner(wl, pol, "pdorch", AutoscaleSimConfig(fast_forward=ff, initial=init))
+        for ff in (True, False)
+    )
+    assert fast["events"] and any(e["kind"] == "move" for e in fast["events"])
+    for key in ("events", "timeline", "attainment", "gpu_hours", "direction_changes"):
+        assert fast[key] == slow[key], key

@@ -138,6 +138,9 @@ def run_planner(
 ) -> dict[str, Any]:
     """Simulate `workload` under planner `name`; the result dict of `result.planner_result`."""
     cfg = config or AutoscaleSimConfig()
+    if cfg.role_switching is not None and cfg.role_switching != policy.role_switching:
+        # the override reaches the planner (it proposes moves) as well as the actuator
+        policy = policy.model_copy(update={"role_switching": cfg.role_switching})
     if requests is None:
         requests = trace_requests(workload, cfg.block_size)
     planner, perf = make_planner(name, policy, requests, cfg.planner_options.get(name))
@@ -153,7 +156,7 @@ def run_planner(
         fast_forward=cfg.fast_forward,
         seed=cfg.seed,
     )
-    role_switching = policy.role_switching if cfg.role_switching is None else cfg.role_switching
+    role_switching = policy.role_switching
     state: dict[str, Any] = {}
 
     def controller(sim: DynamicFleetSimulator, now: float) -> None:

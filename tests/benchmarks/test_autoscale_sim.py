@@ -328,3 +328,17 @@ def test_planner_run_is_the_same_with_and_without_fast_forward() -> None:
     assert fast["events"] and any(e["kind"] == "move" for e in fast["events"])
     for key in ("events", "timeline", "attainment", "gpu_hours", "direction_changes"):
         assert fast[key] == slow[key], key
+
+
+def test_role_switching_override_reaches_the_planner() -> None:
+    wl = phases([(100, 4.0, 6000, 20), (600, 15.0, 300, 800)])
+    pol = small_policy(role_switching=False)
+    pol = pol.model_copy(
+        update={"stabilization": pol.stabilization.model_copy(update={"scale_down_s": 600.0})}
+    )
+    init = {Pool.PREFILL: 4, Pool.DECODE: 1}
+    on = run_planner(wl, pol, "pdorch", AutoscaleSimConfig(initial=init, role_switching=True))
+    off = run_planner(wl, pol, "pdorch", AutoscaleSimConfig(initial=init))
+    assert on["role_switching"] and not off["role_switching"]
+    assert any(e["kind"] == "move" for e in on["events"])
+    assert not any(e["kind"] == "move" for e in off["events"])

@@ -4,13 +4,17 @@ A planner holds one `Forecaster`: each tick it calls `observe(observation)`, the
 `forecast(horizon_s)` for the load expected `horizon_s` from now, as a `LoadForecast`
 `(rate_rps, isl_tokens, osl_tokens, prefix_hit_rate)` (any 4-tuple in that order works).
 The predictors of `autoscale/` (constant, EWMA, Holt, Kalman) plug in here;
-`EwmaForecaster` is the small built-in default so a planner runs without them.
+`PredictorForecaster` puts them behind the seam (the registry's factories give pdorch and
+dynamo-planner the policy's `predictor`); `EwmaForecaster` is the small built-in default of a
+planner constructed directly.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
+from autoscale.policy import PredictorKind, PredictorParams
+from autoscale.predictors import LoadForecaster
 from autoscale.signals import Observation
 
 
@@ -65,3 +69,18 @@ class EwmaForecaster:
 
     def forecast(self, horizon_s: float) -> LoadForecast:
         return self._state or LoadForecast(0.0, 0.0, 0.0, 0.0)
+
+
+class PredictorForecaster:
+    """The policy's predictors (`autoscale.predictors.LoadForecaster(kind, params)`, one per
+    series: constant, EWMA, Holt or Kalman) behind this seam: the planners' default."""
+
+    def __init__(self, kind: PredictorKind, params: PredictorParams | None = None) -> None:
+        self.inner = LoadForecaster(kind, params)
+
+    def observe(self, observation: Observation) -> None:
+        self.inner.observe(observation)
+
+    def forecast(self, horizon_s: float) -> LoadForecast:
+        f = self.inner.forecast(horizon_s)
+        return LoadForecast(f.arrival_rps, f.mean_isl_tokens, f.mean_osl_tokens, f.prefix_hit_rate)

@@ -40,7 +40,7 @@ from typing import Any
 
 from autoscale.budget import split_budget
 from autoscale.decision import RoleMove, ScaleDecision
-from autoscale.forecast_seam import EwmaForecaster, Forecaster, LoadForecast
+from autoscale.forecast_seam import EwmaForecaster, Forecaster, LoadForecast, PredictorForecaster
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_base import Planner, register_planner
 from autoscale.planner_terms import (
@@ -299,6 +299,11 @@ class PdorchPlanner(Planner):
         return ()
 
 
-register_planner(
-    "pdorch", lambda policy, perf_model, **options: PdorchPlanner(policy, perf_model, **options)
-)
+def _make_pdorch(policy: SloPolicy, perf_model: PerfModel, **options: Any) -> PdorchPlanner:
+    """The registry's factory: the policy's predictor (`PredictorForecaster(policy.predictor,
+    policy.predictor_params)`) is the default forecaster; `forecaster=` overrides it."""
+    options.setdefault("forecaster", PredictorForecaster(policy.predictor, policy.predictor_params))
+    return PdorchPlanner(policy, perf_model, **options)
+
+
+register_planner("pdorch", _make_pdorch)

@@ -7,8 +7,9 @@ standing in for Dynamo's profiled interpolators and online forward-pass regressi
 
 **Throughput mode**, every `throughput_interval_s` (180 s). The observations since the last
 tick are aggregated into one window (request-weighted ISL/OSL/hit, mean TTFT/ITL) and fed to
-the predictor (`forecaster`; default constant = last interval; Dynamo defaults to ARIMA, the
-Kalman of `autoscale/` plugs in here). With `ISL_u = ISL·(1-hit)`, `ctx = ISL + OSL/2`:
+the predictor (`forecaster`; through the registry the policy's `predictor`, constructed
+directly constant = last interval; Dynamo defaults to ARIMA and offers Kalman too).
+With `ISL_u = ISL·(1-hit)`, `ctx = ISL + OSL/2`:
 - `N_p = max(ceil(rate / engine_rps_P), sla_floor, min)`, `engine_rps_P =
   perf.prefill_tokens_per_s(ISL_u, TTFT_SLA) / ISL_u`; `sla_floor = ceil(t_own / TTFT_SLA)`
   when a lone prefill already misses the SLA (else 1).
@@ -43,7 +44,7 @@ from typing import Any
 
 from autoscale.baselines.common import POOLS, clamp
 from autoscale.decision import ScaleDecision
-from autoscale.forecast_seam import EwmaForecaster, Forecaster, LoadForecast
+from autoscale.forecast_seam import EwmaForecaster, Forecaster, LoadForecast, PredictorForecaster
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_base import Planner, register_planner
 from autoscale.policy import SloPolicy
@@ -255,6 +256,11 @@ class DynamoPlanner(Planner):
         return ScaleDecision(obs.now, desired, reasons, (), details)
 
 
-register_planner(
-    "dynamo-planner", lambda policy, perf_model, **o: DynamoPlanner(policy, perf_model, **o)
-)
+def _make_dynamo(policy: SloPolicy, perf_model: PerfModel, **options: Any) -> DynamoPlanner:
+    """The registry's factory: the policy's predictor is the default forecaster (Dynamo lets
+    the user pick one too: constant/ARIMA/Kalman/Prophet); `forecaster=` overrides it."""
+    options.setdefault("forecaster", PredictorForecaster(policy.predictor, policy.predictor_params))
+    return DynamoPlanner(policy, perf_model, **options)
+
+
+register_planner("dynamo-planner", _make_dynamo)

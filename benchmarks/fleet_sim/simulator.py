@@ -234,20 +234,10 @@ class FleetSimulator:
                 f"workload: a request of {longest} tokens needs more KV blocks than a replica "
                 f"holds ({capacity} blocks of {bs}); use a bigger --gpu or --tp"
             )
-        max_model_len = max(2048, longest + 2 * bs)
+        self.max_model_len = max(2048, longest + 2 * bs)
         self.replicas: list[_Replica] = []
         for i, (rid, role) in enumerate(config.fleet.replica_ids()):
-            ecfg = EngineConfig(
-                block_size=bs,
-                num_gpu_blocks=None,
-                vocab_size=None,
-                kv_lease_duration_s=30.0,
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                max_num_seqs=config.max_num_seqs,
-                max_model_len=max_model_len,
-                engine_id=rid,
-            )
-            self.replicas.append(_Replica(rid, role, i, EngineCore(ecfg, self.timing)))
+            self.replicas.append(self._make_replica(rid, role, i))
         self.by_id = {r.id: r for r in self.replicas}
         self.prefill_ids = [r.id for r in self.replicas if r.role == "prefill"]
         self.decode_ids = [r.id for r in self.replicas if r.role == "decode"]
@@ -297,6 +287,21 @@ class FleetSimulator:
         self.outstanding = 0
         self._pending_decode: dict[str, list[bytes]] = {}
         self.all_transfers: list[float] = []  # heap of every pending transfer-done time
+
+    def _make_replica(self, rid: str, role: str, index: int) -> _Replica:
+        """One replica with its own engine core (every replica is configured alike)."""
+        config = self.config
+        ecfg = EngineConfig(
+            block_size=config.block_size,
+            num_gpu_blocks=None,
+            vocab_size=None,
+            kv_lease_duration_s=30.0,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.max_num_seqs,
+            max_model_len=self.max_model_len,
+            engine_id=rid,
+        )
+        return _Replica(rid, role, index, EngineCore(ecfg, self.timing))
 
     # ------------------------------------------------------------------ event plumbing
     def _push(self, t: float, kind: int, data: Any) -> None:

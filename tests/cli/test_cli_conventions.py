@@ -62,6 +62,7 @@ def test_the_walk_sees_every_command() -> None:
         "bench sim",
         "bench live",
         "bench proxy",
+        "bench autoscale",
     }
 
 

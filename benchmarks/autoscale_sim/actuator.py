@@ -1,0 +1,147 @@
+"""`SimActuator`: the `Actuator` interface over the dynamic fleet simulator, in virtual time.
+
+- `scale(pool, n, now)` up: `n - provisioned` new replicas, pending for the pool's
+  `startup_s` (0 with `instant=True`: the oracle's replicas start instantly, its definition).
+- `scale(pool, n, now)` down: cancel pending cold starts first (the latest to be ready
+  first: nothing routed to them yet), then drain ready replicas, least loaded first (fewest
+  running + waiting sequences; ties: the newest), each out of routing at once and gone when
+  its in-flight work is done (bounded by the pool's `drain_timeout_s`). A pool is never left
+  without a ready replica by a drain or a move (routing would have nowhere to send a
+  request); a planner asking for 0 gets 1 until the policy's `min` allows 0 *and* nothing
+  arrives, which the simulator does not model.
+- `switch_role(replica, to_pool, now)`: the replica drains its current-role work, then
+  `switch_s` later serves the other pool; pending in the new pool meanwhile.
+- `switchable(pool)`: with role switching on, the pool's ready replicas, least loaded first,
+  all but one.
+
+Every `apply` is logged: one `ScaleEvent` per pool whose desired count changed (`kind`
+`scale`, with the planner's reason) and one per role move (`kind` `move`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoscale.actuators.base import Actuator, ActuatorError
+from autoscale.decision import ScaleDecision
+from autoscale.policy import SloPolicy
+from autoscale.signals import Pool, PoolStatus
+from benchmarks.fleet_sim.membership import PENDING, READY, DynamicFleetSimulator
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleEvent:
+    t_s: float
+    pool: str
+    from_n: int
+    to_n: int
+    reason: str
+    kind: str  # "scale" | "move"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "t_s": self.t_s,
+            "pool": self.pool,
+            "from": self.from_n,
+            "to": self.to_n,
+            "reason": self.reason,
+            "kind": self.kind,
+        }
+
+
+class SimActuator(Actuator):
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        sim: DynamicFleetSimulator,
+        policy: SloPolicy,
+        *,
+        instant: bool = False,
+        role_switching: bool | None = None,
+    ) -> None:
+        self.sim = sim
+        self.policy = policy
+        self.instant = instant
+        self.role_switching = policy.role_switching if role_switching is None else role_switching
+        self.events: list[ScaleEvent] = []
+        self.desired: dict[Pool, list[int]] = {p: [] for p in Pool}
+
+    def current(self) -> dict[Pool, PoolStatus]:
+        return {p: PoolStatus(*self.sim.status(p.value)) for p in Pool}
+
+    def _load(self, rid: str) -> tuple[int, int]:
+        st = self.sim.by_id[rid].core.stats()
+        return (st.num_running + st.num_waiting, -self.sim.by_id[rid].index)
+
+    def scale(self, pool: Pool, replicas: int, now: float) -> None:
+        sim = self.sim
+        limits = self.policy.pools[pool]
+        ready, pending, _ = sim.status(pool.value)
+        provisioned = ready + pending
+        if replicas > provisioned:
+            startup = 0.0 if self.instant else limits.startup_s
+            for _ in range(replicas - provisioned):
+                sim.add_replica(pool.value, now, startup)
+            return
+        excess = provisioned - replicas
+        cold = [m for m in sim.members.values() if m.pool == pool.value and m.state == PENDING]
+        cold.sort(key=lambda m: (m.ready_at or 0.0, m.asked_at), reverse=True)
+        for m in cold[:excess]:
+            sim.cancel_pending(m.replica_id, now)
+            excess -= 1
+        ready_ids = sorted(sim.pool_members(pool.value, READY), key=self._load)
+        while excess > 0 and len(ready_ids) > 1:
+            sim.drain_replica(ready_ids.pop(0), now, limits.drain_timeout_s)
+            excess -= 1
+
+    def switchable(self, pool: Pool) -> list[str]:
+        if not self.role_switching:
+            return []
+        ready_ids = sorted(self.sim.pool_members(pool.value, READY), key=self._load)
+        return ready_ids[:-1]
+
+    def switch_role(self, replica_id: str, to_pool: Pool, now: float) -> None:
+        m = self.sim.members.get(replica_id)
+        if m is None or m.state != READY or m.pool == to_pool.value:
+            raise ActuatorError(f"{replica_id} cannot move to {to_pool}")
+        timeout = self.policy.pools[Pool(m.pool)].drain_timeout_s
+        self.sim.switch_role(replica_id, now, self.policy.switch_s, timeout)
+
+    def apply(self, decision: ScaleDecision, now: float) -> None:
+        before = {p: s.provisioned for p, s in self.current().items()}
+        moved = {p: 0 for p in Pool}
+        for move in decision.moves:
+            ids = self.switchable(move.from_pool)[: move.count]
+            for rid in ids:
+                self.switch_role(rid, move.to_pool, now)
+            if ids:
+                moved[move.from_pool] -= len(ids)
+                moved[move.to_pool] += len(ids)
+                self.events.append(
+                    ScaleEvent(
+                        now,
+                        move.to_pool.value,
+                        before[move.to_pool],
+                        before[move.to_pool] + len(ids),
+                        f"role-move from {move.from_pool.value}",
+                        "move",
+                    )
+                )
+        for pool, n in decision.desired.items():
+            self.desired[pool].append(n)
+            have = self.current()[pool].provisioned
+            if have != n:
+                self.scale(pool, n, now)
+            after = self.current()[pool].provisioned
+            if after != before[pool] + moved[pool]:
+                self.events.append(
+                    ScaleEvent(
+                        now,
+                        pool.value,
+                        before[pool] + moved[pool],
+                        after,
+                        decision.reasons.get(pool, ""),
+                        "scale",
+                    )
+                )

@@ -1,0 +1,213 @@
+"""Accounting of one planner run: what `results.json` holds per planner.
+
+- **attainment** (`{"both", "ttft", "itl"}`): the share of all arrived requests whose TTFT
+  (`ttft`), per-request mean ITL (`itl`), or both (`both`) are within the policy's targets
+  (a request never served, or lost, is within neither). Three target pairs:
+  `attainment` at the policy's pair, `attainment_p90` the same targets held at p90 (the
+  fractions are the same; its `met` asks only ≥ 90 %), `attainment_loose` at 2x both targets
+  held at the policy's percentile. Each carries `required` (percentile / 100), `met`
+  (`both ≥ required`), the targets, and the observed TTFT/ITL at that percentile.
+- **per_minute**: per minute of arrival, requests and the three attainments at the policy
+  pair.
+- **gpu_hours**: Σ over replicas of (time from being asked for to leaving) x GPUs per
+  replica, i.e. the integral of (ready + pending + draining)·gpus_per_replica; pending
+  replicas are paid for. Per pool in `gpu_hours_by_pool` (a moved replica counts in the pool
+  it ended in).
+- **timeline**: every `record_s` (10 s): arrival rps, observed p90 TTFT and ITL over those
+  10 s, and per pool ready / pending / draining.
+- **events**: every change of a pool's provisioned count (`kind` `scale`, with the planner's
+  reason) and every role move (`kind` `move`).
+- **direction_changes** per pool: sign changes between consecutive non-zero changes of the
+  planner's desired count (one per tick).
+- **lost**: requests aborted at a drain timeout (arrived - completed; 0 expected).
+- **time_to_capacity_s**: per pool, from a breach (the first timeline sample whose observed
+  TTFT (prefill) / ITL (decode) at the policy's percentile exceeds the target) to the next
+  time a replica joins that pool (a cold start becoming ready, or a role move landing); the
+  next breach is looked for after that. `breaches_unresolved` counts breaches no capacity
+  followed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING, Any
+
+from autoscale.policy import SloPolicy
+from autoscale.signals import Observation, Pool
+from autoscale.sizing import itl_target_s, ttft_target_s
+from benchmarks.autoscale_sim.observe import mean_itl_s, percentile, ttft_s
+from benchmarks.fleet_sim.membership import POOLS, DynamicFleetSimulator, DynamicResult
+
+if TYPE_CHECKING:
+    from benchmarks.autoscale_sim.actuator import SimActuator
+    from benchmarks.fleet_sim.simulator import RequestRecord
+
+LOOSE_FACTOR = 2.0
+
+
+class Recorder:
+    """Timeline samples (module docstring)."""
+
+    def __init__(self, policy: SloPolicy) -> None:
+        self.policy = policy
+        self.timeline: list[dict[str, Any]] = []
+        self.breach: dict[str, list[float]] = {p: [] for p in POOLS}  # sample times in breach
+
+    def sample(self, obs: Observation, sim: DynamicFleetSimulator) -> None:
+        row: dict[str, Any] = {
+            "t_s": obs.now,
+            "arrival_rps": obs.arrival_rps,
+            "ttft_p90_s": obs.ttft.p90_s,
+            "itl_p90_s": obs.itl.p90_s,
+        }
+        for pool in POOLS:
+            ready, pending, draining = sim.status(pool)
+            row[pool] = {"ready": ready, "pending": pending, "draining": draining}
+        self.timeline.append(row)
+        slo = self.policy.slo
+        ttft = obs.ttft.percentile(slo.ttft_ms.percentile)
+        itl = obs.itl.percentile(slo.itl_ms.percentile)
+        if ttft is not None and ttft > ttft_target_s(self.policy):
+            self.breach["prefill"].append(obs.now)
+        if itl is not None and itl > itl_target_s(self.policy):
+            self.breach["decode"].append(obs.now)
+
+
+def direction_changes(desired: list[int]) -> int:
+    """Sign changes between consecutive non-zero changes of `desired`."""
+    changes = 0
+    last = 0
+    for a, b in itertools.pairwise(desired):
+        d = b - a
+        if d == 0:
+            continue
+        sign = 1 if d > 0 else -1
+        if last and sign != last:
+            changes += 1
+        last = sign
+    return changes
+
+
+def _attainment(
+    records: list[RequestRecord], ttft_t: float, itl_t: float, required: float
+) -> dict[str, Any]:
+    n = len(records)
+    ok_t = ok_i = ok_b = 0
+    ttfts: list[float] = []
+    itls: list[float] = []
+    for r in records:
+        t = ttft_s(r) if r.finish is not None else None
+        i = mean_itl_s(r) if r.finish is not None else None
+        a = t is not None and t <= ttft_t
+        b = r.finish is not None and (i is None or i <= itl_t)
+        ok_t += a
+        ok_i += b
+        ok_b += a and b
+        ttfts.append(t if t is not None else math.inf)
+        if i is not None:
+            itls.append(i)
+    ttfts.sort()
+    itls.sort()
+    q = required * 100
+    both = ok_b / n if n else 1.0
+    return {
+        "both": both,
+        "ttft": ok_t / n if n else 1.0,
+        "itl": ok_i / n if n else 1.0,
+        "required": required,
+        "met": both >= required,
+        "ttft_target_ms": ttft_t * 1000,
+        "itl_target_ms": itl_t * 1000,
+        "ttft_at_percentile_s": percentile(ttfts, q) if ttfts else None,
+        "itl_at_percentile_s": percentile(itls, q) if itls else None,
+    }
+
+
+def _per_minute(records: list[RequestRecord], ttft_t: float, itl_t: float) -> list[dict[str, Any]]:
+    buckets: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        buckets.setdefault(int(r.arrival // 60), []).append(r)
+    out = []
+    for minute in sorted(buckets):
+        a = _attainment(buckets[minute], ttft_t, itl_t, 0.0)
+        out.append(
+            {
+                "t_s": minute * 60.0,
+                "requests": len(buckets[minute]),
+                "attainment_both": a["both"],
+                "attainment_ttft": a["ttft"],
+                "attainment_itl": a["itl"],
+            }
+        )
+    return out
+
+
+def _time_to_capacity(recorder: Recorder, dyn: DynamicResult) -> tuple[dict[str, list[float]], int]:
+    joins: dict[str, list[float]] = {p: [] for p in POOLS}
+    for e in dyn.events:
+        if e.kind in ("ready", "moved") and e.t_s > 0:
+            joins[e.pool].append(e.t_s)
+    out: dict[str, list[float]] = {p: [] for p in POOLS}
+    unresolved = 0
+    for pool in POOLS:
+        times = sorted(joins[pool])
+        resolved_until = -math.inf
+        for t in recorder.breach[pool]:
+            if t <= resolved_until:
+                continue
+            later = [j for j in times if j >= t]
+            if not later:
+                unresolved += 1
+                resolved_until = math.inf
+                continue
+            out[pool].append(later[0] - t)
+            resolved_until = later[0]
+    return out, unresolved
+
+
+def planner_result(
+    name: str,
+    policy: SloPolicy,
+    dyn: DynamicResult,
+    sim: DynamicFleetSimulator,
+    actuator: SimActuator,
+    recorder: Recorder,
+    *,
+    initial: dict[Pool, int],
+    role_switching: bool,
+    plan_cpu_s: float,
+) -> dict[str, Any]:
+    """The per-planner dict of `results.json` (module docstring)."""
+    records = dyn.sim.requests
+    tt, it = ttft_target_s(policy), itl_target_s(policy)
+    q_ttft = policy.slo.ttft_ms.percentile / 100
+    gpus = {p.value: policy.pools[p].gpus_per_replica for p in Pool}
+    gpu_s = sim.gpu_seconds(dyn.end_s, gpus)
+    ttc, unresolved = _time_to_capacity(recorder, dyn)
+    return {
+        "planner": name,
+        "attainment": _attainment(records, tt, it, q_ttft),
+        "attainment_p90": _attainment(records, tt, it, 0.90),
+        "attainment_loose": _attainment(records, LOOSE_FACTOR * tt, LOOSE_FACTOR * it, q_ttft),
+        "per_minute": _per_minute(records, tt, it),
+        "gpu_hours": sum(gpu_s.values()) / 3600.0,
+        "gpu_hours_by_pool": {p: v / 3600.0 for p, v in gpu_s.items()},
+        "lost": dyn.lost,
+        "requests": dyn.arrived,
+        "completed": dyn.completed,
+        "direction_changes": {p.value: direction_changes(actuator.desired[p]) for p in Pool},
+        "events": [e.as_dict() for e in actuator.events],
+        "membership_events": len(dyn.events),
+        "timeline": recorder.timeline,
+        "time_to_capacity_s": ttc["prefill"] + ttc["decode"],
+        "time_to_capacity_by_pool_s": ttc,
+        "breaches_unresolved": unresolved,
+        "initial": {p.value: n for p, n in initial.items()},
+        "role_switching": role_switching,
+        "interval_s": None,
+        "end_s": dyn.end_s,
+        "sim_cpu_s": dyn.sim.cpu_s,
+        "sim_wall_s": dyn.sim.wall_s,
+        "plan_cpu_s": plan_cpu_s,
+    }

@@ -1,0 +1,349 @@
+"""`pdorch bench autoscale`: planners side by side on a simulated P/D fleet (virtual time).
+
+Every planner sees the same arrivals (one `Workload`) and drives its own dynamic fleet in the
+fleet simulator (`benchmarks/autoscale_sim`): replicas join after the policy's `startup_s`,
+leave after a drain, switch role after `switch_s`. The table (stdout, or stderr with
+`--json`) and `--json` (one object on stdout: `{"planners": {NAME: {"attainment",
+"gpu_hours", "lost", "direction_changes": {"prefill", "decode"}, ...}}, "wall_s"}`) summarise
+each run; `--out DIR` writes `results.json` (every run's accounting, the exact command and
+the settings) and the report (`benchmarks/autoscale_sim/report.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from pdorch.cli.options import split_list
+
+RENAMED: dict[str, str] = {}
+"""Old flag spellings, accepted as hidden aliases for one release (pdorch/cli/options.py)."""
+
+DEFAULT_PLANNERS = (
+    "pdorch,oracle,static-peak,static-mean,hpa-kv-util,dynamo-planner,llmd-slo,aibrix-kpa"
+)
+DEFAULT_POLICY = Path("deploy/examples/slo-policy.yaml")
+
+
+def bench_autoscale(
+    workload: str | None = typer.Option(
+        None,
+        "--workload",
+        help="Named workload (e.g. diurnal, agentic, rl-rollouts). Exclusive with --trace.",
+    ),
+    trace: Path | None = typer.Option(
+        None, "--trace", help="Trace file to replay (Mooncake JSONL or Azure CSV) instead."
+    ),
+    trace_format: str | None = typer.Option(
+        None, "--trace-format", help="mooncake | azure; default: detected from the file."
+    ),
+    policy_file: Path = typer.Option(
+        DEFAULT_POLICY,
+        "--policy",
+        help="SLO policy YAML (targets, pool limits, startup/drain/switch times, predictor; "
+        "autoscale/README.md).",
+    ),
+    planners: list[str] = typer.Option(
+        [],
+        "--planners",
+        metavar="NAME,...",
+        help=f"Planners, comma-separated or repeated. Default: {DEFAULT_PLANNERS}.",
+    ),
+    rate_scale: float = typer.Option(
+        1.0, "--rate-scale", min=0.0001, help="Arrival-rate multiplier (2 = twice the load)."
+    ),
+    max_requests: int | None = typer.Option(
+        None, "--max-requests", min=1, help="Replay only the first N trace rows. Default: all."
+    ),
+    role_switching: bool | None = typer.Option(
+        None,
+        "--role-switching/--no-role-switching",
+        help="Let replicas move between the pools (vLLM kv_both). Default: the policy's "
+        "role_switching.",
+    ),
+    initial_fleet: str | None = typer.Option(
+        None,
+        "--initial-fleet",
+        help="Fleet at t=0 for every planner, like 2P2D. Default: what the oracle sizes for "
+        "the first 30 s (static planners start at their own fixed fleet).",
+    ),
+    router_policy: str = typer.Option(
+        "token_load",
+        "--router-policy",
+        help="Routing policy of the simulated coordinator (see pdorch bench sim --policies).",
+    ),
+    block_size: int = typer.Option(
+        64,
+        "--block-size",
+        min=1,
+        help="KV block size of the simulated engines. Mooncake traces identify 512-token "
+        "blocks, so --block-size 512 gives the same hits 8x cheaper.",
+    ),
+    record_s: float = typer.Option(
+        10.0, "--record-s", min=0.5, help="Timeline sample period, seconds (a multiple of 0.5)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the workload and seeded policies."),
+    param: list[str] = typer.Option(
+        [],
+        "--param",
+        help="Workload parameter KEY=VALUE (JSON value), repeated for several (never split at "
+        "commas), e.g. --param peak_rps=12.",
+    ),
+    fast_forward: bool = typer.Option(
+        True,
+        "--fast-forward/--no-fast-forward",
+        help="Advance pure-decode steps in bulk (same results, much faster).",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object on stdout; table and progress on stderr."
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="Directory (created) to write results.json, report.md and PNG plots into. "
+        "Default: write no files.",
+        file_okay=False,
+    ),
+) -> None:
+    """Compare autoscaling planners on a simulated P/D fleet against an SLO policy.
+
+    Example: `pdorch bench autoscale --trace benchmarks/traces/azure/AzureLLMInferenceTrace_conv.csv
+    --trace-format azure --planners pdorch,oracle,static-peak --json --out out/`
+    """
+    import time
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    from autoscale.planners import planner_names
+    from autoscale.policy import PolicyError, load_policy
+    from autoscale.signals import Pool
+    from benchmarks.autoscale_sim.runner import AutoscaleSimConfig, run_planner, trace_requests
+    from benchmarks.fleet_sim.fleet import FleetSpec
+    from benchmarks.workloads import load_workload
+
+    err = Console(stderr=True, width=None if sys.stderr.isatty() else 220)
+    console = err if as_json else Console(width=None if sys.stdout.isatty() else 220)
+    if (workload is None) == (trace is None):
+        raise typer.BadParameter(
+            "give exactly one of --workload or --trace", param_hint="--workload"
+        )
+    try:
+        policy = load_policy(policy_file)
+    except (PolicyError, OSError) as e:
+        raise typer.BadParameter(str(e), param_hint="--policy") from None
+    names = split_list(planners or [DEFAULT_PLANNERS], "--planners")
+    unknown = [n for n in names if n not in planner_names()]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown planner(s) {', '.join(unknown)}; known: {', '.join(planner_names())}",
+            param_hint="--planners",
+        )
+    initial = None
+    if initial_fleet is not None:
+        try:
+            spec = FleetSpec.parse(initial_fleet)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--initial-fleet") from None
+        if spec.colocated or not spec.prefill or not spec.decode:
+            raise typer.BadParameter(
+                "give prefill and decode only, like 2P2D", param_hint="--initial-fleet"
+            )
+        initial = {Pool.PREFILL: spec.prefill, Pool.DECODE: spec.decode}
+    kw: dict[str, object] = {}
+    for item in param:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--param")
+        try:
+            kw[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kw[key] = value
+    if max_requests is not None:
+        kw["max_requests"] = max_requests
+    source = str(trace) if trace is not None else str(workload)
+    try:
+        wl = load_workload(
+            source, trace_format=trace_format, rate_scale=rate_scale, seed=seed, **kw
+        )
+    except (ValueError, FileNotFoundError) as e:
+        raise typer.BadParameter(str(e), param_hint="--trace" if trace else "--workload") from None
+    if abs(record_s / 0.5 - round(record_s / 0.5)) > 1e-9:
+        raise typer.BadParameter("a multiple of 0.5 s", param_hint="--record-s")
+    cfg = AutoscaleSimConfig(
+        router_policy=router_policy,
+        block_size=block_size,
+        record_s=record_s,
+        fast_forward=fast_forward,
+        seed=seed,
+        role_switching=role_switching,
+        initial=initial,
+    )
+
+    wall0 = time.perf_counter()
+    requests = trace_requests(wl, block_size)
+    horizon = max((r[0] for r in requests), default=0.0) or 1.0
+    runs: dict[str, dict[str, Any]] = {}
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=as_json,
+    ) as progress:
+        for name in names:
+            task = progress.add_task(f"{name:>16}", total=horizon, status="")
+
+            def tick(t: float, task: TaskID = task) -> None:
+                progress.update(task, completed=min(t, horizon), status=f"t={t:.0f}s")
+
+            try:
+                res = run_planner(wl, policy, name, cfg, progress=tick, requests=requests)
+            except ValueError as e:
+                raise typer.BadParameter(str(e)) from None
+            runs[name] = res
+            progress.update(
+                task,
+                completed=horizon,
+                status=f"done in {res['sim_wall_s']:.1f}s ({res['sim_cpu_s']:.1f}s CPU)",
+            )
+    wall = time.perf_counter() - wall0
+
+    console.print(_table(runs, f"bench autoscale: {wl.name} ({wl.num_requests} requests)"))
+    if out is not None:
+        command = "pdorch bench autoscale " + " ".join(shlex.quote(a) for a in sys.argv[1:][2:])
+        if sys.argv[1:3] != ["bench", "autoscale"]:
+            command = "pdorch bench autoscale ..."
+        settings = {
+            "workload": source,
+            "workload_name": wl.name,
+            "workload_meta": wl.meta,
+            "trace_format": trace_format,
+            "policy_file": str(policy_file),
+            "policy": policy.model_dump(mode="json"),
+            "planners": names,
+            "rate_scale": rate_scale,
+            "max_requests": max_requests,
+            "role_switching": role_switching,
+            "initial_fleet": initial_fleet,
+            "router_policy": router_policy,
+            "block_size": block_size,
+            "record_s": record_s,
+            "tick_s": cfg.tick_s,
+            "seed": seed,
+            "params": kw,
+            "requests": wl.num_requests,
+            "fast_forward": fast_forward,
+            "slo": policy.slo.model_dump(mode="json"),
+        }
+        run = {"command": command, "settings": settings, "planners": runs, "wall_s": wall}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+        _render(run, out)
+        err.print(f"report: {out / 'report.md'}")
+    if as_json:
+        sys.stdout.write(json.dumps({"planners": runs_summary(runs), "wall_s": wall}) + "\n")
+
+
+SUMMARY_KEYS = (
+    "gpu_hours",
+    "gpu_hours_by_pool",
+    "lost",
+    "requests",
+    "completed",
+    "direction_changes",
+    "time_to_capacity_s",
+    "sim_cpu_s",
+)
+
+
+def runs_summary(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The `--json` object's planners: `attainment` is the fraction within both SLOs."""
+    out = {}
+    for name, r in runs.items():
+        row: dict[str, Any] = {"attainment": r["attainment"]["both"]}
+        row["attainment_ttft"] = r["attainment"]["ttft"]
+        row["attainment_itl"] = r["attainment"]["itl"]
+        row["attainment_p90"] = r["attainment_p90"]["both"]
+        row["attainment_loose"] = r["attainment_loose"]["both"]
+        row.update({k: r[k] for k in SUMMARY_KEYS})
+        out[name] = row
+    return out
+
+
+def _table(runs: dict[str, dict[str, Any]], title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in (
+        "planner",
+        "both",
+        "TTFT",
+        "ITL",
+        "p90 pair",
+        "2x pair",
+        "GPU-h",
+        "/oracle",
+        "/static-peak",
+        "lost",
+        "flips P/D",
+        "to capacity s (max)",
+        "CPU s",
+    ):
+        table.add_column(col, justify="left" if col == "planner" else "right")
+    oracle = runs.get("oracle", {}).get("gpu_hours")
+    peak = runs.get("static-peak", {}).get("gpu_hours")
+    for name, r in runs.items():
+        a = r["attainment"]
+        ttc = r["time_to_capacity_s"]
+        gh = r["gpu_hours"]
+        table.add_row(
+            name,
+            f"{a['both']:.2%}",
+            f"{a['ttft']:.2%}",
+            f"{a['itl']:.2%}",
+            f"{r['attainment_p90']['both']:.2%}",
+            f"{r['attainment_loose']['both']:.2%}",
+            f"{gh:.3f}",
+            f"{gh / oracle:.2f}" if oracle else "-",
+            f"{gh / peak:.2f}" if peak else "-",
+            str(r["lost"]),
+            f"{r['direction_changes']['prefill']}/{r['direction_changes']['decode']}",
+            f"{max(ttc):.0f}" if ttc else "-",
+            f"{r['sim_cpu_s']:.1f}",
+        )
+    return table
+
+
+def _render(run: dict[str, Any], out: Path) -> None:
+    """The report module's `render_report`, or a minimal markdown table until it exists."""
+    import importlib
+
+    try:  # by name: the report module is written beside this command (as-report's)
+        report = importlib.import_module("benchmarks.autoscale_sim.report")
+    except ModuleNotFoundError as e:
+        if e.name != "benchmarks.autoscale_sim.report":
+            raise
+        lines = [
+            f"# bench autoscale: {run['settings']['workload_name']}",
+            "",
+            f"`{run['command']}`",
+            "",
+            "| planner | within both SLOs | GPU-hours | lost | direction changes P/D |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, r in run["planners"].items():
+            d = r["direction_changes"]
+            lines.append(
+                f"| {name} | {r['attainment']['both']:.2%} | {r['gpu_hours']:.3f} | "
+                f"{r['lost']} | {d['prefill']}/{d['decode']} |"
+            )
+        (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return
+    report.render_report(run, out)

@@ -49,7 +49,7 @@ class LiveMeasurement:
     decode_positions: dict[tuple[int, int], float]
 
 
-async def _stream(
+async def stream_token_stamps(
     client: Any,
     url: str,
     model: str,
@@ -57,7 +57,12 @@ async def _stream(
     max_tokens: int,
     stop: Callable[[Stamps], bool] | None = None,
 ) -> Stamps:
-    """One streamed completion's token stamps; `stop(stamps)` true after a chunk closes it."""
+    """One streamed completion's token stamps; `stop(stamps)` true after a chunk closes it.
+
+    Greedy, `ignore_eos`, with `continuous_usage_stats` so that every chunk carries the
+    completion's token count (a chunk holding several tokens counts them all). Also the
+    client of `benchmarks/fidelity.py`. Raises RuntimeError when no token chunk came.
+    """
     body = {
         "model": model,
         "prompt": prompt,
@@ -192,7 +197,7 @@ async def measure_live(
     max_model_len = engine.max_model_len or 8192
     limits = httpx.Limits(max_connections=max([1, *(b for b, _ in points)]) + 4)
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
-        await _stream(client, url, model, prompt(64), 4)  # warm-up
+        await stream_token_stamps(client, url, model, prompt(64), 4)  # warm-up
         for n in isl_tokens:
             if progress:
                 progress(f"prefill {n} tokens")
@@ -200,7 +205,7 @@ async def measure_live(
             ttfts = []
             for _ in range(repeats):
                 start = time.perf_counter()
-                stamps = await _stream(client, url, model, prompt(n), 1)
+                stamps = await stream_token_stamps(client, url, model, prompt(n), 1)
                 ttfts.append(stamps[0][0] - start)
             prefill[n] = statistics.median(ttfts)
             mean = _delta_mean(before, await _engine_sums(client, url), 0)
@@ -213,7 +218,10 @@ async def measure_live(
             window = _Window(b, decode_tokens)
             cap = max(decode_tokens, min(16384, max_model_len - c - 1))
             streams = await asyncio.gather(
-                *(_stream(client, url, model, prompt(c), cap, window.stop(i)) for i in range(b))
+                *(
+                    stream_token_stamps(client, url, model, prompt(c), cap, window.stop(i))
+                    for i in range(b)
+                )
             )
             inside = [w for w in (window.itl(s) for s in streams) if w is not None]
             if len(inside) < b:

@@ -12,12 +12,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -26,11 +24,9 @@ from pydantic import (
 from autoscale.signals import Pool
 from pools.yaml_errors import (
     ConfigFileError,
-    ConfigIssue,
     FieldPathError,
-    parse_yaml,
-    validation_issues,
-    yaml_issue,
+    read_yaml,
+    validate_config,
 )
 
 # Ceilings past which a target is a unit mistake (seconds written as ms, ms as µs), not a SLO.
@@ -259,17 +255,9 @@ def parse_policy(
 ) -> SloPolicy:
     """Validate a mapping (`None`: all defaults); PolicyError names every bad field (and its
     line, given `lines`). Relative `perf_model.sweep_file` is resolved against `base_dir`."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise PolicyError(
-            [ConfigIssue("", "expected a mapping at the top level", 1 if lines else None)], source
-        )
-    context = {"base_dir": base_dir} if base_dir is not None else None
-    try:
-        return SloPolicy.model_validate(data, context=context)
-    except ValidationError as err:
-        raise PolicyError(validation_issues(err, data, lines or {}), source) from None
+    return validate_config(
+        SloPolicy, data, PolicyError, base_dir=base_dir, source=source, lines=lines
+    )
 
 
 def load_policy(path_or_text: str | Path, *, base_dir: Path | None = None) -> SloPolicy:
@@ -289,10 +277,7 @@ def load_policy(path_or_text: str | Path, *, base_dir: Path | None = None) -> Sl
     else:
         text = path_or_text
         base_dir = (base_dir or Path.cwd()).resolve()
-    try:
-        data, lines = parse_yaml(text)
-    except yaml.YAMLError as err:
-        raise PolicyError([yaml_issue(err)], source) from None
+    data, lines = read_yaml(text, PolicyError, source)
     return parse_policy(data, base_dir=base_dir, source=source, lines=lines)
 
 

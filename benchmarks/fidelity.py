@@ -56,6 +56,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from autoscale.perf_sweep_live import stream_token_stamps
+
 PROMPT_LENGTHS = (32, 128, 512, 1024)
 MAX_TOKENS = 32
 CONCURRENCY = (1, 4)
@@ -120,31 +122,9 @@ async def one_request(
     """One streamed request. `continuous_usage_stats` gives the token count with every chunk,
     so chunks that carry several tokens (an engine or a client falling behind) are counted
     right; ITL is the request's mean inter-token time `(t_last - t_first) / (n - 1)`."""
-    body = {
-        "model": SERVED_NAME,
-        "prompt": prompt,
-        "max_tokens": MAX_TOKENS,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
     start = time.perf_counter()
-    first: tuple[float, int] | None = None
-    last: tuple[float, int] | None = None
-    async with client.stream("POST", f"{url}/v1/completions", json=body) as r:
-        r.raise_for_status()
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if not chunk.get("choices"):
-                continue
-            stamp = (time.perf_counter(), int(chunk["usage"]["completion_tokens"]))
-            first = first or stamp
-            last = stamp
-    if first is None or last is None:
-        raise RuntimeError(f"{url}: no token chunks")
+    stamps = await stream_token_stamps(client, url, SERVED_NAME, prompt, MAX_TOKENS)
+    first, last = stamps[0], stamps[-1]
     itl = (last[0] - first[0]) / (last[1] - first[1]) if last[1] > first[1] else float("nan")
     return RequestTiming(
         prompt_len=len(prompt), concurrency=concurrency, ttft_s=first[0] - start, itl_s=[itl]

@@ -10,7 +10,8 @@ Read (vLLM 0.32 names, also served by the simulated engine):
 `vllm:kv_cache_usage_perc` (gauge 0..1, mean over engines), `vllm:prefix_cache_queries_total`,
 `vllm:prefix_cache_hits_total` (counters in tokens, summed), and the `num_gpu_blocks` /
 `block_size` labels of `vllm:cache_config_info` when present. A vLLM page is mostly histogram
-buckets, so lines of other metrics are dropped before the Prometheus parser sees them.
+buckets, so lines of other metrics are dropped before the Prometheus parser sees them
+(`pools.prometheus_text.relevant_lines`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pools.fleet import Fleet
 from pools.periodic import PeriodicLoop
+from pools.prometheus_text import relevant_lines
 from pools.replica import Replica, ReplicaMetrics
 
 log = logging.getLogger(__name__)
@@ -59,27 +61,6 @@ class MetricsSettings(BaseModel):
     )
 
 
-def _relevant_lines(text: str) -> str:
-    """Only the sample and `# TYPE`/`# HELP` lines of the metrics read here."""
-    keep: list[str] = []
-    families = set(_FAMILIES.values())
-    for line in text.splitlines():
-        if line.startswith("#"):
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP") and parts[2] in families:
-                keep.append(line)
-            continue
-        end = len(line)
-        for stop in ("{", " "):
-            i = line.find(stop)
-            if 0 <= i < end:
-                end = i
-        if line[:end] in _WANTED:
-            keep.append(line)
-    keep.append("")
-    return "\n".join(keep)
-
-
 def _int_label(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
@@ -95,7 +76,7 @@ def parse_vllm_metrics(text: str, now: float) -> ReplicaMetrics:
     kv_samples: list[float] = []
     num_gpu_blocks: int | None = None
     block_size: int | None = None
-    for family in text_string_to_metric_families(_relevant_lines(text)):
+    for family in text_string_to_metric_families(relevant_lines(text, _FAMILIES.values())):
         for sample in family.samples:
             if sample.name == KV_USAGE:
                 kv_samples.append(float(sample.value))

@@ -7,20 +7,24 @@ the line of the nearest key on it. Cross-field rules raise `FieldPathError(path,
 inside a validator so that their message names the field they are about, not the model.
 
 One error per file: `ConfigFileError.issues` lists every problem; its message is one
-`file:line: dotted.path: why` line per problem.
+`file:line: dotted.path: why` line per problem. `read_yaml` and `validate_config` are the two
+steps every config loader takes (text → data and lines; data → model), each raising the
+loader's own `ConfigFileError` subclass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 FieldPath = tuple[str | int, ...]
 LineMap = Mapping[FieldPath, int]
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class FieldPathError(ValueError):
@@ -141,3 +145,38 @@ def yaml_issue(err: yaml.YAMLError) -> ConfigIssue:
     line = mark.line + 1 if mark is not None else None
     problem = getattr(err, "problem", None) or str(err)
     return ConfigIssue("", f"YAML: {problem}", line)
+
+
+def read_yaml(
+    text: str, error: type[ConfigFileError], source: str | None = None
+) -> tuple[Any, dict[FieldPath, int]]:
+    """`parse_yaml`, a syntax error raised as `error` (with its line) instead of YAMLError."""
+    try:
+        return parse_yaml(text)
+    except yaml.YAMLError as err:
+        raise error([yaml_issue(err)], source) from None
+
+
+def validate_config(
+    model: type[ModelT],
+    data: Any,
+    error: type[ConfigFileError],
+    *,
+    base_dir: Path | None = None,
+    source: str | None = None,
+    lines: LineMap | None = None,
+) -> ModelT:
+    """`data` (`None`: all defaults) validated as `model`; `error` names every bad field (and
+    its line, given `lines`). `base_dir` reaches the validators as `context["base_dir"]` (for
+    the relative paths in a file)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise error(
+            [ConfigIssue("", "expected a mapping at the top level", 1 if lines else None)], source
+        )
+    context = {"base_dir": base_dir} if base_dir is not None else None
+    try:
+        return model.model_validate(data, context=context)
+    except ValidationError as err:
+        raise error(validation_issues(err, data, lines or {}), source) from None

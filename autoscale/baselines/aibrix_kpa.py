@@ -28,7 +28,7 @@ import math
 from collections import deque
 from typing import Any
 
-from autoscale.baselines.common import POOLS, clamp, pool_metric
+from autoscale.baselines.common import POOLS, clamp, per_pool_decision, pool_metric
 from autoscale.decision import ScaleDecision
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_base import Planner, register_planner
@@ -118,12 +118,7 @@ class AibrixKpaPlanner(Planner):
         return want, why, {"stable": stable, "panic": panic, "dspc": dspc, "dppc": dppc}
 
     def plan(self, observation: Observation) -> ScaleDecision:
-        desired: dict[Pool, int] = {}
-        reasons: dict[Pool, str] = {}
-        details: dict[str, Any] = {}
-        for p in POOLS:
-            desired[p], reasons[p], details[str(p)] = self._pool(observation, p)
-        return ScaleDecision(observation.now, desired, reasons, (), details)
+        return per_pool_decision(observation.now, lambda p: self._pool(observation, p))
 
 
 register_planner(

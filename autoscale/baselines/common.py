@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from autoscale.baselines.hpa_behavior import HpaController
+from autoscale.decision import ScaleDecision
 from autoscale.policy import SloPolicy
 from autoscale.signals import Observation, Pool, ReplicaSignals
 from autoscale.sizing import clamp_to_limits
@@ -41,3 +45,24 @@ def hpa_step(
     clamped, bound = clamp_to_limits(policy, pool, rec)
     n, why = hpa.decide(now, current, clamped)
     return n, bound if bound and n == clamped else why
+
+
+PoolStep = Callable[[Pool], tuple[int, str, dict[str, Any]]]
+
+
+def per_pool_decision(now: float, step: PoolStep) -> ScaleDecision:
+    """One decision from `step(pool)` → (desired, reason, details) for each pool (no moves)."""
+    desired: dict[Pool, int] = {}
+    reasons: dict[Pool, str] = {}
+    details: dict[str, Any] = {}
+    for p in POOLS:
+        desired[p], reasons[p], details[str(p)] = step(p)
+    return ScaleDecision(now, desired, reasons, (), details)
+
+
+def held_decision(last: ScaleDecision | None, now: float, period_s: float) -> ScaleDecision | None:
+    """The last decision repeated at `now` while its sync period runs (an HPA decides once per
+    period and holds in between); None once the period is over (or before any decision)."""
+    if last is not None and now - last.now < period_s - 1e-9:
+        return ScaleDecision(now, dict(last.desired), dict(last.reasons))
+    return None

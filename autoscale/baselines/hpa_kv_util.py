@@ -23,7 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from autoscale.baselines.common import POOLS, hpa_step, pool_metric
+from autoscale.baselines.common import (
+    POOLS,
+    held_decision,
+    hpa_step,
+    per_pool_decision,
+    pool_metric,
+)
 from autoscale.baselines.hpa_behavior import Behavior, HpaController, metric_recommendation
 from autoscale.decision import ScaleDecision
 from autoscale.perf_model_base import PerfModel
@@ -55,21 +61,21 @@ class HpaKvUtilPlanner(Planner):
 
     def plan(self, observation: Observation) -> ScaleDecision:
         obs = observation
-        if self._last is not None and obs.now - self._last.now < self.interval_s - 1e-9:
-            return ScaleDecision(obs.now, dict(self._last.desired), dict(self._last.reasons))
-        desired: dict[Pool, int] = {}
-        reasons: dict[Pool, str] = {}
-        details: dict[str, Any] = {}
-        for p in POOLS:
+        held = held_decision(self._last, obs.now, self.interval_s)
+        if held is not None:
+            return held
+
+        def step(p: Pool) -> tuple[int, str, dict[str, Any]]:
             status = obs.pool(p)
             values = pool_metric(obs, p)
             current = status.provisioned
             rec = metric_recommendation(
                 values, status.pending, self.targets[p], current, self.tolerance
             )
-            desired[p], reasons[p] = hpa_step(self.policy, self.hpa[p], p, obs.now, current, rec)
-            details[str(p)] = {"metric": values, "target": self.targets[p], "recommendation": rec}
-        self._last = ScaleDecision(obs.now, desired, reasons, (), details)
+            n, why = hpa_step(self.policy, self.hpa[p], p, obs.now, current, rec)
+            return n, why, {"metric": values, "target": self.targets[p], "recommendation": rec}
+
+        self._last = per_pool_decision(obs.now, step)
         return self._last
 
 

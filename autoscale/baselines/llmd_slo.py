@@ -26,7 +26,7 @@ import math
 from collections import deque
 from typing import Any
 
-from autoscale.baselines.common import POOLS, hpa_step
+from autoscale.baselines.common import POOLS, held_decision, hpa_step, per_pool_decision
 from autoscale.baselines.hpa_behavior import Behavior, HpaController, RatePolicy
 from autoscale.decision import ScaleDecision
 from autoscale.perf_model_base import PerfModel
@@ -103,20 +103,18 @@ class LlmdSloPlanner(Planner):
     def plan(self, observation: Observation) -> ScaleDecision:
         obs = observation
         self._sample(obs)
-        if self._last is not None and obs.now - self._last.now < self.interval_s - 1e-9:
-            return ScaleDecision(obs.now, dict(self._last.desired), dict(self._last.reasons))
-        desired: dict[Pool, int] = {}
-        reasons: dict[Pool, str] = {}
-        details: dict[str, Any] = {}
-        for p in POOLS:
+        held = held_decision(self._last, obs.now, self.interval_s)
+        if held is not None:
+            return held
+
+        def step(p: Pool) -> tuple[int, str, dict[str, Any]]:
             st = obs.pool(p)
             s = self.signal(p)
             rec = llmd_replicas(s, st.provisioned, st.ready, self.up, self.down)
-            desired[p], reasons[p] = hpa_step(
-                self.policy, self.hpa[p], p, obs.now, st.provisioned, rec
-            )
-            details[str(p)] = {"signal": s, "recommendation": rec}
-        self._last = ScaleDecision(obs.now, desired, reasons, (), details)
+            n, why = hpa_step(self.policy, self.hpa[p], p, obs.now, st.provisioned, rec)
+            return n, why, {"signal": s, "recommendation": rec}
+
+        self._last = per_pool_decision(obs.now, step)
         return self._last
 
 

@@ -1,7 +1,7 @@
 """Prometheus text pages (`/metrics`) → samples, and the sums a source needs from them.
 
-`parse_page(text, families)` keeps only the named metric families (an engine's page is mostly
-histogram buckets of metrics nobody here reads) and hands them to prometheus_client's parser.
+`parse_page(text, families)` keeps only the named metric families (`pools.prometheus_text`, the
+filter the fleet's scraper shares) and hands them to prometheus_client's parser.
 `Page` answers the two questions every source asks: the sum of a counter/gauge over the series
 matching some labels (grouped by some labels), and the same for a histogram, as
 `CumulativeHistogram`s (`sum by (le)` across the matched series).
@@ -14,8 +14,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from autoscale.metrics_sources.histogram import INF, CumulativeHistogram
-
-_SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created", "_info")
+from pools.prometheus_text import relevant_lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,26 +22,6 @@ class Sample:
     name: str
     labels: Mapping[str, str]
     value: float
-
-
-def _relevant(text: str, families: Collection[str]) -> str:
-    wanted = {f + s for f in families for s in _SUFFIXES}
-    keep: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("#"):
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP") and parts[2] in wanted:
-                keep.append(line)
-            continue
-        end = len(line)
-        for stop in ("{", " "):
-            i = line.find(stop)
-            if 0 <= i < end:
-                end = i
-        if line[:end] in wanted:
-            keep.append(line)
-    keep.append("")
-    return "\n".join(keep)
 
 
 def parse_page(text: str, families: Collection[str]) -> Page:
@@ -54,7 +33,7 @@ def parse_page(text: str, families: Collection[str]) -> Page:
 
     samples = [
         Sample(s.name, dict(s.labels), float(s.value))
-        for family in text_string_to_metric_families(_relevant(text, families))
+        for family in text_string_to_metric_families(relevant_lines(text, families))
         for s in family.samples
     ]
     return Page(samples)

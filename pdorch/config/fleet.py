@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -50,9 +49,8 @@ from pools.yaml_errors import (
     ConfigFileError,
     ConfigIssue,
     FieldPathError,
-    parse_yaml,
-    validation_issues,
-    yaml_issue,
+    read_yaml,
+    validate_config,
 )
 from pools.yaml_errors import dotted as _dotted
 from router.pd_decision import PdDecisionParams
@@ -383,18 +381,9 @@ def parse_fleet_config(
     lines: Mapping[tuple[str | int, ...], int] | None = None,
 ) -> FleetConfig:
     """Validate a mapping; FleetConfigError names every bad field (and line, given `lines`)."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise FleetConfigError(
-            [FleetConfigIssue("", "expected a mapping at the top level", 1 if lines else None)],
-            source,
-        )
-    context = {"base_dir": base_dir} if base_dir is not None else None
-    try:
-        return FleetConfig.model_validate(data, context=context)
-    except ValidationError as err:
-        raise FleetConfigError(validation_issues(err, data, lines or {}), source) from None
+    return validate_config(
+        FleetConfig, data, FleetConfigError, base_dir=base_dir, source=source, lines=lines
+    )
 
 
 def load_fleet_config(path: str | Path) -> FleetConfig:
@@ -405,10 +394,7 @@ def load_fleet_config(path: str | Path) -> FleetConfig:
     """
     path = Path(path)
     text = path.read_text(encoding="utf-8")
-    try:
-        data, lines = parse_yaml(text)
-    except yaml.YAMLError as err:
-        raise FleetConfigError([yaml_issue(err)], str(path)) from None
+    data, lines = read_yaml(text, FleetConfigError, str(path))
     return parse_fleet_config(data, base_dir=path.parent.resolve(), source=str(path), lines=lines)
 
 

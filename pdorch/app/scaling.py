@@ -45,6 +45,8 @@ class ScalingControl:
         self.decisions: deque[dict[str, Any]] = deque(maxlen=max_decisions)
         self.decision_reasons: Counter[tuple[str, str]] = Counter()  # (pool, reason)
         self.autoscaler: str | None = None  # who drives it: "in-process", "remote", None
+        # pool → the last observed p90 TTFT/ITL (s) and SLO targets the autoscaler sent
+        self.observed: dict[str, dict[str, Any]] = {}
 
     def _pool(self, pool: str) -> str:
         if pool not in self.actuator.pools():
@@ -78,6 +80,9 @@ class ScalingControl:
             applied = pool not in self.pinned
             why = reason or "autoscaler"
             self._record(pool, target, why if applied else "pinned", inputs or {}, now, have)
+            observed = (inputs or {}).get("observed")
+            if isinstance(observed, dict):
+                self.observed[pool] = observed
             if not applied:
                 return {
                     "pool": pool,

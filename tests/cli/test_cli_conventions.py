@@ -62,6 +62,12 @@ def test_the_walk_sees_every_command() -> None:
         "bench sim",
         "bench live",
         "bench proxy",
+        "plan",
+        "autoscale",
+        "scale status",
+        "scale set",
+        "scale auto",
+        "scale move",
     }
 
 

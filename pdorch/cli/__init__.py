@@ -64,7 +64,8 @@ app.command("serve")(serve_cmd.serve)
 app.command("plan")(plan_cmd.plan)
 app.command("autoscale")(autoscale_cmd.autoscale)
 scale_app.command("status")(scale_cmd.status)
-scale_app.command("set")(scale_cmd.set_count)
+# "-1" is a count, not an unknown option
+scale_app.command("set", context_settings={"ignore_unknown_options": True})(scale_cmd.set_count)
 scale_app.command("auto")(scale_cmd.auto)
 scale_app.command("move")(scale_cmd.move)
 

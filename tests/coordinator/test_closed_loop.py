@@ -10,6 +10,7 @@ does not carry yet; see autoscale/README.md, "Live control loop".
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import httpx
@@ -104,14 +105,7 @@ async def test_stepped_load_scales_decode_up_and_back_down_and_every_request_suc
             results += await asyncio.gather(*burst)
             # low again: decode goes back to 1 (drained, nothing lost)
             await async_wait_until(
-                _async(
-                    lambda: (
-                        scaling.actuator.status("decode").ready == 1
-                        and scaling.actuator.status("decode").draining == 0
-                    )
-                ),  # fmt: skip
-                timeout=60,
-                message="decode back to 1",
+                _async(lambda: _settled(pd)), timeout=60, message="decode back to 1"
             )
             marker = len(seen)
             for _ in range(4):
@@ -124,12 +118,19 @@ async def test_stepped_load_scales_decode_up_and_back_down_and_every_request_suc
         assert results == [True] * 24  # every request of the run succeeded
         assert set(tail) == {1}, tail  # no flapping on the last steady segment
         # one step up and one down: no oscillation in between
-        changes = [b for a, b in zip(seen, seen[1:], strict=False) if a != b]
+        changes = [b for a, b in itertools.pairwise(seen) if a != b]
         assert changes == [2, 1], changes
-        reasons: dict[str, Any] = {d["reason"] for d in scaling.decisions if d["pool"] == "decode"}
+        reasons: set[str] = {d["reason"] for d in scaling.decisions if d["pool"] == "decode"}
         assert "kv-usage" in reasons or "itl-concurrency-observed" in reasons, reasons
         (_, outcome), *_ = scaling.actuator.stats.drains
         assert not outcome.timed_out and outcome.cut == 0
+
+
+def _settled(pd: RunningCoordinator) -> bool:
+    scaling = pd.coordinator.scaling
+    assert isinstance(scaling, ScalingControl)
+    status = scaling.actuator.status("decode")
+    return status.ready == 1 and status.draining == 0 and status.pending == 0
 
 
 def _async(condition: Any) -> Any:

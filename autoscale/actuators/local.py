@@ -191,11 +191,9 @@ class LocalActuator(Actuator):
             self._start_tasks[replica_id].cancel()
             self._starting.pop(replica_id, None)
             surplus -= 1
-        # then drain the least-loaded ready replicas (newest first on ties)
-        ready = sorted(
-            self._ready(pool),
-            key=lambda r: (self.tracker.in_flight(r.replica_id), -r.added_at, r.replica_id),
-        )
+        # then drain the least-loaded ready replicas (ties: newest, then highest id)
+        ready = sorted(self._ready(pool), key=lambda r: r.replica_id, reverse=True)
+        ready.sort(key=lambda r: (self.tracker.in_flight(r.replica_id), -r.added_at))  # stable
         for replica in ready[:surplus]:
             self._drain(pool, replica.replica_id, move_to=None)
 

@@ -11,6 +11,8 @@ import httpx
 from autoscale.policy import parse_policy
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.server import RunningCoordinator, run_coordinator
+from pools.drain import held_leases
+from pools.pd_protocol import prefill_leg_body
 from tests.coordinator.helpers import MODEL, fleet, long_prompt, sim, sse_events
 from tests.waiting import async_wait_until
 
@@ -187,3 +189,27 @@ async def test_role_switch_under_load_all_requests_succeed() -> None:
             assert _ok(result, 4), result
             prefilled.add(result["prefill"])
         assert "decode-1" in prefilled
+
+
+async def test_prefill_drain_waits_for_held_kv_leases() -> None:
+    """A prefill replica holding an unpulled KV lease stays until the lease expires, even with
+    no request of the coordinator on it (the decode side never came for it)."""
+    config = fleet(prefill=[sim(2, in_process=False, kv_lease_s=1.5)])
+    async with (
+        run_coordinator(config) as pd,
+        httpx.AsyncClient(timeout=30.0) as client,
+    ):
+        scaling = _scaling(pd)
+        replica = pd.coordinator.fleet.get("prefill-1")
+        assert replica is not None
+        body = prefill_leg_body({"model": MODEL, "prompt": long_prompt()})
+        answer = await client.post(f"{replica.url}/v1/completions", json=body)
+        assert answer.status_code == 200, answer.text
+        assert await held_leases(client, replica.url) == 1
+        pid = pd.fleet.pid_of("prefill-1")
+        scaling.set("prefill", replicas=1)  # newest first on ties: prefill-1
+        await scaling.actuator.idle(30)
+        (pool, outcome), *_ = scaling.actuator.stats.drains
+        assert (pool, outcome.replica_id, outcome.timed_out) == ("prefill", "prefill-1", False)
+        assert outcome.duration_s >= 1.0  # waited for the lease, not for requests
+        assert pid is not None and not _alive(pid)

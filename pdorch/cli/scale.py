@@ -89,7 +89,7 @@ def status(
         return
     table = Table(title=f"pools at {url} (autoscaler: {view.get('autoscaler') or 'none'})")
     for column in (
-        "pool", "ready", "pending", "draining", "pinned", "in flight", "KV usage",
+        "pool", "role", "ready", "pending", "draining", "pinned", "in flight", "KV usage",
         "p90 TTFT / ITL", "last decision",
     ):  # fmt: skip
         table.add_column(column)
@@ -102,8 +102,11 @@ def status(
         )
         last = row.get("last_decision")
         decided = f"{last['desired']} ({last['reason']})" if last else "-"
+        switchable = sum(1 for r in row.get("replicas", []) if r.get("switchable"))
+        role = row.get("role", pool) + (f" ({switchable} switchable)" if switchable else "")
         table.add_row(
             pool,
+            role,
             str(row["ready"]),
             str(row["pending"]),
             str(row["draining"]),

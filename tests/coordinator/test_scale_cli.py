@@ -137,6 +137,9 @@ async def test_autoscale_once_records_its_decision_and_respects_a_pin(tmp_path: 
         assert pools == {"prefill", "decode"}
         assert all(d["reason"] and "inputs" in d for d in view["decisions"])
         assert view["autoscaler"] == "remote"
+        async with httpx.AsyncClient(base_url=pd.url) as client:
+            metrics = (await client.get("/metrics")).text
+        assert "pdorch_autoscale_decisions_total{pool=" in metrics
         # pinned pools are left alone, and the decision says so
         await _cli("scale", "set", "decode", "1", "--url", pd.url)
         result = await _cli("autoscale", "--policy", str(policy), "--url", pd.url, "--once")

@@ -94,6 +94,7 @@ async def test_drain_decode_2_to_1_under_32_streams_loses_and_duplicates_nothing
         assert 'pdorch_requests_total{endpoint="completions",status="200"} 32.0' in metrics
         assert "pdorch_decode_retries_total 0.0" in metrics
         assert "pdorch_stream_errors_total 0.0" in metrics
+        assert 'pdorch_autoscale_desired{pool="decode"} 1.0' in metrics
         status = scaling.actuator.status("decode")
         assert (status.ready, status.pending, status.draining) == (1, 0, 0)
         assert draining[0] not in pd.coordinator.fleet
@@ -101,6 +102,10 @@ async def test_drain_decode_2_to_1_under_32_streams_loses_and_duplicates_nothing
         assert pid is not None and not _alive(pid)
         (pool, outcome), *_ = scaling.actuator.stats.drains
         assert pool == "decode" and not outcome.timed_out and outcome.cut == 0
+        metrics = (await client.get("/metrics")).text
+        count = 'pdorch_drain_duration_seconds_count{outcome="drained",pool="decode"} 1.0'
+        assert count in metrics
+        assert 'pdorch_pool_replicas{pool="decode",state="draining"} 0.0' in metrics
 
 
 async def test_scale_up_replica_is_pending_then_joins_routing() -> None:

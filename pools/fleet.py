@@ -15,6 +15,7 @@ cannot restore it (it gets no requests while ejected).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,11 +116,16 @@ class Fleet:
 
     # ---- membership --------------------------------------------------------------------------
 
-    def add_replica(self, endpoint: ReplicaEndpoint, now: float, healthy: bool = True) -> Replica:
-        """Add a replica (HEALTHY unless `healthy=False`); KeyError if its id is taken."""
+    def add_replica(
+        self, endpoint: ReplicaEndpoint, now: float, healthy: bool = True, pending: bool = False
+    ) -> Replica:
+        """Add a replica (HEALTHY unless `healthy=False`; PENDING, not routable, until
+        `admit` with `pending=True`); KeyError if its id is taken."""
         if endpoint.replica_id in self._replicas:
             raise KeyError(f"replica {endpoint.replica_id!r} already exists")
-        replica = Replica(endpoint=endpoint, healthy=healthy, state_since=now, added_at=now)
+        replica = Replica(
+            endpoint=endpoint, healthy=healthy, pending=pending, state_since=now, added_at=now
+        )
         self._replicas[endpoint.replica_id] = replica
         self._by_pool = None
         self._emit(ReplicaAdded(replica, now))
@@ -133,6 +139,29 @@ class Fleet:
         self._by_pool = None
         self._emit(ReplicaRemoved(replica, now))
         return replica
+
+    def move_replica(self, replica_id: str, to_pool: str, now: float) -> Replica:
+        """Re-label a replica into `to_pool` (a role switch, no restart): fires
+        `ReplicaRemoved` then `ReplicaAdded`, so listeners drop its old-pool routing state and
+        take it up in the new pool. Its health and failure counts carry over, draining ends.
+        KeyError if unknown; ValueError if the replica is not `switchable`."""
+        replica = self._require(replica_id)
+        if replica.pool == to_pool:
+            return replica
+        if not replica.endpoint.switchable:
+            raise ValueError(f"replica {replica_id!r} is not role-agnostic (switchable)")
+        self.remove_replica(replica_id, now)
+        moved = Replica(
+            endpoint=dataclasses.replace(replica.endpoint, pool=to_pool),
+            healthy=replica.healthy,
+            state_since=now,
+            added_at=replica.added_at,
+            metrics=replica.metrics,
+        )
+        self._replicas[replica_id] = moved
+        self._by_pool = None
+        self._emit(ReplicaAdded(moved, now))
+        return moved
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -183,6 +212,16 @@ class Fleet:
             replica.state_since = now
             reason = "draining" if draining else "drain cancelled"
             self._emit(ReplicaHealthChanged(replica, old, replica.state, reason, now))
+        return replica
+
+    def admit(self, replica_id: str, now: float) -> Replica:
+        """A PENDING replica joins routing (the actuator saw it ready)."""
+        replica = self._require(replica_id)
+        if replica.pending:
+            old = replica.state
+            replica.pending = False
+            replica.state_since = now
+            self._emit(ReplicaHealthChanged(replica, old, replica.state, "admitted", now))
         return replica
 
     def report_failure(

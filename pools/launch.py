@@ -79,10 +79,16 @@ class FleetLaunchConfig(Protocol):
 
 class _Engine(Protocol):
     replica_id: str
+    pool: str
 
     async def start(self, deadline_s: float) -> ReplicaEndpoint: ...
 
     async def stop(self) -> None: ...
+
+
+def _role_of(pool: str, spec: SimLaunchSpec | VllmLaunchSpec) -> EngineRole:
+    """The pool's role, or `both` for a switchable spec (it may serve either pool)."""
+    return EngineRole.BOTH if spec.switchable else _ROLES[pool]
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
@@ -112,7 +118,7 @@ class _SimInProcess(_EngineBase):
         from pools.sim.server import SimServer
 
         settings = self.spec.settings(
-            role=_ROLES[self.pool],
+            role=_role_of(self.pool, self.spec),
             served_model_name=self.model,
             block_size=self.block_size,
             kv_events_endpoint=self.events_endpoint,
@@ -139,6 +145,7 @@ class _SimInProcess(_EngineBase):
             num_gpu_blocks=server.engine.num_blocks,
             launched=True,
             kind="sim",
+            switchable=self.spec.switchable,
         )
 
     async def stop(self) -> None:
@@ -187,7 +194,7 @@ class _SimProcess(_EngineBase):
     async def start(self, deadline_s: float) -> ReplicaEndpoint:
         args = sim_cli_args(
             self.spec,
-            role=_ROLES[self.pool],
+            role=_role_of(self.pool, self.spec),
             served_model_name=self.model,
             block_size=self.block_size,
             kv_events_endpoint=self.events_endpoint,
@@ -230,6 +237,7 @@ class _SimProcess(_EngineBase):
             num_gpu_blocks=num_blocks,
             launched=True,
             kind="sim",
+            switchable=self.spec.switchable,
         )
 
     @staticmethod
@@ -280,7 +288,7 @@ class _Vllm(_EngineBase):
 
         port, side_channel_port = free_ports(2)
         engine_spec = self.spec.engine_spec(
-            role=_ROLES[self.pool],
+            role=_role_of(self.pool, self.spec),
             port=port,
             side_channel_port=side_channel_port,
             served_model_name=self.model,
@@ -309,6 +317,7 @@ class _Vllm(_EngineBase):
             num_gpu_blocks=running.num_gpu_blocks,
             launched=True,
             kind="vllm",
+            switchable=self.spec.switchable,
         )
 
     async def stop(self) -> None:
@@ -339,6 +348,36 @@ class RunningFleet:
     log_dir: Path
     ipc_dir: Path
     _engines: list[_Engine] = field(default_factory=list, repr=False)
+    # pool → the launch spec new replicas of that pool copy (its first one), and fleet facts
+    templates: dict[str, SimLaunchSpec | VllmLaunchSpec] = field(default_factory=dict)
+    model: str = ""
+    block_size: int = 16
+    stop_grace_s: float = 20.0
+    start_timeout_s: float = 600.0
+
+    def new_engine(self, pool: str, replica_id: str) -> _Engine:
+        """An engine like the pool's first launch spec (KeyError: the pool launches none).
+        It is stopped with the fleet when the `launch_fleet` block ends."""
+        spec = self.templates[pool]
+        engine = make_engine(
+            spec.model_copy(update={"count": 1}),
+            replica_id=replica_id,
+            pool=pool,
+            model=self.model,
+            block_size=self.block_size,
+            ipc_dir=self.ipc_dir,
+            log_dir=self.log_dir,
+            stop_grace_s=self.stop_grace_s,
+        )
+        self._engines.append(engine)
+        return engine
+
+    def engine(self, replica_id: str) -> _Engine | None:
+        """The handle of a replica this fleet launched (None: static, or unknown)."""
+        for engine in self._engines:
+            if engine.replica_id == replica_id:
+                return engine
+        return None
 
     def by_pool(self, pool: str) -> list[ReplicaEndpoint]:
         return [e for e in self.endpoints if e.pool == pool]
@@ -358,6 +397,17 @@ class RunningFleet:
             lines.append(f"{e.replica_id:<14} {e.pool:<9} {e.kind:<6} {e.url}  {events}")
         return lines
 
+    def pid_of(self, replica_id: str) -> int | None:
+        """Process id of one launched engine run as a process (None: in-process, stopped)."""
+        engine = self.engine(replica_id)
+        if isinstance(engine, _SimProcess):
+            return engine.pid
+        if isinstance(engine, _Vllm):
+            from pools.vllm_process import RunningVllm
+
+            return engine._running.pid if isinstance(engine._running, RunningVllm) else None
+        return None
+
     def pids(self) -> list[int]:
         """Process ids of engines run as processes (tests check they are gone after exit)."""
         pids = []
@@ -370,6 +420,48 @@ class RunningFleet:
                 if isinstance(engine._running, RunningVllm) and engine._running.pid is not None:
                     pids.append(engine._running.pid)
         return pids
+
+
+def make_engine(
+    spec: SimLaunchSpec | VllmLaunchSpec,
+    *,
+    replica_id: str,
+    pool: str,
+    model: str,
+    block_size: int,
+    ipc_dir: Path,
+    log_dir: Path,
+    stop_grace_s: float,
+    cpu_cores: str | None = None,
+) -> _Engine:
+    """One (not yet started) engine handle: its own ipc:// KV event endpoints (named by the
+    replica id, so ids must be unique), its log file; ports are picked when it starts."""
+    events = f"ipc://{ipc_dir}/{replica_id}.ev" if spec.kv_events else None
+    replay = f"ipc://{ipc_dir}/{replica_id}.rp" if spec.kv_events else None
+    base = {
+        "replica_id": replica_id,
+        "pool": pool,
+        "model": model,
+        "block_size": block_size,
+        "events_endpoint": events,
+        "replay_endpoint": replay,
+    }
+    if isinstance(spec, SimLaunchSpec) and spec.in_process:
+        return _SimInProcess(**base, spec=spec)  # type: ignore[arg-type]
+    if isinstance(spec, SimLaunchSpec):
+        return _SimProcess(
+            **base,  # type: ignore[arg-type]
+            spec=spec,
+            log_path=log_dir / f"{replica_id}.log",
+            stop_grace_s=stop_grace_s,
+        )
+    return _Vllm(
+        **base,  # type: ignore[arg-type]
+        spec=spec,
+        log_path=log_dir / f"{replica_id}.log",
+        cpu_cores=cpu_cores,
+        stop_grace_s=stop_grace_s,
+    )
 
 
 def plan_fleet(
@@ -403,36 +495,21 @@ def plan_fleet(
         for replica_id, spec_index in ids[len(members.endpoints) :]:
             assert spec_index is not None
             spec = members.launch[spec_index]
-            events = f"ipc://{ipc_dir}/{replica_id}.ev" if spec.kv_events else None
-            replay = f"ipc://{ipc_dir}/{replica_id}.rp" if spec.kv_events else None
-            base = {
-                "replica_id": replica_id,
-                "pool": pool,
-                "model": config.served_model_name,
-                "block_size": config.block_size,
-                "events_endpoint": events,
-                "replay_endpoint": replay,
-            }
-            engine: _Engine
-            if isinstance(spec, SimLaunchSpec) and spec.in_process:
-                engine = _SimInProcess(**base, spec=spec)  # type: ignore[arg-type]
-            elif isinstance(spec, SimLaunchSpec):
-                engine = _SimProcess(
-                    **base,  # type: ignore[arg-type]
-                    spec=spec,
-                    log_path=log_dir / f"{replica_id}.log",
-                    stop_grace_s=settings.stop_grace_s,
-                )
-            else:
+            core = None
+            if isinstance(spec, VllmLaunchSpec):
                 core = str(cores[next_core % len(cores)]) if spec.cpu_cores is None else None
                 next_core += 1
-                engine = _Vllm(
-                    **base,  # type: ignore[arg-type]
-                    spec=spec,
-                    log_path=log_dir / f"{replica_id}.log",
-                    cpu_cores=core,
-                    stop_grace_s=settings.stop_grace_s,
-                )
+            engine = make_engine(
+                spec,
+                replica_id=replica_id,
+                pool=pool,
+                model=config.served_model_name,
+                block_size=config.block_size,
+                ipc_dir=ipc_dir,
+                log_dir=log_dir,
+                stop_grace_s=settings.stop_grace_s,
+                cpu_cores=core,
+            )
             plan.append(engine)
             order.append(replica_id)
     return plan, order
@@ -478,7 +555,22 @@ async def launch_fleet(
             raise
         launched = iter(done)
         endpoints = [p if isinstance(p, ReplicaEndpoint) else next(launched) for p in plan]
-        running = RunningFleet(endpoints, logs, ipc_dir, engines)
+        templates = {
+            pool: members.launch[0]
+            for pool, members in config.pool_members().items()
+            if members.launch
+        }
+        running = RunningFleet(
+            endpoints,
+            logs,
+            ipc_dir,
+            engines,
+            templates=templates,
+            model=config.served_model_name,
+            block_size=config.block_size,
+            stop_grace_s=settings.stop_grace_s,
+            start_timeout_s=settings.start_timeout_s,
+        )
         log.info("fleet up in %.1fs: %d replicas", time.monotonic() - started, len(endpoints))
         yield running
     finally:

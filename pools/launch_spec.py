@@ -109,7 +109,13 @@ SIM_RUNTIME_FIELDS = frozenset(
         "engine_id",
     }
 )
-_LAUNCH_ONLY = frozenset({"kind", "count", "kv_events", "in_process", "start_timeout_s"})
+_LAUNCH_ONLY = frozenset(
+    {"kind", "count", "kv_events", "in_process", "start_timeout_s", "switchable"}
+)
+_SWITCHABLE_HELP = (
+    "Start in role `both` (vLLM: `kv_both` labelled both), so the replica can move between "
+    "the prefill and decode pools without a restart (`pdorch scale move`)."
+)
 
 
 class VllmLaunchSpec(BaseModel):
@@ -125,6 +131,7 @@ class VllmLaunchSpec(BaseModel):
     start_timeout_s: float | None = Field(
         default=None, gt=0, description="Readiness deadline (default: the fleet's launch one)."
     )
+    switchable: bool = Field(default=False, description=_SWITCHABLE_HELP)
     model: Path = Field(description="Model directory (a HF checkpoint on local disk).")
     host: str = "127.0.0.1"
     side_channel_host: str = "127.0.0.1"
@@ -192,6 +199,7 @@ class SimLaunchSpec(BaseModel):
         "`pdorch engine sim` process each.",
     )
     start_timeout_s: float | None = Field(default=None, gt=0)
+    switchable: bool = Field(default=False, description=_SWITCHABLE_HELP)
     host: str = "127.0.0.1"
     model_profile: str = Field(default="tiny", description="pools.sim.profiles.MODELS")
     gpu: str = Field(default="h100", description="pools.sim.profiles.GPUS")

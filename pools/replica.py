@@ -14,11 +14,14 @@ from enum import StrEnum
 
 class ReplicaState(StrEnum):
     """HEALTHY replicas are routable; UNHEALTHY ones are probed until they recover;
-    DRAINING ones finish their requests and get no new ones (only an operator sets it)."""
+    DRAINING ones finish their requests and get no new ones (an operator or an actuator sets
+    it); PENDING ones were just started by an actuator and join routing once it admits them
+    (`/health` answers and the coordinator follows their KV events)."""
 
     HEALTHY = "healthy"
     UNHEALTHY = "unhealthy"
     DRAINING = "draining"
+    PENDING = "pending"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,9 @@ class ReplicaEndpoint:
     num_gpu_blocks: int | None = None
     launched: bool = False
     kind: str = "static"
+    # role-agnostic engine (simulated role `both`, vLLM `kv_both`): may move between the
+    # prefill and decode pools without a restart (`Fleet.move_replica`)
+    switchable: bool = False
 
     @property
     def metrics_endpoint(self) -> str:
@@ -84,6 +90,7 @@ class Replica:
     endpoint: ReplicaEndpoint
     healthy: bool = True
     draining: bool = False
+    pending: bool = False
     state_since: float = 0.0
     added_at: float = 0.0
     consecutive_failures: int = 0
@@ -106,9 +113,12 @@ class Replica:
 
     @property
     def state(self) -> ReplicaState:
-        """DRAINING wins over health (an operator's choice); else what probes and failures say."""
+        """DRAINING wins over health (an operator's choice), then PENDING (not admitted yet);
+        else what probes and failures say."""
         if self.draining:
             return ReplicaState.DRAINING
+        if self.pending:
+            return ReplicaState.PENDING
         return ReplicaState.HEALTHY if self.healthy else ReplicaState.UNHEALTHY
 
     @property

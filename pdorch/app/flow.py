@@ -118,6 +118,9 @@ class RequestFlow:
         self.prefill_replica: str | None = None
         self.route_kind = RouteKind.LOCAL
         self._closed = False
+        self._tracked: set[str] = set()  # replicas this request uses (pools/drain.py)
+        self.cut_reason: str | None = None  # set when a drain ends this request early
+        self.stream: ProxyStream | None = None
         self._admitted = False
         self._admitted_to_lifecycle = False
 
@@ -229,11 +232,14 @@ class RequestFlow:
         kv_params: KvTransferParams | None = None
         if plan.prefill is not None:
             prefill = plan.prefill.replica
+            self.track(prefill)
             c.expect_blocks(prefill, keys, now)
             c.expect_blocks(leg.replica, keys, now)
             kv_params = await self._prefill(prefill, parsed)
             if kv_params is not None:
                 c.report_success(prefill)
+            else:  # nothing to pull from it: the decode side prefills
+                self.untrack(prefill)
             confirmed = lifecycle.prefill_done(self.request_id, c.now(), ok=kv_params is not None)
             assert confirmed is not None  # a PD plan's request is in flight until we end it
             leg = confirmed
@@ -246,9 +252,31 @@ class RequestFlow:
 
     def _show(self, leg: DecodeLeg) -> None:
         """The response headers follow the leg being sent."""
+        if self.decode_replica is not None and self.decode_replica != leg.replica:
+            self.untrack(self.decode_replica)
         self.decode_replica = leg.replica
         self.prefill_replica = leg.prefilled_by
         self.route_kind = leg.kind
+        self.track(leg.replica)
+
+    # ---- drain bookkeeping (pools/drain.py) --------------------------------------------------
+
+    def track(self, replica_id: str) -> None:
+        if replica_id not in self._tracked:
+            self._tracked.add(replica_id)
+            self.c.requests.begin(replica_id, self.request_id, self.cut)
+
+    def untrack(self, replica_id: str) -> None:
+        if replica_id in self._tracked:
+            self._tracked.discard(replica_id)
+            self.c.requests.end(replica_id, self.request_id)
+
+    def cut(self, reason: str) -> None:
+        """A drain ran out of time: end the stream with an OpenAI error event (legs not yet
+        streaming end when the draining engine stops: retried, or answered with an error)."""
+        self.cut_reason = reason
+        if self.stream is not None:
+            self.stream.cut()
 
     async def _prefill(self, replica_id: str, parsed: ParsedRequest) -> KvTransferParams | None:
         """The prefill leg; None (after reporting) when the decode side must prefill."""
@@ -326,6 +354,9 @@ class RequestFlow:
                 log.info("request %s: decode on %s failed: %s", self.request_id, decode, last)
                 continue
             c.report_success(decode)
+            # the decode engine answered: the KV is pulled, the prefill replica is free
+            if self.prefill_replica is not None and self.prefill_replica != decode:
+                self.untrack(self.prefill_replica)
             first_byte = time.monotonic() - self.started
             c.metrics.first_byte.labels(self.endpoint).observe(first_byte)
             if parsed.stream:
@@ -357,6 +388,8 @@ class RequestFlow:
         if self._closed:
             return
         self._closed = True
+        for replica_id in list(self._tracked):
+            self.untrack(replica_id)
         if self._admitted_to_lifecycle:
             now = self.c.now()
             if ok:
@@ -407,6 +440,7 @@ class ProxyStream(StreamingResponse):
         self.pool = pool
         self.completed = False
         self.errored = False
+        flow.stream = self
         super().__init__(
             self._body(),
             status_code=200,
@@ -436,6 +470,11 @@ class ProxyStream(StreamingResponse):
                 tail = (tail + chunk)[-32:]
                 yield chunk
         except Exception as exc:  # aiohttp read/payload errors: the engine died or hung
+            if flow.cut_reason is not None:
+                c.metrics.stream_errors.inc()
+                self.errored = True
+                yield self._error_end(tail, f"stream ended early: {flow.cut_reason}")
+                return
             kind = classify_error(exc)
             c.report_failure(self.replica_id, kind, f"mid-stream: {type(exc).__name__}")
             c.metrics.stream_errors.inc()
@@ -450,7 +489,16 @@ class ProxyStream(StreamingResponse):
             return
         c.metrics.stream_errors.inc()
         self.errored = True
-        yield self._error_end(tail, f"decode replica {self.replica_id} ended the stream early")
+        why = (
+            f"stream ended early: {flow.cut_reason}"
+            if flow.cut_reason is not None
+            else f"decode replica {self.replica_id} ended the stream early"
+        )
+        yield self._error_end(tail, why)
+
+    def cut(self) -> None:
+        """Close the upstream answer: the body loop ends and sends the error event."""
+        self.stream.response.close()
 
     def _observe(self, events: int, later_events: int, span_s: float) -> None:
         """Per completed stream: output tokens and the mean gap between token events."""

@@ -44,6 +44,13 @@ Metrics (type; labels):
   that changed this coordinator's view), `own_messages_ignored`, `bad_messages`, `seq_gaps`,
   `entries_forgotten` (peer entries dropped: bye, expiry, restart, snapshot repair),
   `peers_expired`
+- scaling (`scaling.py`, `admin_scale.py`): `pdorch_pool_replicas` (gauge; `pool`, `state`
+  ready|pending|draining), `pdorch_autoscale_desired` (gauge; `pool`: the last count asked
+  for, by an operator or the autoscaler), `pdorch_autoscale_decisions_total` (counter;
+  `pool`, `reason`: the autoscaler's decisions by the term that bound them, `pinned` when a
+  manual pin kept it from applying), `pdorch_drain_duration_seconds` (histogram; `pool`,
+  `outcome` drained|timed_out), `pdorch_replica_ready_seconds` (histogram; `pool`: start to
+  joining routing), `pdorch_role_switches_total` (counter; `from_pool`, `to_pool`)
 """
 
 from __future__ import annotations
@@ -53,7 +60,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -124,6 +136,79 @@ class _StateCollector(Collector):
         yield from (healthy, prefill, decode, requests, kv)
         if c.sync is not None:
             yield from _sync_metrics(c.sync)
+        yield from _scaling_metrics(c)
+
+
+_SCALE_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+def _histogram(
+    name: str, doc: str, labels: list[str], samples: dict[tuple[str, ...], list[float]]
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=labels)
+    for key, values in sorted(samples.items()):
+        buckets = [(str(b), float(sum(1 for v in values if v <= b))) for b in _SCALE_BUCKETS]
+        buckets.append(("+Inf", float(len(values))))
+        family.add_metric(list(key), buckets, sum(values))
+    return family
+
+
+def _scaling_metrics(c: Coordinator) -> Iterator[Metric]:
+    from pdorch.app.admin_scale import autoscale_view
+    from pdorch.app.scaling import ScalingControl
+
+    replicas = GaugeMetricFamily(
+        "pdorch_pool_replicas", "Replicas per pool and state.", labels=["pool", "state"]
+    )
+    for pool, row in autoscale_view(c)["pools"].items():
+        for state in ("ready", "pending", "draining"):
+            replicas.add_metric([pool, state], row[state])
+    yield replicas
+    scaling = c.scaling
+    if not isinstance(scaling, ScalingControl):
+        return
+    desired = GaugeMetricFamily(
+        "pdorch_autoscale_desired", "Replicas last asked for, per pool.", labels=["pool"]
+    )
+    for pool, n in sorted(scaling.desired.items()):
+        desired.add_metric([pool], n)
+    yield desired
+    decisions = CounterMetricFamily(
+        "pdorch_autoscale_decisions",
+        "Autoscaler decisions by pool and the reason that bound them.",
+        labels=["pool", "reason"],
+    )
+    for (pool, reason), n in sorted(scaling.decision_reasons.items()):
+        decisions.add_metric([pool, reason], n)
+    yield decisions
+    stats = scaling.actuator.stats
+    drains: dict[tuple[str, ...], list[float]] = {}
+    for pool, outcome in stats.drains:
+        key = (pool, "timed_out" if outcome.timed_out else "drained")
+        drains.setdefault(key, []).append(outcome.duration_s)
+    yield _histogram(
+        "pdorch_drain_duration_seconds",
+        "Seconds from drain start until the replica held no work (or timed out).",
+        ["pool", "outcome"],
+        drains,
+    )
+    ready: dict[tuple[str, ...], list[float]] = {}
+    for pool, seconds in stats.ready_s:
+        ready.setdefault((pool,), []).append(seconds)
+    yield _histogram(
+        "pdorch_replica_ready_seconds",
+        "Seconds from starting a replica until it joined routing.",
+        ["pool"],
+        ready,
+    )
+    switches = CounterMetricFamily(
+        "pdorch_role_switches",
+        "Replicas moved between pools without a restart.",
+        labels=["from_pool", "to_pool"],
+    )
+    for (src, dst), n in sorted(stats.role_switches.items()):
+        switches.add_metric([src, dst], n)
+    yield switches
 
 
 _SYNC_HELP = {

@@ -23,7 +23,10 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from autoscale.actuators.local import LocalActuator
+from autoscale.policy import SloPolicy
 from pdorch.app.api import create_app
+from pdorch.app.scaling import ScalingControl
 from pdorch.app.state import Coordinator, CoordinatorLimits
 from pdorch.config.fleet import FleetConfig
 from pools.inloop_server import InLoopHttpServer
@@ -58,15 +61,29 @@ async def run_coordinator(
     log_dir: Path | None = None,
     origin: str | None = None,
     limits: CoordinatorLimits | None = None,
+    slo_policy: SloPolicy | None = None,
 ) -> AsyncIterator[RunningCoordinator]:
     """Launch the fleet's engines, start the coordinator and its HTTP server; stop all on exit.
 
-    `limits` overrides the admission limits read from `config.coordinator`.
+    `limits` overrides the admission limits read from `config.coordinator`. When a pool
+    launches engines, the coordinator gets a `ScalingControl` over a `LocalActuator`
+    (`coordinator.scaling`), bounded by `slo_policy`'s pool limits (default `PoolLimits`).
     """
     async with launch_fleet(config, log_dir=log_dir) as running:
         fleet = running.fleet(time.monotonic(), config.health.policy())
         coordinator = Coordinator(config, fleet, origin=origin, limits=limits)
         await coordinator.start()
+        actuator: LocalActuator | None = None
+        if running.templates:
+            actuator = LocalActuator(
+                fleet,
+                running,
+                coordinator.requests,
+                policy=slo_policy,
+                join_check=coordinator.kv_events_live,
+                client=coordinator.client,
+            )
+            coordinator.scaling = ScalingControl(actuator)
         server = coordinator_http_server(
             create_app(coordinator),
             host if host is not None else config.coordinator.host,
@@ -77,4 +94,6 @@ async def run_coordinator(
             yield RunningCoordinator(url, coordinator, running, server)
         finally:
             await server.stop()
+            if actuator is not None:
+                await actuator.aclose()
             await coordinator.stop()

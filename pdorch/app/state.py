@@ -45,6 +45,7 @@ from pdorch.app.prompt_tokens import PromptTokens
 from pdorch.app.upstream import new_upstream_session, stream_timeout
 from pdorch.config.fleet import CoordinatorSettings, FleetConfig
 from pdorch.sync import PeerSync
+from pools.drain import RequestTracker
 from pools.fleet import (
     FailureKind,
     Fleet,
@@ -170,6 +171,10 @@ class Coordinator:
             if scrape_metrics
             else None
         )
+        # client requests per replica, for drains (pools/drain.py); the flow keeps it
+        self.requests = RequestTracker()
+        # the scaling control (pdorch/app/scaling.py) when the fleet can be scaled
+        self.scaling: Any = None
         self.metrics = CoordinatorMetrics(self)
         self.in_flight = 0
         self._unsubscribe: Callable[[], None] | None = None
@@ -296,6 +301,17 @@ class Coordinator:
 
     def replica(self, replica_id: str) -> Replica | None:
         return self.fleet.get(replica_id)
+
+    def kv_events_live(self, replica_id: str) -> bool:
+        """True when the replica publishes no KV events or we follow them (a new replica
+        joins routing only then, so no stored block goes unseen)."""
+        replica = self.fleet.get(replica_id)
+        if replica is None:
+            return False
+        if replica.endpoint.kv_events_endpoint is None:
+            return True
+        followed = {s.replica_id for s in self.subscriber.engines()}
+        return self._started and replica_id in followed
 
     def routable(self, pool: str) -> list[Replica]:
         return self.fleet.routable(pool)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import typer
 
+from pdorch.cli import autoscale as autoscale_cmd
 from pdorch.cli import bench_autoscale as bench_autoscale_cmd
 from pdorch.cli import bench_live as bench_live_cmd
 from pdorch.cli import bench_proxy as bench_proxy_cmd
 from pdorch.cli import bench_router, bench_transfer, dev_tiny_model, engine_sim, engine_vllm
 from pdorch.cli import bench_sim as bench_sim_cmd
+from pdorch.cli import plan as plan_cmd
 from pdorch.cli import profile as profile_cmd
+from pdorch.cli import scale as scale_cmd
 from pdorch.cli import serve as serve_cmd
 from pdorch.cli.options import renamed
 
@@ -37,9 +40,16 @@ bench_app = typer.Typer(
     no_args_is_help=True,
 )
 
+scale_app = typer.Typer(
+    help="Watch and drive a running coordinator's pools (ready/pending/draining, manual "
+    "counts, role moves).",
+    no_args_is_help=True,
+)
+
 app.add_typer(dev_app, name="dev")
 app.add_typer(engine_app, name="engine")
 app.add_typer(bench_app, name="bench")
+app.add_typer(scale_app, name="scale")
 
 dev_app.command("tiny-model", cls=dev_tiny_model.PositionalDirIsOut)(dev_tiny_model.tiny_model)
 # cls=renamed(...): the old flag spellings of a command keep working, hidden, for one release.
@@ -55,6 +65,13 @@ bench_app.command("autoscale", cls=renamed(bench_autoscale_cmd.RENAMED))(
 )
 app.command("profile", cls=renamed(profile_cmd.RENAMED))(profile_cmd.profile)
 app.command("serve")(serve_cmd.serve)
+app.command("plan")(plan_cmd.plan)
+app.command("autoscale")(autoscale_cmd.autoscale)
+scale_app.command("status")(scale_cmd.status)
+# "-1" is a count, not an unknown option
+scale_app.command("set", context_settings={"ignore_unknown_options": True})(scale_cmd.set_count)
+scale_app.command("auto")(scale_cmd.auto)
+scale_app.command("move")(scale_cmd.move)
 
 
 def main() -> None:

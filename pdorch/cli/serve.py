@@ -61,6 +61,20 @@ def demo_fleet() -> dict[str, Any]:
     }
 
 
+def _autoscaler(coordinator: Any, policy: Any) -> Any:
+    """The in-process control loop: minimal coordinator source → planner → ScalingControl."""
+    import autoscale.planners  # noqa: F401  (registers every planner)
+    from autoscale.perf_model import build_perf_model
+    from autoscale.planner_base import planner_factory
+    from pdorch.autoscaler.loop import ControlLoop, InProcessDriver
+    from pdorch.autoscaler.source import CoordinatorSource
+
+    interval = policy.intervals.reactive_s
+    planner = planner_factory("pdorch")(policy, build_perf_model(policy))
+    source = CoordinatorSource(coordinator, interval)
+    return ControlLoop(planner, source, InProcessDriver(coordinator.scaling), interval)
+
+
 def serve(
     host: str | None = typer.Option(
         None, help="Address to listen on (default: the fleet file's coordinator.host, 127.0.0.1)."
@@ -97,6 +111,16 @@ def serve(
         "(appended to sync.peers; this coordinator's own endpoint is skipped, so every process "
         "can be given the full list). Default: the fleet file's sync.peers.",
     ),
+    slo_policy: Path | None = typer.Option(
+        None,
+        "--slo-policy",
+        help="SLO policy YAML (deploy/examples/slo-policy.yaml): run the autoscaler in this "
+        "process over the launched pools, within the policy's pool limits. Without it: no "
+        "autoscaler (pools keep their size unless `pdorch scale set` changes them).",
+        exists=True,
+        dir_okay=False,
+        readable=True,
+    ),
     log_level: str = typer.Option("warning", help="Log level (stderr): debug, info, warning."),
     as_json: bool = typer.Option(
         False,
@@ -107,6 +131,9 @@ def serve(
     ),
 ) -> None:
     """Serve the OpenAI API (completions, chat; stream or not) over a P/D fleet.
+
+    The launched pools can be scaled while it serves (`pdorch scale status|set|auto|move`;
+    the demo's simulated engines too), and `--slo-policy` runs the autoscaler in-process.
 
     Example: `pdorch serve` (the demo on http://127.0.0.1:8000), or
     `pdorch serve --config deploy/examples/fleet-vllm-cpu.yaml --port 8080`
@@ -135,6 +162,13 @@ def serve(
     except FleetConfigError as exc:
         err.print(f"[red]invalid fleet config[/red]\n{exc}")
         raise typer.Exit(2) from None
+    from autoscale.policy import PolicyError, load_policy
+
+    try:
+        policy = load_policy(slo_policy) if slo_policy is not None else None
+    except PolicyError as exc:
+        err.print(f"[red]invalid SLO policy[/red]\n{exc}")
+        raise typer.Exit(2) from None
 
     async def main() -> None:
         from pdorch.app.server import run_coordinator
@@ -145,8 +179,14 @@ def serve(
             loop.add_signal_handler(sig, stop.set)
         what = f"fleet {config}" if config is not None else "embedded demo fleet"
         with console.status(f"starting the {what} ..."):
-            context = run_coordinator(fleet, host=host, port=port)
+            context = run_coordinator(fleet, host=host, port=port, slo_policy=policy)
             running = await context.__aenter__()
+        autoscaler: asyncio.Task[None] | None = None
+        stop_loop = asyncio.Event()
+        if policy is not None and running.coordinator.scaling is not None:
+            autoscaler = asyncio.ensure_future(
+                _autoscaler(running.coordinator, policy).run(stop_loop)
+            )
         try:
             table = Table(title=f"pdorch: {what}", title_justify="left")
             for column in ("replica", "pool", "kind", "url", "KV events"):
@@ -189,10 +229,15 @@ def serve(
                     f"sharing token load as {sync.origin!r} on {sync.endpoint} with "
                     f"{', '.join(sync.settings.peers) or 'no peers'}"
                 )
+            if autoscaler is not None:
+                console.print(f"autoscaler: in-process, policy {slo_policy}")
             console.print("Ctrl-C stops the coordinator and every engine it started.")
             await stop.wait()
             console.print("stopping ...")
         finally:
+            stop_loop.set()
+            if autoscaler is not None:
+                await autoscaler
             await context.__aexit__(None, None, None)
 
     try:

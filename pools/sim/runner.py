@@ -362,4 +362,8 @@ class SimEngine:
             "kv_events_endpoint": s.kv_events_endpoint,
             "kv_events_replay_endpoint": s.kv_events_replay_endpoint,
             "kv_transfer": self.kv_address,
+            # prefill-side KV leases not yet pulled or expired (a drain waits for 0)
+            "num_held_requests": len(self.core.scheduler.connector.leases)
+            if self.core is not None
+            else 0,
         }

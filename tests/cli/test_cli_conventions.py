@@ -63,6 +63,12 @@ def test_the_walk_sees_every_command() -> None:
         "bench live",
         "bench proxy",
         "bench autoscale",
+        "plan",
+        "autoscale",
+        "scale status",
+        "scale set",
+        "scale auto",
+        "scale move",
     }
 
 

@@ -141,3 +141,74 @@ def test_json_prints_one_object_on_stdout_once_serving(tmp_path: Path) -> None:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def _pdorch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PDORCH, *args], capture_output=True, text=True, timeout=60)
+
+
+def _decode_status(url: str) -> dict[str, int]:
+    result = _pdorch("scale", "status", "--url", url, "--json")
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout)["pools"]["decode"])
+
+
+def test_the_demo_can_be_scaled_with_pdorch_scale(
+    serve_process: tuple[subprocess.Popen[bytes], str, Path],
+) -> None:
+    process, url, log = serve_process
+    wait_until(lambda: _healthy(url) or process.poll() is not None, timeout=60.0, message="demo up")
+    assert process.poll() is None, log.read_text()
+    assert _decode_status(url)["ready"] == 2
+    result = _pdorch("scale", "set", "decode", "+1", "--url", url)
+    assert result.returncode == 0, result.stderr
+    wait_until(lambda: _decode_status(url)["ready"] == 3, timeout=30.0, message="decode 3 ready")
+    result = _pdorch("scale", "set", "decode", "2", "--url", url)
+    assert result.returncode == 0, result.stderr
+    wait_until(
+        lambda: (s := _decode_status(url))["ready"] == 2 and s["draining"] == 0,
+        timeout=30.0,
+        message="decode back to 2",
+    )
+    completion = httpx.post(
+        f"{url}/v1/completions",
+        json={"model": "llama-3.1-8b", "prompt": "Hello", "max_tokens": 4},
+        timeout=30.0,
+    )
+    assert completion.status_code == 200, completion.text
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=30) == 0, log.read_text()
+
+
+def test_serve_with_slo_policy_runs_the_autoscaler_in_process(tmp_path: Path) -> None:
+    policy = tmp_path / "slo.yaml"
+    policy.write_text(
+        "pools:\n  prefill: {min: 1, max: 2}\n  decode: {min: 1, max: 3}\n"
+        "intervals: {reactive_s: 0.5}\n"
+    )
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*PDORCH, "serve", "--port", str(port), "--slo-policy", str(policy)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _healthy(url) or process.poll() is not None, timeout=60.0)
+        assert process.poll() is None, log.read_text()
+
+        def decided() -> bool:
+            view = httpx.get(f"{url}/admin/autoscale", timeout=5.0).json()
+            return view["autoscaler"] == "in-process" and len(view["decisions"]) >= 2
+
+        wait_until(decided, timeout=30.0, message="in-process decisions")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

@@ -25,7 +25,7 @@ from pools.vllm_spec import VllmEngineSpec
 from router.tokenization import TokenizerMode
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "deploy" / "examples").glob("fleet-*.yaml"))
-LAUNCH_ONLY = {"kind", "count", "kv_events", "in_process", "start_timeout_s"}
+LAUNCH_ONLY = {"kind", "count", "kv_events", "in_process", "start_timeout_s", "switchable"}
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -1,0 +1,1 @@
+"""The live control loop: metrics source → planner → the coordinator's scaling (see README)."""

@@ -1,0 +1,102 @@
+"""`pdorch autoscale`: the control loop as its own process, driving a coordinator's pools.
+
+Every tick (`--interval-s`, default the policy's `intervals.reactive_s`) it reads one
+`Observation` through a `MetricsSource` (today the minimal one over the admin API:
+`pdorch/autoscaler/source.py`), asks the planner (`--planner`, default `pdorch`) and sends
+the decision to the coordinator's admin API (`POST /admin/pools/{pool}/scale`, `source:
+autoscaler`): pools pinned by `pdorch scale set` are left alone and the decision is recorded
+with reason `pinned`. `--dry-run` prints what it would do and changes nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from pdorch.cli.scale import DEMO_URL
+
+
+def autoscale(
+    policy: Path = typer.Option(
+        ..., "--policy", help="SLO policy YAML (deploy/examples/slo-policy.yaml).", exists=True
+    ),
+    url: str = typer.Option(
+        DEMO_URL, "--url", help="The coordinator's base URL (default: the `pdorch serve` demo)."
+    ),
+    admin_token: str | None = typer.Option(
+        None,
+        "--admin-token",
+        envvar="PDORCH_ADMIN_TOKEN",
+        help="Admin bearer token (default: $PDORCH_ADMIN_TOKEN, else none sent).",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print each decision, change nothing."),
+    once: bool = typer.Option(False, "--once", help="Run one tick and exit."),
+    planner: str = typer.Option("pdorch", "--planner", help="Planner name (autoscale.planners)."),
+    interval_s: float | None = typer.Option(
+        None,
+        "--interval-s",
+        min=0.1,
+        help="Seconds between ticks (default: the policy's intervals.reactive_s).",
+    ),
+    log_level: str = typer.Option("warning", help="Log level (stderr): debug, info, warning."),
+) -> None:
+    """Run the autoscaler against a running coordinator until Ctrl-C (or one tick, `--once`).
+
+    Example: `pdorch autoscale --policy deploy/examples/slo-policy.yaml --once --dry-run`
+    """
+    import asyncio
+    import logging
+    import signal
+
+    import autoscale.planners  # noqa: F401  (registers every planner)
+    from autoscale.perf_model import build_perf_model
+    from autoscale.planner_base import planner_factory, planner_names
+    from autoscale.policy import PolicyError, load_policy
+    from pdorch.autoscaler.loop import AdminApiDriver, ControlLoop, Driver, DryRunDriver
+    from pdorch.autoscaler.source import AdminApiSource
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
+    try:
+        slo = load_policy(policy)
+    except PolicyError as exc:
+        sys.stderr.write(f"invalid policy: {exc}\n")
+        raise typer.Exit(2) from None
+    if planner not in planner_names():
+        sys.stderr.write(f"unknown planner {planner!r}; known: {', '.join(planner_names())}\n")
+        raise typer.Exit(2)
+    interval = interval_s or slo.intervals.reactive_s
+    plan = planner_factory(planner)(slo, build_perf_model(slo))
+
+    async def main() -> int:
+        import httpx
+
+        source = AdminApiSource(url, admin_token, interval)
+        api = None if dry_run else AdminApiDriver(url, admin_token)
+        driver: Driver = api if api is not None else DryRunDriver(sys.stdout)
+        loop = ControlLoop(plan, source, driver, interval)
+        try:
+            if once:
+                try:
+                    decision = await loop.tick()
+                except httpx.HTTPError as exc:
+                    sys.stderr.write(f"error: coordinator at {url}: {exc}\n")
+                    return 2
+                for pool, n in decision.desired.items():
+                    sys.stderr.write(f"{pool}: {n} ({decision.reasons.get(pool, '')})\n")
+                return 0
+            stop = asyncio.Event()
+            running = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                running.add_signal_handler(sig, stop.set)
+            await loop.run(stop)
+            return 0
+        finally:
+            await source.aclose()
+            if api is not None:
+                await api.aclose()
+
+    code = asyncio.run(main())
+    if code:
+        raise typer.Exit(code)

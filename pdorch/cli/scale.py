@@ -1,0 +1,184 @@
+"""`pdorch scale status|set|auto|move`: watch and drive a running coordinator's pools.
+
+Every command talks to the coordinator's admin API (`pdorch/app/admin_scale.py`) at `--url`
+(default: the demo's http://127.0.0.1:8000, so `pdorch serve` + `pdorch scale ...` works with no
+arguments); `--admin-token` (or `PDORCH_ADMIN_TOKEN`) when the fleet sets one. Errors the
+coordinator answers (unknown pool, a count below min / above max / over the GPU budget) are
+printed as they come, naming the problem, and exit with status 1; an unreachable coordinator
+exits with 2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any
+
+import typer
+
+DEMO_URL = "http://127.0.0.1:8000"
+
+URL_OPTION = typer.Option(
+    DEMO_URL, "--url", help="The coordinator's base URL (default: the `pdorch serve` demo)."
+)
+TOKEN_OPTION = typer.Option(
+    None,
+    "--admin-token",
+    envvar="PDORCH_ADMIN_TOKEN",
+    help="Admin bearer token, when the fleet file sets coordinator.admin_token (default: "
+    "$PDORCH_ADMIN_TOKEN, else none sent).",
+)
+JSON_OPTION = typer.Option(
+    False, "--json", help="Print one JSON object on stdout instead of the table/message."
+)
+
+
+def _call(
+    method: str, url: str, path: str, token: str | None, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    import httpx
+
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.request(
+            method, url.rstrip("/") + path, json=body, headers=headers, timeout=30.0
+        )
+    except httpx.HTTPError as exc:
+        sys.stderr.write(f"error: cannot reach the coordinator at {url}: {exc}\n")
+        raise typer.Exit(2) from None
+    try:
+        data = response.json()
+    except ValueError:
+        data = {"error": {"message": response.text}}
+    if response.status_code >= 400:
+        message = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
+        sys.stderr.write(f"error ({response.status_code}): {message or response.text}\n")
+        raise typer.Exit(1)
+    assert isinstance(data, dict)
+    return data
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def status(
+    url: str = URL_OPTION,
+    admin_token: str | None = TOKEN_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Per pool: replicas ready/pending/draining, role, load, KV usage, observed p90 TTFT/ITL
+    against the SLO (when an autoscaler reports them), the last autoscaler decision and why.
+
+    `--json`: `{"pools": {"<pool>": {"ready", "pending", "draining", "pinned", "role", "load",
+    "kv_usage", "observed", "last_decision", "replicas": [...]}}, "decisions": [...]}`.
+
+    Example: `pdorch scale status --url http://127.0.0.1:8000`
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    view = _call("GET", url, "/admin/autoscale", admin_token)
+    if as_json:
+        sys.stdout.write(json.dumps(view) + "\n")
+        return
+    table = Table(title=f"pools at {url} (autoscaler: {view.get('autoscaler') or 'none'})")
+    for column in (
+        "pool", "role", "ready", "pending", "draining", "pinned", "in flight", "KV usage",
+        "p90 TTFT / ITL", "last decision",
+    ):  # fmt: skip
+        table.add_column(column)
+    for pool, row in view["pools"].items():
+        observed = row.get("observed") or {}
+        latency = (
+            f"{_fmt(observed.get('ttft_p90_s'))}s / {_fmt(observed.get('itl_p90_s'), 3)}s"
+            if observed
+            else "-"
+        )
+        last = row.get("last_decision")
+        decided = f"{last['desired']} ({last['reason']})" if last else "-"
+        switchable = sum(1 for r in row.get("replicas", []) if r.get("switchable"))
+        role = row.get("role", pool) + (f" ({switchable} switchable)" if switchable else "")
+        table.add_row(
+            pool,
+            role,
+            str(row["ready"]),
+            str(row["pending"]),
+            str(row["draining"]),
+            _fmt(row.get("pinned")),
+            str(row["load"]["requests_in_flight"]),
+            _fmt(row.get("kv_usage")),
+            latency,
+            decided,
+        )
+    Console().print(table)
+
+
+_COUNT = re.compile(r"^[+-]?\d+$")
+
+
+def set_count(
+    pool: str = typer.Argument(..., help="Pool to scale: prefill or decode."),
+    count: str = typer.Argument(
+        ..., metavar="N|+N|-N", help="Replicas wanted (N), or a change (+N / -N)."
+    ),
+    url: str = URL_OPTION,
+    admin_token: str | None = TOKEN_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Scale a pool by hand. The count pins the pool: the autoscaler leaves it alone until
+    `pdorch scale auto POOL`. Scaling down drains (no request is lost).
+
+    Example: `pdorch scale set decode +1`
+    """
+    if not _COUNT.match(count):
+        sys.stderr.write(f"error: count {count!r} is not N, +N or -N\n")
+        raise typer.Exit(2)
+    body: dict[str, Any] = {"delta": int(count)} if count[0] in "+-" else {"replicas": int(count)}
+    done = _call("POST", url, f"/admin/pools/{pool}/scale", admin_token, body)
+    if as_json:
+        sys.stdout.write(json.dumps(done) + "\n")
+        return
+    sys.stderr.write(f"pool {done['pool']}: {done['replicas']} replicas (pinned)\n")
+
+
+def auto(
+    pool: str = typer.Argument(..., help="Pool to hand back to the autoscaler."),
+    url: str = URL_OPTION,
+    admin_token: str | None = TOKEN_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Unpin a pool: the autoscaler sizes it again.
+
+    Example: `pdorch scale auto decode`
+    """
+    done = _call("POST", url, f"/admin/pools/{pool}/auto", admin_token)
+    if as_json:
+        sys.stdout.write(json.dumps(done) + "\n")
+        return
+    sys.stderr.write(f"pool {done['pool']}: back to the autoscaler\n")
+
+
+def move(
+    replica: str = typer.Argument(..., help="Replica id (see `pdorch scale status --json`)."),
+    to: str = typer.Option(..., "--to", help="Pool to move it to: prefill or decode."),
+    url: str = URL_OPTION,
+    admin_token: str | None = TOKEN_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Switch a role-agnostic replica (sim role both, vLLM kv_both; launch spec
+    `switchable: true`) to the other pool: it drains its current-role work, then is
+    re-labelled, without a restart.
+
+    Example: `pdorch scale move decode-1 --to prefill`
+    """
+    done = _call("POST", url, f"/admin/replicas/{replica}/move", admin_token, {"to": to})
+    if as_json:
+        sys.stdout.write(json.dumps(done) + "\n")
+        return
+    sys.stderr.write(f"replica {replica}: {done['from_pool']} → {done['to_pool']} (draining)\n")

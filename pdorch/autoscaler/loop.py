@@ -4,6 +4,13 @@
 source.observe(now)  →  planner.plan(observation)  →  driver.apply(decision, observation)
 ```
 
+The source (`pdorch/autoscaler/source.py`) is a metrics source of `autoscale/metrics_sources/`
+with the actuator's pool counts. A source that windows since its last read primes on its first
+read (`window_s` 0: no arrivals, no latencies); that tick is not planned (`tick` returns None):
+an empty window would read as an idle fleet, feed the forecaster a zero rate and start the
+planner's scale-down clock before it has watched any load. `first_decision` (`--once`) reads
+again `interval_s` later.
+
 Drivers (where a decision goes):
 - `AdminApiDriver`: the coordinator's admin API (`POST /admin/pools/{pool}/scale` with
   `source: autoscaler`, the reason and the inputs; role moves `POST /admin/replicas/{id}/move`
@@ -26,9 +33,9 @@ from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
 from autoscale.decision import ScaleDecision
+from autoscale.metrics_sources.base import MetricsSource
 from autoscale.planner_base import Planner
 from autoscale.signals import Observation
-from pdorch.autoscaler.source import MetricsSource
 
 log = logging.getLogger(__name__)
 
@@ -168,11 +175,22 @@ class ControlLoop:
         self.clock = clock
         self.decisions: list[ScaleDecision] = []
 
-    async def tick(self) -> ScaleDecision:
+    async def tick(self) -> ScaleDecision | None:
+        """One observe → plan → apply; None when the observation only primed the source."""
         obs = await self.source.observe(self.clock())
+        if obs.window_s <= 0:
+            return None
         decision = self.planner.plan(obs)
         await self.driver.apply(decision, obs)
         self.decisions.append(decision)
+        return decision
+
+    async def first_decision(self) -> ScaleDecision:
+        """Tick until one is planned (the second read of a source that primes on its first)."""
+        decision = await self.tick()
+        while decision is None:
+            await asyncio.sleep(self.interval_s)
+            decision = await self.tick()
         return decision
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -1,139 +1,130 @@
-"""`MetricsSource`: where the live control loop reads one `Observation` per tick.
+"""What the live control loop observes: a metrics source with the actuator's pool counts.
 
-The seam the metrics sources plug into (the coordinator's request metrics, scraped engine
-`/metrics`, Prometheus: issue 12 item 4, built separately). Until they land, the loop uses
-the **minimal** source here, which knows only what the coordinator already shows:
+The loop's `Observation` is built from two parts:
 
-- pool counts (`ready`/`pending`/`draining`) from `GET /admin/autoscale`;
-- per replica: `num_running`, `num_waiting`, `kv_usage` (the coordinator's last scrape of the
-  engine), KV capacity, and the coordinator's token load (`prefill_tokens_queued`,
-  `decode_blocks` times block size) from `GET /admin/pools` → `ReplicaSignals`;
-- `arrival_rps`: the change of `pdorch_requests_total` (answered requests) between two ticks
-  over the seconds between them (0 on the first tick).
-
-It reports **no** ISL/OSL, hit rate, TTFT or ITL (zeros / empty summaries), so the planner's
-forecast floor is 0 and only its reactive terms (queue, concurrency, KV usage) and the pool
-limits act. `observation_from_views` does the mapping for both the HTTP source
-(`AdminApiSource`, `pdorch autoscale`) and the in-process one (`CoordinatorSource`).
+- the **load and latencies** from a source of `autoscale/metrics_sources/`: per window the
+  arrivals, mean ISL / OSL, prefix hit rate, TTFT / ITL percentiles and per-replica signals
+  (`num_running`, `num_waiting`, KV usage, queued prefill tokens, decode KV tokens):
+  - `coordinator` (default): `CoordinatorSource` over the coordinator's `/metrics` histograms
+    and `/admin/pools`, each engine's `/metrics` scraped (window: since the last read; the
+    first read primes it and carries no requests: `window_s` 0);
+  - `prometheus`: `PrometheusSource`, PromQL over a Prometheus that scrapes the fleet
+    (`deploy/prometheus/`), a fixed lookback of `window_s` every read;
+- the **pool counts** (`ready` / `pending` / `draining`) from the coordinator's scaling view,
+  i.e. the actuator's `current()`: `GET /admin/autoscale` (`AdminCounts`, `pdorch autoscale`)
+  or `ScalingControl` in the same process (`ActuatorCounts`, `pdorch serve --slo-policy`).
+  They replace the source's own counts (`WithPoolCounts`) because the actuator is the
+  authority on what it started: a replica whose process is still starting is `pending` there
+  before the fleet (and so `/admin/pools` or Prometheus) lists it, and without it the planner
+  would order the same replica again on the next tick.
 """
 
 from __future__ import annotations
 
-import re
+import asyncio
+import dataclasses
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-from autoscale.signals import Observation, Pool, PoolStatus, ReplicaSignals
+import httpx
 
-_REQUESTS = re.compile(r"^pdorch_requests_total\{[^}]*\}\s+(\S+)", re.MULTILINE)
+from autoscale.metrics_sources.base import MetricsSource, MetricsSourceError
+from autoscale.metrics_sources.coordinator import CoordinatorSource
+from autoscale.metrics_sources.prometheus import PrometheusSource
+from autoscale.metrics_sources.window import pool_of
+from autoscale.signals import Observation, Pool, PoolStatus
 
-
-class MetricsSource(Protocol):
-    async def observe(self, now: float) -> Observation: ...
-
-
-def requests_total(metrics_text: str) -> float:
-    """Sum of `pdorch_requests_total` over its labels in a `/metrics` page."""
-    return sum(float(v) for v in _REQUESTS.findall(metrics_text))
+METRICS_KINDS = ("coordinator", "prometheus")
 
 
-def observation_from_views(
-    pools_view: dict[str, Any],
-    autoscale_view: dict[str, Any],
-    *,
-    now: float,
-    window_s: float,
-    arrival_rps: float,
-) -> Observation:
-    block_size = int(pools_view.get("block_size") or 16)
-    counts: dict[Pool, PoolStatus] = {}
-    replicas: list[ReplicaSignals] = []
-    for pool in Pool:
-        row = autoscale_view.get("pools", {}).get(pool.value)
-        if row is None:
-            continue
-        counts[pool] = PoolStatus(
-            ready=int(row["ready"]), pending=int(row["pending"]), draining=int(row["draining"])
-        )
-        for r in pools_view.get("pools", {}).get(pool.value, {}).get("replicas", []):
-            if r.get("state") != "healthy":
-                continue
-            load = r.get("load") or {}
-            capacity = int(r.get("kv_capacity_blocks") or 0) * block_size
-            replicas.append(
-                ReplicaSignals(
-                    replica_id=str(r["id"]),
-                    pool=pool,
-                    num_running=int(r.get("num_running") or 0),
-                    num_waiting=int(r.get("num_waiting") or 0),
-                    queued_prefill_tokens=int(load.get("prefill_tokens_queued") or 0),
-                    kv_usage=float(r.get("kv_usage") or 0.0),
-                    kv_capacity_tokens=capacity,
-                    decode_kv_tokens=int(load.get("decode_blocks") or 0) * block_size,
-                )
+class PoolCounts(Protocol):
+    """Ready / pending / draining per planner pool, as the actuator sees them now."""
+
+    async def read(self) -> dict[Pool, PoolStatus]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def counts_of(pools: Mapping[str, Mapping[str, Any]]) -> dict[Pool, PoolStatus]:
+    """The planner pools of a `{pool: {ready, pending, draining}}` view (other pools dropped)."""
+    out: dict[Pool, PoolStatus] = {}
+    for name, row in pools.items():
+        pool = pool_of(str(name))
+        if pool is not None:
+            out[pool] = PoolStatus(
+                ready=int(row["ready"]), pending=int(row["pending"]), draining=int(row["draining"])
             )
-    return Observation(
-        now=now,
-        window_s=window_s,
-        pools=counts,
-        arrival_rps=arrival_rps,
-        replicas=tuple(replicas),
-    )
+    return out
 
 
-class _RateMeter:
-    """Requests per second from a cumulative counter's change between two ticks."""
+class AdminCounts:
+    """The counts of `GET /admin/autoscale` (the coordinator's actuator), over HTTP."""
 
-    def __init__(self) -> None:
-        self._last: tuple[float, float] | None = None
-
-    def rate(self, now: float, total: float) -> float:
-        last, self._last = self._last, (now, total)
-        if last is None or now <= last[0]:
-            return 0.0
-        return max(0.0, total - last[1]) / (now - last[0])
-
-
-class AdminApiSource:
-    """The minimal source over HTTP (module docstring)."""
-
-    def __init__(self, url: str, admin_token: str | None, window_s: float) -> None:
-        import httpx
-
-        self.url = url.rstrip("/")
+    def __init__(self, url: str, admin_token: str | None, timeout_s: float = 10.0) -> None:
         headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
-        self.client = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=10.0)
-        self.window_s = window_s
-        self._rate = _RateMeter()
-
-    async def observe(self, now: float) -> Observation:
-        pools = (await self.client.get("/admin/pools")).raise_for_status().json()
-        scale = (await self.client.get("/admin/autoscale")).raise_for_status().json()
-        metrics = (await self.client.get("/metrics")).raise_for_status().text
-        rate = self._rate.rate(now, requests_total(metrics))
-        return observation_from_views(
-            pools, scale, now=now, window_s=self.window_s, arrival_rps=rate
+        self.client = httpx.AsyncClient(
+            base_url=url.rstrip("/"), headers=headers, timeout=timeout_s
         )
+
+    async def read(self) -> dict[Pool, PoolStatus]:
+        try:
+            answer = (await self.client.get("/admin/autoscale")).raise_for_status()
+            return counts_of(answer.json()["pools"])
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            raise MetricsSourceError(f"{self.client.base_url}/admin/autoscale: {exc!r}") from exc
 
     async def aclose(self) -> None:
         await self.client.aclose()
 
 
-class CoordinatorSource:
-    """The minimal source in the coordinator's process (`pdorch serve --slo-policy`)."""
+class ActuatorCounts:
+    """The counts of the coordinator's `ScalingControl` in this process."""
 
-    def __init__(self, coordinator: Any, window_s: float) -> None:
-        self.c = coordinator
-        self.window_s = window_s
-        self._rate = _RateMeter()
+    def __init__(self, scaling: Any) -> None:
+        self.scaling = scaling  # pdorch.app.scaling.ScalingControl
+
+    async def read(self) -> dict[Pool, PoolStatus]:
+        return counts_of(self.scaling.view()["pools"])
+
+    async def aclose(self) -> None:
+        return None
+
+
+class WithPoolCounts(MetricsSource):
+    """`inner`'s observation with its `pools` replaced by `counts` (module docstring)."""
+
+    def __init__(self, inner: MetricsSource, counts: PoolCounts) -> None:
+        self.inner = inner
+        self.counts = counts
+        self.name = inner.name
 
     async def observe(self, now: float) -> Observation:
-        from pdorch.app.admin_scale import autoscale_view
+        obs, pools = await asyncio.gather(self.inner.observe(now), self.counts.read())
+        return dataclasses.replace(obs, pools=pools)
 
-        total = requests_total(self.c.metrics.render().decode())
-        return observation_from_views(
-            self.c.pools_view(),
-            autoscale_view(self.c),
-            now=now,
-            window_s=self.window_s,
-            arrival_rps=self._rate.rate(now, total),
-        )
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+        await self.counts.aclose()
+
+
+def loop_source(
+    kind: str,
+    counts: PoolCounts,
+    *,
+    url: str,
+    admin_token: str | None,
+    prometheus_url: str | None = None,
+    prometheus_window_s: float = 60.0,
+) -> MetricsSource:
+    """The control loop's source: `kind`'s metrics (coordinator at `url`, or Prometheus at
+    `prometheus_url` with a `prometheus_window_s` lookback) with `counts`' pool counts."""
+    inner: MetricsSource
+    if kind == "prometheus":
+        if not prometheus_url:
+            raise ValueError("the prometheus metrics source needs a Prometheus URL")
+        inner = PrometheusSource(prometheus_url, window_s=prometheus_window_s)
+    elif kind == "coordinator":
+        inner = CoordinatorSource(url, admin_token=admin_token)
+    else:
+        raise ValueError(f"unknown metrics source {kind!r}; known: {', '.join(METRICS_KINDS)}")
+    return WithPoolCounts(inner, counts)

@@ -1,11 +1,13 @@
 """`pdorch autoscale`: the control loop as its own process, driving a coordinator's pools.
 
 Every tick (`--interval-s`, default the policy's `intervals.reactive_s`) it reads one
-`Observation` through a `MetricsSource` (today the minimal one over the admin API:
-`pdorch/autoscaler/source.py`), asks the planner (`--planner`, default `pdorch`) and sends
-the decision to the coordinator's admin API (`POST /admin/pools/{pool}/scale`, `source:
-autoscaler`): pools pinned by `pdorch scale set` are left alone and the decision is recorded
-with reason `pinned`. `--dry-run` prints what it would do and changes nothing.
+`Observation` (`pdorch/autoscaler/source.py`): load, ISL/OSL, hit rate and TTFT/ITL from
+`--metrics` (the coordinator's `/metrics` and the engines', or a Prometheus), the pool counts
+from the coordinator's `/admin/autoscale` (its actuator); then it asks the planner
+(`--planner`, default `pdorch`) and sends the decision to the coordinator's admin API
+(`POST /admin/pools/{pool}/scale`, `source: autoscaler`): pools pinned by `pdorch scale
+set` are left alone and the decision is recorded with reason `pinned`.
+`--dry-run` prints what it would do and changes nothing.
 """
 
 from __future__ import annotations
@@ -32,13 +34,37 @@ def autoscale(
         help="Admin bearer token (default: $PDORCH_ADMIN_TOKEN, else none sent).",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print each decision, change nothing."),
-    once: bool = typer.Option(False, "--once", help="Run one tick and exit."),
+    once: bool = typer.Option(
+        False,
+        "--once",
+        help="Plan once and exit. With `--metrics coordinator` that reads twice, --interval-s "
+        "apart (the first read only starts the window).",
+    ),
     planner: str = typer.Option("pdorch", "--planner", help="Planner name (autoscale.planners)."),
     interval_s: float | None = typer.Option(
         None,
         "--interval-s",
         min=0.1,
         help="Seconds between ticks (default: the policy's intervals.reactive_s).",
+    ),
+    metrics: str = typer.Option(
+        "coordinator",
+        "--metrics",
+        help="Where the planner's load and latencies come from: `coordinator` (its /metrics "
+        "histograms and /admin/pools, each engine's /metrics scraped) or `prometheus` (PromQL "
+        "over --prometheus-url). Pool counts always come from the coordinator's actuator.",
+    ),
+    prometheus_url: str | None = typer.Option(
+        None,
+        "--prometheus-url",
+        help="Prometheus base URL that scrapes the fleet (deploy/prometheus/); needed with "
+        "`--metrics prometheus` (without it that is an error), ignored otherwise.",
+    ),
+    prometheus_window_s: float = typer.Option(
+        60.0,
+        "--prometheus-window-s",
+        min=1.0,
+        help="PromQL lookback in seconds (rate(...[W])) with `--metrics prometheus`.",
     ),
     log_level: str = typer.Option("warning", help="Log level (stderr): debug, info, warning."),
 ) -> None:
@@ -51,11 +77,12 @@ def autoscale(
     import signal
 
     import autoscale.planners  # noqa: F401  (registers every planner)
+    from autoscale.metrics_sources.base import MetricsSourceError
     from autoscale.perf_model import build_perf_model
     from autoscale.planner_base import planner_factory, planner_names
     from autoscale.policy import PolicyError, load_policy
     from pdorch.autoscaler.loop import AdminApiDriver, ControlLoop, Driver, DryRunDriver
-    from pdorch.autoscaler.source import AdminApiSource
+    from pdorch.autoscaler.source import METRICS_KINDS, AdminCounts, loop_source
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
     try:
@@ -66,22 +93,35 @@ def autoscale(
     if planner not in planner_names():
         sys.stderr.write(f"unknown planner {planner!r}; known: {', '.join(planner_names())}\n")
         raise typer.Exit(2)
+    if metrics not in METRICS_KINDS:
+        sys.stderr.write(f"unknown --metrics {metrics!r}; known: {', '.join(METRICS_KINDS)}\n")
+        raise typer.Exit(2)
+    if metrics == "prometheus" and not prometheus_url:
+        sys.stderr.write("--metrics prometheus needs --prometheus-url\n")
+        raise typer.Exit(2)
     interval = interval_s or slo.intervals.reactive_s
     plan = planner_factory(planner)(slo, build_perf_model(slo))
 
     async def main() -> int:
         import httpx
 
-        source = AdminApiSource(url, admin_token, interval)
+        source = loop_source(
+            metrics,
+            AdminCounts(url, admin_token),
+            url=url,
+            admin_token=admin_token,
+            prometheus_url=prometheus_url,
+            prometheus_window_s=prometheus_window_s,
+        )
         api = None if dry_run else AdminApiDriver(url, admin_token)
         driver: Driver = api if api is not None else DryRunDriver(sys.stdout)
         loop = ControlLoop(plan, source, driver, interval)
         try:
             if once:
                 try:
-                    decision = await loop.tick()
-                except httpx.HTTPError as exc:
-                    sys.stderr.write(f"error: coordinator at {url}: {exc}\n")
+                    decision = await loop.first_decision()
+                except (httpx.HTTPError, MetricsSourceError) as exc:
+                    sys.stderr.write(f"error: metrics or coordinator at {url}: {exc}\n")
                     return 2
                 for pool, n in decision.desired.items():
                     sys.stderr.write(f"{pool}: {n} ({decision.reasons.get(pool, '')})\n")

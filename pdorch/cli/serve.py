@@ -61,17 +61,24 @@ def demo_fleet() -> dict[str, Any]:
     }
 
 
-def _autoscaler(coordinator: Any, policy: Any) -> Any:
-    """The in-process control loop: minimal coordinator source → planner → ScalingControl."""
+def _autoscaler(running: Any, policy: Any) -> Any:
+    """The in-process control loop: the coordinator's own metrics (over its HTTP API, engines
+    scraped) with the actuator's pool counts → planner → ScalingControl."""
     import autoscale.planners  # noqa: F401  (registers every planner)
     from autoscale.perf_model import build_perf_model
     from autoscale.planner_base import planner_factory
     from pdorch.autoscaler.loop import ControlLoop, InProcessDriver
-    from pdorch.autoscaler.source import CoordinatorSource
+    from pdorch.autoscaler.source import ActuatorCounts, loop_source
 
+    coordinator = running.coordinator
     interval = policy.intervals.reactive_s
     planner = planner_factory("pdorch")(policy, build_perf_model(policy))
-    source = CoordinatorSource(coordinator, interval)
+    source = loop_source(
+        "coordinator",
+        ActuatorCounts(coordinator.scaling),
+        url=running.url,
+        admin_token=coordinator.admin_token,
+    )
     return ControlLoop(planner, source, InProcessDriver(coordinator.scaling), interval)
 
 
@@ -182,11 +189,11 @@ def serve(
             context = run_coordinator(fleet, host=host, port=port, slo_policy=policy)
             running = await context.__aenter__()
         autoscaler: asyncio.Task[None] | None = None
+        control: Any = None
         stop_loop = asyncio.Event()
         if policy is not None and running.coordinator.scaling is not None:
-            autoscaler = asyncio.ensure_future(
-                _autoscaler(running.coordinator, policy).run(stop_loop)
-            )
+            control = _autoscaler(running, policy)
+            autoscaler = asyncio.ensure_future(control.run(stop_loop))
         try:
             table = Table(title=f"pdorch: {what}", title_justify="left")
             for column in ("replica", "pool", "kind", "url", "KV events"):
@@ -238,6 +245,7 @@ def serve(
             stop_loop.set()
             if autoscaler is not None:
                 await autoscaler
+                await control.source.aclose()
             await context.__aexit__(None, None, None)
 
     try:

@@ -22,7 +22,7 @@ from autoscale.policy import parse_policy
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.server import RunningCoordinator, run_coordinator
 from pdorch.autoscaler.loop import ControlLoop, InProcessDriver
-from pdorch.autoscaler.source import CoordinatorSource
+from pdorch.autoscaler.source import ActuatorCounts, loop_source
 from tests.coordinator.helpers import MODEL, fleet, long_prompt, sim, sse_events
 from tests.waiting import async_wait_until
 
@@ -76,7 +76,7 @@ async def test_stepped_load_scales_decode_up_and_back_down_and_every_request_suc
         planner = planner_factory("pdorch")(policy, build_perf_model(policy))
         loop = ControlLoop(
             planner,
-            CoordinatorSource(pd.coordinator, 0.25),
+            loop_source("coordinator", ActuatorCounts(scaling), url=pd.url, admin_token=None),
             InProcessDriver(scaling),
             interval_s=0.25,
         )

@@ -27,6 +27,9 @@ POLICY = {
     "gpu_budget": 3,
 }
 
+# `--once` reads twice (the first read starts the window): half a second apart, not 5 s
+FAST = ("--interval-s", "0.5")
+
 
 async def _cli(*args: str) -> Result:
     runner = CliRunner(env={"COLUMNS": "200"})  # wide enough for the status table
@@ -130,7 +133,7 @@ async def test_autoscale_once_records_its_decision_and_respects_a_pin(tmp_path: 
     policy = tmp_path / "slo.yaml"
     policy.write_text(json.dumps(POLICY))  # JSON is YAML
     async with _demo_like() as pd:
-        result = await _cli("autoscale", "--policy", str(policy), "--url", pd.url, "--once")
+        result = await _cli("autoscale", "--policy", str(policy), "--url", pd.url, "--once", *FAST)
         assert result.exit_code == 0, result.output
         view = json.loads((await _cli("scale", "status", "--url", pd.url, "--json")).stdout)
         pools = {d["pool"] for d in view["decisions"]}
@@ -142,14 +145,14 @@ async def test_autoscale_once_records_its_decision_and_respects_a_pin(tmp_path: 
         assert "pdorch_autoscale_decisions_total{pool=" in metrics
         # pinned pools are left alone, and the decision says so
         await _cli("scale", "set", "decode", "1", "--url", pd.url)
-        result = await _cli("autoscale", "--policy", str(policy), "--url", pd.url, "--once")
+        result = await _cli("autoscale", "--policy", str(policy), "--url", pd.url, "--once", *FAST)
         assert result.exit_code == 0, result.output
         view = json.loads((await _cli("scale", "status", "--url", pd.url, "--json")).stdout)
         assert view["pools"]["decode"]["last_decision"]["reason"] == "pinned"
         # dry-run changes nothing and records nothing
         before = len(view["decisions"])
         result = await _cli(
-            "autoscale", "--policy", str(policy), "--url", pd.url, "--once", "--dry-run"
+            "autoscale", "--policy", str(policy), "--url", pd.url, "--once", "--dry-run", *FAST
         )
         assert result.exit_code == 0 and "dry-run: pool" in result.stdout
         view = json.loads((await _cli("scale", "status", "--url", pd.url, "--json")).stdout)

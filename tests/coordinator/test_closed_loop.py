@@ -1,10 +1,18 @@
 """Closed loop on a live simulated fleet: in-process autoscaler + local actuator.
 
-A stepped load (low → long-output burst → low) makes the decode pool scale up on KV usage and
-back down once the burst has drained; every request of the run succeeds (counted), and the
-pool does not move on the steady low segments. The prefill half of the issue's stepped load
-(a long-prompt burst scaling prefill) needs TTFT / queue signals the minimal metrics source
-does not carry yet; see autoscale/README.md, "Live control loop".
+The control loop is the one `pdorch serve --slo-policy` runs: the coordinator's own metrics
+(`CoordinatorSource` over its HTTP API, engines scraped) with the actuator's pool counts, the
+pdorch planner, `InProcessDriver` over `ScalingControl`. Two halves of the issue's stepped
+load, each: low → burst → low, every request of the run succeeds (counted), the pool goes up
+once and back down once, and does not move on the steady low segments:
+
+- a long-output burst makes the decode pool scale up (KV usage / concurrency) and back down;
+- a long-prompt burst makes the prefill pool scale up (the TTFT queue term, fed by the
+  coordinator's queued prefill tokens and the window's arrivals x ISL) and back down.
+
+Engines run in real time (`time_scale` 1) so that the planner's performance model (the
+timing model of the same profile) matches them; the policies' short intervals and
+stabilization windows are the tests' time scale, set in the policy, not in the defaults.
 """
 
 from __future__ import annotations
@@ -55,10 +63,22 @@ async def _stream(client: httpx.AsyncClient, words: int, max_tokens: int) -> boo
     )
 
 
-def _provisioned(pd: RunningCoordinator) -> int:
+def _provisioned(pd: RunningCoordinator, pool: str = "decode") -> int:
     scaling = pd.coordinator.scaling
     assert isinstance(scaling, ScalingControl)
-    return scaling.actuator.status("decode").provisioned
+    return scaling.actuator.status(pool).provisioned
+
+
+def _control_loop(pd: RunningCoordinator, policy: Any) -> ControlLoop:
+    scaling = pd.coordinator.scaling
+    assert isinstance(scaling, ScalingControl)
+    planner = planner_factory("pdorch")(policy, build_perf_model(policy))
+    return ControlLoop(
+        planner,
+        loop_source("coordinator", ActuatorCounts(scaling), url=pd.url, admin_token=None),
+        InProcessDriver(scaling),
+        interval_s=policy.intervals.reactive_s,
+    )
 
 
 async def test_stepped_load_scales_decode_up_and_back_down_and_every_request_succeeds() -> None:
@@ -73,13 +93,7 @@ async def test_stepped_load_scales_decode_up_and_back_down_and_every_request_suc
     ):
         scaling = pd.coordinator.scaling
         assert isinstance(scaling, ScalingControl)
-        planner = planner_factory("pdorch")(policy, build_perf_model(policy))
-        loop = ControlLoop(
-            planner,
-            loop_source("coordinator", ActuatorCounts(scaling), url=pd.url, admin_token=None),
-            InProcessDriver(scaling),
-            interval_s=0.25,
-        )
+        loop = _control_loop(pd, policy)
         stop = asyncio.Event()
         running = asyncio.ensure_future(loop.run(stop))
         seen: list[int] = []
@@ -126,10 +140,10 @@ async def test_stepped_load_scales_decode_up_and_back_down_and_every_request_suc
         assert not outcome.timed_out and outcome.cut == 0
 
 
-def _settled(pd: RunningCoordinator) -> bool:
+def _settled(pd: RunningCoordinator, pool: str = "decode") -> bool:
     scaling = pd.coordinator.scaling
     assert isinstance(scaling, ScalingControl)
-    status = scaling.actuator.status("decode")
+    status = scaling.actuator.status(pool)
     return status.ready == 1 and status.draining == 0 and status.pending == 0
 
 
@@ -138,3 +152,90 @@ def _async(condition: Any) -> Any:
         return bool(condition())
 
     return check
+
+
+PREFILL_POLICY = {
+    "pools": {
+        "prefill": {"min": 1, "max": 2, "startup_s": 2, "drain_timeout_s": 30},
+        "decode": {"min": 1, "max": 1, "startup_s": 2, "drain_timeout_s": 30},
+    },
+    "intervals": {"reactive_s": 0.25, "predictive_s": 1.0},
+    "stabilization": {"scale_up_s": 0.0, "scale_down_s": 1.0},
+}
+BURST = 16  # concurrent long prompts
+BURST_WORDS = 700  # about 5.5k prompt tokens each (the sims' byte-level tokenizer)
+
+
+async def test_long_prompt_burst_scales_prefill_up_and_back_down_and_every_request_succeeds() -> (
+    None
+):
+    policy = parse_policy(PREFILL_POLICY)
+    config = fleet(
+        prefill=[sim(1, in_process=False, time_scale=1.0)],
+        decode=[sim(1, in_process=False, time_scale=1.0)],
+        metrics={"interval_s": 0.2},
+    )
+    async with (
+        run_coordinator(config, slo_policy=policy) as pd,
+        httpx.AsyncClient(base_url=pd.url, timeout=120.0) as client,
+    ):
+        scaling = pd.coordinator.scaling
+        assert isinstance(scaling, ScalingControl)
+        loop = _control_loop(pd, policy)
+        stop = asyncio.Event()
+        running = asyncio.ensure_future(loop.run(stop))
+        seen: list[int] = []
+        sampler_stop = asyncio.Event()
+
+        async def sample() -> None:
+            while not sampler_stop.is_set():
+                seen.append(_provisioned(pd, "prefill"))
+                await asyncio.sleep(0.1)
+
+        sampler = asyncio.ensure_future(sample())
+        results: list[bool] = []
+        try:
+            # low: short prompts one at a time; prefill stays at 1
+            for _ in range(4):
+                results.append(await _stream(client, 20, 8))
+            assert set(seen) == {1}, seen
+            # long-prompt burst: prompt tokens queue up on the prefill replica
+            burst = [asyncio.ensure_future(_stream(client, BURST_WORDS, 8)) for _ in range(BURST)]
+            await async_wait_until(
+                _async(lambda: _provisioned(pd, "prefill") == 2),
+                timeout=60,
+                message="prefill scaled to 2",
+            )
+            results += await asyncio.gather(*burst)
+            # low again: prefill goes back to 1 (drained, its KV leases pulled; nothing lost)
+            await async_wait_until(
+                _async(lambda: _settled(pd, "prefill")), timeout=60, message="prefill back to 1"
+            )
+            marker = len(seen)
+            for _ in range(4):
+                results.append(await _stream(client, 20, 8))
+            tail = seen[marker:]
+        finally:
+            stop.set()
+            sampler_stop.set()
+            await asyncio.gather(running, sampler)
+            await loop.source.aclose()
+        assert results == [True] * (8 + BURST)  # every request of the run succeeded
+        assert set(tail) == {1}, tail  # no flapping on the last steady segment
+        changes = [b for a, b in itertools.pairwise(seen) if a != b]
+        assert changes == [2, 1], changes
+        ups = [
+            d
+            for d in scaling.decisions
+            if d["pool"] == "prefill" and d["from"] == 1 and d["desired"] == 2
+        ]
+        assert ups, scaling.decisions
+        # the binding term is the TTFT queue term (clamped to the pool's max), fed by the
+        # window's arrivals x ISL that CoordinatorSource reads from the coordinator's histograms
+        prefill = ups[0]["inputs"]["details"]["prefill"]
+        assert ups[0]["reason"] in {"ttft-queue", "max"}, ups[0]
+        assert prefill["reactive_reason"] == "ttft-queue" and prefill["reactive"] >= 2, prefill
+        assert prefill["reactive_inputs"]["isl_uncached"] > 1000, prefill
+        assert prefill["reactive_inputs"]["lambda_tok_s"] > prefill["reactive_inputs"]["mu_tok_s"]
+        (_, outcome), *_ = scaling.actuator.stats.drains
+        assert not outcome.timed_out and outcome.cut == 0

@@ -182,6 +182,8 @@ async def test_long_prompt_burst_scales_prefill_up_and_back_down_and_every_reque
         scaling = pd.coordinator.scaling
         assert isinstance(scaling, ScalingControl)
         loop = _control_loop(pd, policy)
+        # the first read only primes the source's window: not planned, nothing recorded
+        assert await loop.tick() is None and not scaling.decisions
         stop = asyncio.Event()
         running = asyncio.ensure_future(loop.run(stop))
         seen: list[int] = []

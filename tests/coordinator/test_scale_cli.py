@@ -162,3 +162,12 @@ async def test_autoscale_once_records_its_decision_and_respects_a_pin(tmp_path: 
 async def test_cli_says_when_no_coordinator_answers() -> None:
     result = await _cli("scale", "status", "--url", "http://127.0.0.1:9", "--json")
     assert result.exit_code == 2 and "cannot reach the coordinator" in result.stderr
+
+
+async def test_autoscale_metrics_option_errors_name_the_option(tmp_path: Path) -> None:
+    policy = tmp_path / "slo.yaml"
+    policy.write_text(json.dumps(POLICY))
+    result = await _cli("autoscale", "--policy", str(policy), "--metrics", "prometheus")
+    assert result.exit_code == 2 and "--prometheus-url" in result.stderr, result.output
+    result = await _cli("autoscale", "--policy", str(policy), "--metrics", "minimal")
+    assert result.exit_code == 2 and "unknown --metrics 'minimal'" in result.stderr

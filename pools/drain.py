@@ -15,8 +15,9 @@ coordinator itself, so `autoscale` needs only `pools`.
    endpoint, vLLM, count as holding none once no request uses them: the decode leg's first
    byte means the pull is done, and vLLM frees an unpulled lease itself after `kv_lease_s`);
 3. past `timeout_s`: `RequestTracker.cut` ends every request still on it (streams get an
-   OpenAI error event and `[DONE]`: never silently truncated), waits up to `cut_grace_s` for
-   them to unwind, and reports `timed_out`.
+   OpenAI error event and `[DONE]`: never silently truncated; the coordinator answers a
+   non-streamed request 503 `replica_drained` with the reason), waits up to `cut_grace_s`
+   for them to unwind, and reports `timed_out`.
 
 The caller then stops the process (scale-down) or re-labels the replica (role switch).
 """

@@ -121,6 +121,8 @@ class RequestFlow:
         self._tracked: set[str] = set()  # replicas this request uses (pools/drain.py)
         self.cut_reason: str | None = None  # set when a drain ends this request early
         self.stream: ProxyStream | None = None
+        self._work: asyncio.Task[Any] | None = None  # the task running the legs (`cut`)
+        self._cut_cancel = False  # `cut` cancelled `_work`
         self._admitted = False
         self._admitted_to_lifecycle = False
 
@@ -167,6 +169,7 @@ class RequestFlow:
         task = asyncio.current_task()
         assert task is not None
         left = False
+        self._work = task
 
         def client_left(watcher: asyncio.Future[None]) -> None:
             nonlocal left
@@ -181,8 +184,16 @@ class RequestFlow:
             async with deadline:
                 return await work
         except asyncio.CancelledError:
-            if left and task.uncancel() == 0:  # our cancel alone, not an outer one
-                raise ClientGone() from None
+            ours = int(left) + int(self._cut_cancel)  # the watcher's and `cut`'s cancels
+            pending = task.cancelling()
+            for _ in range(ours):
+                pending = task.uncancel()
+            if ours and pending == 0:  # our cancels alone, not an outer one
+                if left:
+                    raise ClientGone() from None
+                raise ApiError(
+                    503, f"Request ended early: {self.cut_reason}.", code="replica_drained"
+                ) from None
             raise
         except TimeoutError:
             if not deadline.expired():
@@ -193,6 +204,7 @@ class RequestFlow:
                 code="timeout",
             ) from None
         finally:
+            self._work = None
             watcher.remove_done_callback(client_left)
             watcher.cancel()
 
@@ -272,11 +284,19 @@ class RequestFlow:
             self.c.requests.end(replica_id, self.request_id)
 
     def cut(self, reason: str) -> None:
-        """A drain ran out of time: end the stream with an OpenAI error event (legs not yet
-        streaming end when the draining engine stops: retried, or answered with an error)."""
+        """A drain ran out of time. A stream ends with an OpenAI error event; a non-streamed
+        request still waiting on its legs is cancelled and answered 503 `replica_drained`
+        with the reason (`_race`), not left to a dropped connection when the engine stops.
+        A streamed request not yet streaming ends when the draining engine stops: retried on
+        another replica, or answered with an error."""
+        if self.cut_reason is not None:
+            return
         self.cut_reason = reason
         if self.stream is not None:
             self.stream.cut()
+        elif self._work is not None and self.parsed is not None and not self.parsed.stream:
+            self._cut_cancel = True
+            self._work.cancel()
 
     async def _prefill(self, replica_id: str, parsed: ParsedRequest) -> KvTransferParams | None:
         """The prefill leg; None (after reporting) when the decode side must prefill."""

@@ -13,7 +13,14 @@ from pdorch.app.scaling import ScalingControl
 from pdorch.app.server import RunningCoordinator, run_coordinator
 from pools.drain import held_leases
 from pools.pd_protocol import prefill_leg_body
-from tests.coordinator.helpers import MODEL, fleet, long_prompt, sim, sse_events
+from tests.coordinator.helpers import (
+    MODEL,
+    assert_openai_error,
+    fleet,
+    long_prompt,
+    sim,
+    sse_events,
+)
 from tests.waiting import async_wait_until
 
 
@@ -158,6 +165,42 @@ async def test_drain_timeout_ends_streams_with_an_error_event() -> None:
             assert result["decode"] == outcome.replica_id
             assert result["events"][-1] == "[DONE]"
             error = result["events"][-2]["error"]
+            assert "drain_timeout_s" in error["message"]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_drain_timeout_answers_non_streamed_requests_with_an_openai_error() -> None:
+    config = fleet(decode=[sim(2, in_process=False, time_scale=1.0)])
+    policy = parse_policy({"pools": {"decode": {"min": 1, "drain_timeout_s": 0.3}}})
+    async with (
+        run_coordinator(config, slo_policy=policy) as pd,
+        httpx.AsyncClient(base_url=pd.url, timeout=60.0) as client,
+    ):
+        scaling = _scaling(pd)
+        body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 3000}
+        tasks = [asyncio.ensure_future(client.post("/v1/completions", json=body)) for _ in range(4)]
+        await async_wait_until(
+            lambda: _on_replicas(pd, ["decode-0", "decode-1"], 1),
+            timeout=30,
+            message="requests on both decode replicas",
+        )
+        scaling.set("decode", replicas=1)
+        await scaling.actuator.idle(30)
+        (_, outcome), *_ = scaling.actuator.stats.drains
+        assert outcome.timed_out and outcome.cut >= 1
+
+        async def answered() -> bool:
+            return sum(t.done() for t in tasks) >= outcome.cut
+
+        await async_wait_until(answered, timeout=10, message="the cut requests answered")
+        cut = [t.result() for t in tasks if t.done()]
+        assert len(cut) == outcome.cut  # the others still run on the kept replica
+        for response in cut:
+            error = assert_openai_error(response, 503)
+            assert error["code"] == "replica_drained"
+            assert outcome.replica_id in error["message"]
             assert "drain_timeout_s" in error["message"]
         for task in tasks:
             task.cancel()

@@ -21,24 +21,29 @@ PromQL window ends at the coordinator's last scrape (`at`). The tolerances:
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from autoscale.metrics_sources.coordinator import CoordinatorSource, engine_targets
 from autoscale.metrics_sources.engines import EngineScrapeSource
 from autoscale.metrics_sources.histogram import INF
 from autoscale.metrics_sources.prometheus import PrometheusSource
 from autoscale.metrics_sources.prometheus_targets import write_file_sd
+from autoscale.policy import load_policy
 from autoscale.signals import LatencySummary, Observation, Pool
 from pdorch.app.metrics import _ITL_BUCKETS, _TTFT_BUCKETS
 from pdorch.app.server import run_coordinator
+from pdorch.cli import app
 from pools.sim.metrics import ITL_BUCKETS as SIM_ITL_BUCKETS
 from pools.sim.metrics import TTFT_BUCKETS as SIM_TTFT_BUCKETS
 from tests.coordinator.helpers import MODEL, fleet, sim
@@ -306,3 +311,47 @@ def report(c: Observation, e: Observation, p: Observation, pe: Observation) -> N
 
     for name, o in (("coordinator", c), ("prom/coord", p), ("engines", e), ("prom/engines", pe)):
         print(row(name, o))
+
+
+@pytest.mark.timeout(180)
+async def test_autoscale_cli_plans_from_prometheus(
+    prometheus: Callable[[dict[str, Any]], PrometheusServer], tmp_path: Path
+) -> None:
+    """`pdorch autoscale --metrics prometheus --once`: the planner's load comes from PromQL
+    (what the coordinator counted), the pool counts from the coordinator's actuator."""
+    policy = tmp_path / "slo.yaml"
+    policy.write_text(json.dumps({"pools": {"prefill": {"max": 2}, "decode": {"max": 2}}}))
+    config = fleet(prefill=[sim(time_scale=0.2)], decode=[sim(time_scale=0.2)])
+    async with (
+        run_coordinator(config, slo_policy=load_policy(policy)) as pd,
+        httpx.AsyncClient(base_url=pd.url, timeout=120.0) as client,
+    ):
+        view = (await client.get("/admin/pools")).json()
+        server = await asyncio.to_thread(prometheus, scrape_config(pd.url))
+        (server.workdir / "targets").mkdir()
+        write_file_sd(view, server.workdir / "targets" / "engines.json")
+        prom = PrometheusSource(server.url)
+        try:
+            await async_wait_until(
+                lambda: _equals(prom, "count(up == 1)", 3), 60, 0.2, "every target up"
+            )
+            tokens = await traffic(client, 12)
+            arrivals = "sum(pdorch_request_prompt_tokens_count)"
+            await async_wait_until(
+                lambda: _equals(prom, arrivals, len(tokens)), 30, 0.1, "arrivals scraped"
+            )
+        finally:
+            await prom.aclose()
+        args = ["autoscale", "--policy", str(policy), "--url", pd.url, "--once"]
+        args += ["--metrics", "prometheus", "--prometheus-url", server.url]
+        args += ["--prometheus-window-s", "30"]
+        result = await asyncio.to_thread(CliRunner().invoke, app, args)
+        assert result.exit_code == 0, result.output
+        scale = (await client.get("/admin/autoscale")).json()
+        decisions = {d["pool"]: d for d in scale["decisions"]}
+        assert set(decisions) == {"prefill", "decode"} and scale["autoscaler"] == "remote"
+        inputs = decisions["prefill"]["inputs"]
+        assert inputs["arrival_rps"] > 0  # PromQL's rate over the window saw the requests
+        assert inputs["details"]["prefill"]["floor_inputs"]["isl"] > 0
+        assert inputs["pools"]["prefill"] == {"ready": 1, "pending": 0, "draining": 0}
+        assert inputs["observed"]["ttft_p90_s"] is not None

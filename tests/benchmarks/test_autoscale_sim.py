@@ -285,6 +285,20 @@ def test_cli_json_object_per_planner() -> None:
         assert set(row["direction_changes"]) == {"prefill", "decode"}
 
 
+def test_cli_rate_mode_overlay_multiplies_requests_compress_shortens() -> None:
+    trace = require_file(AZURE_CONVERSATION)
+    base = ["bench", "autoscale", "--trace", str(trace), "--trace-format", "azure"]
+    base += ["--max-requests", "60", "--rate-scale", "2", "--planners", "static-peak"]
+    base += ["--policy", str(POLICY), "--json"]
+    over = CliRunner().invoke(app, base)
+    comp = CliRunner().invoke(app, [*base, "--rate-mode", "compress"])
+    assert over.exit_code == 0 and comp.exit_code == 0, over.output + comp.output
+    assert json.loads(over.stdout)["planners"]["static-peak"]["requests"] == 120
+    assert json.loads(comp.stdout)["planners"]["static-peak"]["requests"] == 60
+    bad = CliRunner().invoke(app, [*base, "--rate-mode", "stretch"])
+    assert bad.exit_code != 0
+
+
 def test_observation_window_counts_arrivals_latencies_and_replica_signals() -> None:
     wl = loaded(n=200, rate=8.0)
     seen: list[Any] = []

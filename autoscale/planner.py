@@ -176,8 +176,13 @@ class PdorchPlanner(Planner):
             horizon = self.policy.limits(pool).startup_s
             best: Term | None = None
             level = LoadForecast(*self.forecaster.forecast(0.0))
+            if not self._fed and self._agg:  # before the first whole window: what it saw
+                a = aggregate(self._agg)
+                level = LoadForecast(
+                    a.arrival_rps, a.mean_isl_tokens, a.mean_osl_tokens, a.prefix_hit_rate
+                )
             for h in (0.0, horizon):
-                ahead = LoadForecast(*self.forecaster.forecast(h))
+                ahead = LoadForecast(*self.forecaster.forecast(h)) if self._fed else level
                 # only the rate is projected (lengths and hit rate at their level), and by at
                 # most `trend_cap` x the level: a trend is evidence of growth, not a measure
                 rate = min(ahead.rate_rps, self.trend_cap * level.rate_rps)
@@ -259,6 +264,7 @@ class PdorchPlanner(Planner):
         if (
             self._floor_at is None
             or fed
+            or not self._fed
             or now - self._floor_at >= self.policy.intervals.predictive_s
         ):
             self._floor = self._predictive_floor(obs)

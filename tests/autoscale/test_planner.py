@@ -233,3 +233,11 @@ def test_forecaster_is_fed_one_aggregate_per_window_and_the_trend_is_capped() ->
         observation(rate=16.0, p=(2, 0), d=(8, 0))
     )
     assert d.desired[P] == 3  # 1.5 * 16 rps * 1000 tok / 8k tok/s, not the 32 rps ramp's 4
+
+
+def test_floor_before_the_first_whole_window_is_sized_on_what_was_seen() -> None:
+    # 16 rps * 1000 tok over 8k tok/s = 2 prefill replicas, from the first 5 s window alone
+    # (the forecaster has nothing yet: a floor of 0 would let a role move strip a pool bare)
+    d = planner(forecast_window_s=60.0).plan(observation(5.0, rate=16.0, p=(1, 0), d=(8, 0)))
+    assert d.details["prefill"]["floor"] == 2
+    assert d.details["prefill"]["floor_inputs"]["rate_rps"] == 16.0

@@ -7,7 +7,8 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    the forecaster's load at now and at `startup_s` ahead (the larger need wins, so capacity
    is asked for before the load arrives and not released before it leaves; only the rate is
    projected, at most `trend_cap` 1.5 x its level; before the first whole window, the
-   partial windows' load), sized by `autoscale.sizing` with `headroom` (0.9) and the pool's correction factor `k`:
+   partial windows' load), sized by `autoscale.sizing` with `headroom` (0.9) and the pool's
+   correction factor `k`:
    `N_p = ceil(rate·ISL·(1-hit) / (C_p(ISL_u, TTFT)·h/k_p))`,
    `N_d = ceil(rate·(T_ttft + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k_d))`, `T_ttft` = the observed
    mean TTFT capped at the target (the model's prefill time before any is observed).

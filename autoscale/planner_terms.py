@@ -134,7 +134,9 @@ def _with_backlog(status: PoolStatus, steady: float, backlog: float, name: str) 
     return Term(held, name if held == full else name + "-pending")
 
 
-def _breach(obs: Observation, pool: Pool, policy: SloPolicy, min_samples: int) -> float | None:
+def observed_breach(
+    obs: Observation, pool: Pool, policy: SloPolicy, min_samples: int
+) -> float | None:
     """The observed percentile (policy's) when it is over target and measurable, else None."""
     summ, tgt = (
         (obs.ttft, policy.slo.ttft_ms) if pool is Pool.PREFILL else (obs.itl, policy.slo.itl_ms)
@@ -199,7 +201,7 @@ def reactive_term(
         if n_kv > best.replicas:
             best = Term(n_kv, "kv-usage")
     best = Term(best.replicas, best.reason, inputs)
-    seen = _breach(obs, pool, policy, min_samples)
+    seen = observed_breach(obs, pool, policy, min_samples)
     if seen is not None:
         step = 1 if status.pending == 0 else 0
         name = "ttft-breach" if pool is Pool.PREFILL else "itl-breach"
@@ -231,7 +233,7 @@ def fits(
     """
     if replicas <= 0:
         return False
-    if _breach(obs, pool, policy, min_samples) is not None:
+    if observed_breach(obs, pool, policy, min_samples) is not None:
         return False
     m = float(replicas)
     if pool is Pool.PREFILL:

@@ -10,7 +10,9 @@ behavior) and the `autoscaling/v2` API. Our own implementation of what they docu
   `desired = ceil(ratio · pods)`.
 - **Stabilization.** Every recommendation is remembered; scaling up uses the *minimum*
   recommendation of the last `up_window_s`, scaling down the *maximum* of the last
-  `down_window_s` (defaults 0 s and 300 s).
+  `down_window_s` (defaults 0 s and 300 s). The history starts with the current replica count
+  at the controller's first decision, as Kubernetes' `normalizeDesiredReplicasWithBehaviors`
+  seeds it: the first scale-down is held for `down_window_s`, not taken on the first tick.
 - **Rate policies.** Per direction, a list of `(kind, value, period_s)`: `pods` allows `value`
   replicas per period, `percent` allows `value` % of the replicas at the period's start.
   With `select=max` (the default) the most permissive policy wins. Defaults: up
@@ -69,6 +71,7 @@ class HpaController:
         self.behavior = behavior
         self._recs: deque[tuple[float, int]] = deque()
         self._events: deque[tuple[float, int]] = deque()  # (time, replica change)
+        self._seeded = False
 
     def _limit(self, now: float, current: int, policies: tuple[RatePolicy, ...], up: bool) -> int:
         limits: list[int] = []
@@ -87,11 +90,15 @@ class HpaController:
     def decide(self, now: float, current: int, recommendation: int) -> tuple[int, str]:
         """Replicas after stabilization and rate limits, and what bound them."""
         b = self.behavior
+        if not self._seeded:  # Kubernetes seeds the history with the current count
+            self._recs.append((now, current))
+            self._seeded = True
         self._recs.append((now, recommendation))
         keep = max(b.up_window_s, b.down_window_s)
         while self._recs and now - self._recs[0][0] > keep:
             self._recs.popleft()
-        up_rec = min(r for t, r in self._recs if now - t <= b.up_window_s)
+        # Kubernetes counts history strictly inside the window (a 0 s window: only this tick's).
+        up_rec = min([recommendation] + [r for t, r in self._recs if now - t < b.up_window_s])
         down_rec = max(r for t, r in self._recs if now - t <= b.down_window_s)
         target, reason = current, "hold"
         if up_rec > current:

@@ -57,6 +57,15 @@ def bench_autoscale(
     rate_scale: float = typer.Option(
         1.0, "--rate-scale", min=0.0001, help="Arrival-rate multiplier (2 = twice the load)."
     ),
+    rate_mode: str = typer.Option(
+        "overlay",
+        "--rate-mode",
+        help="How a trace's --rate-scale is applied: overlay = k time-aligned copies of each "
+        "request (the trace keeps its length and per-minute shape; "
+        "benchmarks/workloads/overlay.py), compress = arrival times divided by k (the trace "
+        "gets k times shorter; pdorch bench sim's behaviour). Named workloads scale their own "
+        "rate.",
+    ),
     max_requests: int | None = typer.Option(
         None, "--max-requests", min=1, help="Replay only the first N trace rows. Default: all."
     ),
@@ -126,6 +135,7 @@ def bench_autoscale(
     from benchmarks.autoscale_sim.runner import AutoscaleSimConfig, run_planner, trace_requests
     from benchmarks.fleet_sim.fleet import FleetSpec
     from benchmarks.workloads import load_workload
+    from benchmarks.workloads.overlay import overlay
 
     err = Console(stderr=True, width=None if sys.stderr.isatty() else 220)
     console = err if as_json else Console(width=None if sys.stdout.isatty() else 220)
@@ -167,10 +177,19 @@ def bench_autoscale(
     if max_requests is not None:
         kw["max_requests"] = max_requests
     source = str(trace) if trace is not None else str(workload)
+    if rate_mode not in ("overlay", "compress"):
+        raise typer.BadParameter("overlay or compress", param_hint="--rate-mode")
+    overlay_k = rate_scale if trace is not None and rate_mode == "overlay" else None
     try:
         wl = load_workload(
-            source, trace_format=trace_format, rate_scale=rate_scale, seed=seed, **kw
+            source,
+            trace_format=trace_format,
+            rate_scale=1.0 if overlay_k is not None else rate_scale,
+            seed=seed,
+            **kw,
         )
+        if overlay_k is not None:
+            wl = overlay(wl, overlay_k, seed=seed)
     except (ValueError, FileNotFoundError) as e:
         raise typer.BadParameter(str(e), param_hint="--trace" if trace else "--workload") from None
     if abs(record_s / 0.5 - round(record_s / 0.5)) > 1e-9:
@@ -229,6 +248,7 @@ def bench_autoscale(
             "policy": policy.model_dump(mode="json"),
             "planners": names,
             "rate_scale": rate_scale,
+            "rate_mode": rate_mode if trace is not None else "workload",
             "max_requests": max_requests,
             "role_switching": role_switching,
             "initial_fleet": initial_fleet,

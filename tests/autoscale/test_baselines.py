@@ -43,6 +43,17 @@ def test_hpa_scale_down_takes_the_max_recommendation_of_300_s() -> None:
     assert hpa.decide(301.0, 4, 2) == (2, "metric")
 
 
+def test_hpa_first_scale_down_is_held_by_the_seeded_current_count() -> None:
+    # Kubernetes seeds the recommendation history with the current replicas: a first
+    # recommendation of 1 does not drain an 8-replica pool on the first tick.
+    hpa = HpaController(Behavior())
+    assert hpa.decide(0.0, 8, 1) == (8, "stabilization")
+    assert hpa.decide(200.0, 8, 1) == (8, "stabilization")
+    assert hpa.decide(301.0, 8, 1) == (1, "metric")
+    # Scaling up is not held by the seed (the up window is 0 s).
+    assert HpaController(Behavior()).decide(0.0, 2, 3) == (3, "metric")
+
+
 def test_hpa_scale_up_rate_max_of_100_percent_and_4_pods_per_15_s() -> None:
     hpa = HpaController(Behavior())
     assert hpa.decide(0.0, 2, 20) == (6, "rate-limit")  # max(2 + 2, 2 + 4)
@@ -70,12 +81,25 @@ def test_llmd_formula_with_in_flight_credit() -> None:
 
 def test_llmd_planner_maps_ttft_to_prefill_and_tpot_to_decode() -> None:
     obs = observation(p=(4, 0), d=(4, 0), ttft=latency(2.2), itl=latency(0.01))
-    d = LlmdSloPlanner(policy(), PERF).plan(obs)
-    # prefill s = 1.1 -> 8 (up 100 %/4 pods allows 8); decode s = 0.2 -> 2, 1 pod/120 s -> 3
-    assert d.desired == {P: 8, D: 3}
+    pl = LlmdSloPlanner(policy(), PERF)
+    first = pl.plan(obs)
+    # The history is seeded with the current 4 (Kubernetes): the 30 s up window holds the
+    # first scale-up and the 180 s down window the first scale-down.
+    assert first.desired == {P: 4, D: 4}
+    d = pl.plan(observation(31.0, p=(4, 0), d=(4, 0), ttft=latency(2.2), itl=latency(0.01)))
+    # prefill s = 1.1 -> 8 (up 100 %/4 pods allows 8); decode still held (180 s)
+    assert d.desired == {P: 8, D: 4}
+    later = observation(181.0, p=(8, 0), d=(4, 0), ttft=latency(0.8), itl=latency(0.01))
+    d = pl.plan(later)
+    # decode s averaged over 45 s = 0.2 -> 2, 1 pod/120 s -> 3
+    assert d.desired[D] == 3
     assert d.reasons[D] == "rate-limit"
-    both = LlmdSloPlanner(policy(), PERF, combined=True).plan(obs)
-    assert both.desired == {P: 8, D: 8}
+    both = LlmdSloPlanner(policy(), PERF, combined=True)
+    both.plan(obs)
+    assert both.plan(observation(31.0, p=(4, 0), d=(4, 0), ttft=latency(2.2))).desired == {
+        P: 8,
+        D: 8,
+    }
 
 
 def test_llmd_signal_is_capped_and_averaged_over_45_s() -> None:

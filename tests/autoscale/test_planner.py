@@ -24,6 +24,7 @@ P, D = Pool.PREFILL, Pool.DECODE
 def planner(pol: SloPolicy | None = None, **options: Any) -> PdorchPlanner:
     options.setdefault("forecaster", EwmaForecaster(alpha=1.0))
     options.setdefault("headroom", 1.0)
+    options.setdefault("forecast_window_s", 0.0)  # feed the forecaster every tick (rule tests)
     return PdorchPlanner(pol or policy(), LinearPerfModel(), **options)
 
 
@@ -189,7 +190,7 @@ class RampForecaster:
 
 def test_floor_is_sized_for_the_load_forecast_one_startup_ahead() -> None:
     ramp = RampForecaster()
-    d = planner(forecaster=ramp).plan(observation(rate=16.0, p=(2, 0), d=(8, 0)))
+    d = planner(forecaster=ramp, trend_cap=2.0).plan(observation(rate=16.0, p=(2, 0), d=(8, 0)))
     assert ramp.seen == 1
     assert d.desired[P] == 4  # 32 rps at now + 120 s, not the 16 of now
     assert d.details["prefill"]["floor_inputs"]["horizon_s"] == 120.0
@@ -212,3 +213,31 @@ def test_role_moves_make_the_queue_term_drain_within_the_switch_time() -> None:
     fast = planner(policy(role_switching=True, down_s=600.0)).plan(obs)
     assert fast.desired[P] == 6 and fast.moves == (RoleMove(D, P, 4),)
     assert fast.desired[D] == 2
+
+
+def test_forecaster_is_fed_one_aggregate_per_window_and_the_trend_is_capped() -> None:
+    seen: list[Observation] = []
+
+    class Recording(EwmaForecaster):
+        def observe(self, observation: Observation) -> None:
+            seen.append(observation)
+            super().observe(observation)
+
+    pl = planner(forecaster=Recording(alpha=1.0), forecast_window_s=60.0)
+    for i in range(12):  # 12 windows of 5 s: 8 rps then 16 rps
+        pl.plan(observation(5.0 * (i + 1), rate=8.0 if i < 6 else 16.0, p=(2, 0), d=(8, 0)))
+    assert len(seen) == 1  # nothing before one whole minute, then one aggregate
+    assert seen[0].window_s == 60.0 and seen[0].arrival_rps == pytest.approx(12.0)
+    # a forecaster projecting 2x growth in 120 s is capped at trend_cap (1.5) x its level
+    d = planner(forecaster=RampForecaster(), trend_cap=1.5).plan(
+        observation(rate=16.0, p=(2, 0), d=(8, 0))
+    )
+    assert d.desired[P] == 3  # 1.5 * 16 rps * 1000 tok / 8k tok/s, not the 32 rps ramp's 4
+
+
+def test_floor_before_the_first_whole_window_is_sized_on_what_was_seen() -> None:
+    # 16 rps * 1000 tok over 8k tok/s = 2 prefill replicas, from the first 5 s window alone
+    # (the forecaster has nothing yet: a floor of 0 would let a role move strip a pool bare)
+    d = planner(forecast_window_s=60.0).plan(observation(5.0, rate=16.0, p=(1, 0), d=(8, 0)))
+    assert d.details["prefill"]["floor"] == 2
+    assert d.details["prefill"]["floor_inputs"]["rate_rps"] == 16.0

@@ -201,3 +201,50 @@ def test_format_detection(tmp_path: Path) -> None:
         load_workload(_write(tmp_path, "y.jsonl", GOOD), trace_format="parquet")
     with pytest.raises(FileNotFoundError):
         load_workload(tmp_path / "missing.jsonl", trace_format="mooncake")
+
+
+# -- overlay: rate scaling that keeps the trace's clock ------------------------------------------
+def test_overlay_keeps_the_per_minute_shape_and_the_length() -> None:
+    from benchmarks.workloads.load_profile import load_profile
+    from benchmarks.workloads.overlay import overlay
+
+    azure = load_workload(require_file(AZURE), trace_format="azure")
+    base = load_profile(azure)
+    for k in (3.0, 2.5):
+        ov = overlay(azure, k, seed=1)
+        prof = load_profile(ov)
+        assert abs(ov.num_requests - k * azure.num_requests) < 0.02 * k * azure.num_requests
+        assert len(prof.requests) == len(base.requests)  # same length: an hour stays an hour
+        assert abs(prof.prefill_peak_mean_ratio - base.prefill_peak_mean_ratio) < 0.05
+        # every minute carries ~k times the original minute's load
+        for b, o in zip(base.prefill_tokens[:-1], prof.prefill_tokens[:-1], strict=True):
+            assert abs(o / b - k) < 0.25 * k
+    # compressing instead flattens the per-minute peaks (16 real minutes per bin)
+    squeezed = load_profile(load_workload(require_file(AZURE), trace_format="azure", rate_scale=8))
+    assert squeezed.prefill_peak_mean_ratio < base.prefill_peak_mean_ratio - 0.2
+
+
+def test_overlay_copies_have_own_ids_and_keep_their_own_prefix_sharing() -> None:
+    from benchmarks.workloads.overlay import overlay
+
+    wl = load_workload(require_file(MOONCAKE), max_requests=200)
+    ov = overlay(wl, 2.0, seed=0, jitter_s=0.5)
+    assert ov.num_requests == 400
+    assert len({s.session_id for s in ov.sessions}) == 400
+    orig = {s.session_id: s for s in wl.sessions}
+    copy = {s.session_id: s for s in ov.sessions if s.session_id.endswith("#1")}
+    assert len(copy) == 200
+    ids0 = {seg.content_id for s in wl.sessions for seg in s.turns[0].new_segments}
+    ids1 = {seg.content_id for s in copy.values() for seg in s.turns[0].new_segments}
+    assert not ids0 & ids1  # no copy hits another copy's cache
+    assert len(ids0) == len(ids1)  # ... but shares within itself exactly as the trace does
+    for sid, s in copy.items():
+        o = orig[sid.removesuffix("#1")]
+        assert o.start_s is not None and s.start_s is not None
+        assert abs(s.start_s - o.start_s) <= 0.5 + 1e-9
+        assert [x.num_tokens for x in s.turns[0].new_segments] == [
+            x.num_tokens for x in o.turns[0].new_segments
+        ]
+    assert overlay(wl, 2.0, seed=0).sessions[5].start_s == ov.sessions[5].start_s  # seeded
+    with pytest.raises(ValueError, match="overlay factor"):
+        overlay(wl, 0.0)

@@ -28,6 +28,9 @@ from transfer.params import KvTransferParams
 
 REQUEST_ID_HEADER = "X-Request-Id"
 PREFILL_KV_TRANSFER_PARAMS = KvTransferParams.prefill_request()
+# Its wire form, dumped once: every value is a scalar, so a shallow copy per leg is a fresh,
+# equal dict without a pydantic `model_dump` per request.
+_PREFILL_WIRE: dict[str, Any] = PREFILL_KV_TRANSFER_PARAMS.wire()
 # Fields that make no sense for a one-token, non-streamed prefill answer.
 _DROPPED_FOR_PREFILL = ("stream_options", "min_tokens")
 
@@ -61,7 +64,7 @@ def prefill_leg_body(body: Mapping[str, Any]) -> dict[str, Any]:
         leg["max_completion_tokens"] = 1
     for key in _DROPPED_FOR_PREFILL:
         leg.pop(key, None)
-    leg["kv_transfer_params"] = PREFILL_KV_TRANSFER_PARAMS.wire()
+    leg["kv_transfer_params"] = dict(_PREFILL_WIRE)
     return leg
 
 

@@ -209,6 +209,8 @@ class Coordinator:
                 self.health.client = self.upstream
             await self.health.start()
         if self.scraper is not None:
+            if self._own_client:  # scrapes on the legs' session too (pools/metrics_scrape.py)
+                self.scraper.client = self.upstream
             await self.scraper.start()
 
     async def stop(self) -> None:

@@ -42,6 +42,12 @@ class Profile:
         self.rng = rng if rng is not None else random.Random(0)
         self.higher_is_better = self.scorers[0][0].higher_is_better
         picker.check([s.name for s, _ in self.scorers])
+        # built once: `on_request_routed` walks every part on each routed request
+        self._all_parts: tuple[Filter[Any] | Scorer[Any] | Picker[Any], ...] = (
+            *self.filters,
+            *(s for s, _ in self.scorers),
+            self.picker,
+        )
 
     @property
     def needs_prompt_text(self) -> bool:
@@ -144,7 +150,7 @@ class Profile:
 
     def on_request_routed(self, request: RoutingRequest, replica_id: str, now: float) -> None:
         """Tell every part that `request` went to `replica_id` (stateful parts learn here)."""
-        for part in self._parts():
+        for part in self._all_parts:
             part.on_request_routed(request, replica_id, now)
 
     def on_replica_removed(self, replica_id: str, now: float) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import aiohttp
 import httpx
 import pytest
 
@@ -115,3 +116,23 @@ async def test_scraper_feeds_the_fleet_from_a_sim_engine(sim: SimServer) -> None
     assert replica is not None and replica.metrics is not None
     assert replica.metrics.prefix_cache_queries >= replica.metrics.prefix_cache_hits > 0
     assert updates and updates[-1].replica.replica_id == "decode-0"
+
+
+@pytest.mark.integration
+async def test_scraper_on_an_aiohttp_session(sim: SimServer) -> None:
+    """The coordinator scrapes on its legs' aiohttp session: same snapshot, same skipping."""
+    assert sim.url is not None
+    fleet = Fleet()
+    fleet.add_replica(ReplicaEndpoint("decode-0", "decode", sim.url, "m", 16), 0.0)
+    fleet.add_replica(ReplicaEndpoint("gone", "decode", "http://127.0.0.1:9", "m", 16), 0.0)
+    body = {"model": "m", "prompt": "hello " * 64, "max_tokens": 4}
+    async with httpx.AsyncClient() as client:
+        for _ in range(2):
+            assert (await client.post(f"{sim.url}/v1/completions", json=body)).status_code == 200
+    async with aiohttp.ClientSession() as session:
+        scraper = MetricsScraper(fleet, session, interval_s=0.05, timeout_s=1.0)
+        assert await scraper.scrape_once() == 1  # the dead one is skipped, not fatal
+        assert scraper.failures == 1
+    replica = fleet.get("decode-0")
+    assert replica is not None and replica.metrics is not None
+    assert replica.metrics.prefix_cache_queries >= replica.metrics.prefix_cache_hits > 0

@@ -313,26 +313,11 @@ class DynamicFleetSimulator(FleetSimulator):
             self.lost += 1
             self.lost_ids.add(rec.request_id)
             self.mevents.append(MembershipEvent(now, rid, self.members[rid].pool, "abort"))
-            self._continue_session(rec, now)
+            self._end_turn(rec, now)  # an aborted turn ends like a finished one
         rep = self.by_id[rid]
         rep.driver.in_flight = None
         rep.transfers.clear()
         rep.inbound.clear()
-
-    def _continue_session(self, rec: RequestRecord, now: float) -> None:
-        """An aborted request ends its turn like a finished one (the session goes on)."""
-        self.records.pop(rec.request_id, None)
-        self.outstanding -= 1
-        si = rec.session
-        s = self.workload.sessions[si]
-        if rec.turn + 1 < len(s.turns):
-            self._push_arrival(now + s.turns[rec.turn + 1].think_time_s, si, rec.turn + 1)
-        else:
-            self.session_end[si] = now
-            self.chains.pop(si, None)
-            if s.start_s is None:
-                self.active_sessions -= 1
-                self._start_closed(now)
 
     # ------------------------------------------------------------------ overridden hooks
     def _arrive(self, now: float, si: int, turn: int) -> None:

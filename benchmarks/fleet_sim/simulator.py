@@ -591,6 +591,10 @@ class FleetSimulator:
         rec.finish = now
         rec.finish_count += 1
         self.routing.finished(rec.request_id, now)
+        self._end_turn(rec, now)
+
+    def _end_turn(self, rec: RequestRecord, now: float) -> None:
+        """The request is over (finished, or aborted by scaling): its session goes on."""
         self.records.pop(rec.request_id, None)
         self.outstanding -= 1
         si = rec.session

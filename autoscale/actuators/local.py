@@ -36,7 +36,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 
 import httpx
@@ -246,8 +246,10 @@ class LocalActuator(Actuator):
 
     # ---- background work ---------------------------------------------------------------------
 
-    def _spawn(self, coro: object, replica_id: str | None = None) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def _spawn(
+        self, coro: Coroutine[object, object, None], replica_id: str | None = None
+    ) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if replica_id is not None:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from autoscale.baselines.oracle import OraclePlanner
 from autoscale.perf_model import build_perf_model
 from autoscale.planner_base import Planner
 from autoscale.planners import planner_factory
@@ -123,7 +124,8 @@ def initial_fleet(
         d = planner.plan(Observation(now=0.0, window_s=0.0, pools=empty))
         return {p: max(1, d.desired.get(p, 1)) for p in Pool}
     oracle, _ = make_planner("oracle", policy, requests)
-    need = oracle.need(0.0, oracle.interval_s)  # type: ignore[attr-defined]
+    assert isinstance(oracle, OraclePlanner)
+    need = oracle.need(0.0, oracle.interval_s)
     return {p: max(1, clamp_to_limits(policy, p, need[p])[0]) for p in Pool}
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoscale.perf_sweep import DEFAULT_DECODE_TOKENS, DEFAULT_REPEATS
+from pools.http_client import client_limits, http_client
 
 _SUMS = (
     "vllm:time_to_first_token_seconds_sum",
@@ -153,7 +154,7 @@ async def probe_engine(url: str, served_model_name: str | None) -> LiveEngine:
 
     from pools.metrics_scrape import parse_vllm_metrics
 
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as client:
+    async with http_client(timeout=httpx.Timeout(60.0)) as client:
         models = (await client.get(f"{url}/v1/models")).json()["data"]
         card = next((m for m in models if m["id"] == served_model_name), models[0])
         name = served_model_name or str(card["id"])
@@ -195,8 +196,8 @@ async def measure_live(
     engine_decode: dict[tuple[int, int], float] = {}
     positions: dict[tuple[int, int], float] = {}
     max_model_len = engine.max_model_len or 8192
-    limits = httpx.Limits(max_connections=max([1, *(b for b, _ in points)]) + 4)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
+    limits = client_limits(max_connections=max([1, *(b for b, _ in points)]) + 4)
+    async with http_client(timeout=httpx.Timeout(600.0), limits=limits) as client:
         await stream_token_stamps(client, url, model, prompt(64), 4)  # warm-up
         for n in isl_tokens:
             if progress:

@@ -57,6 +57,7 @@ import httpx
 import numpy as np
 
 from autoscale.perf_sweep_live import stream_token_stamps
+from pools.http_client import http_client
 
 PROMPT_LENGTHS = (32, 128, 512, 1024)
 MAX_TOKENS = 32
@@ -144,7 +145,7 @@ async def run_engine(
     out: list[RequestTiming] = []
     means: dict[str, ServerMeans] = {"load_avg_1m_start": {"value": os.getloadavg()[0]}}
     rng = random.Random(12345)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(300.0)) as client:
+    async with http_client(timeout=httpx.Timeout(300.0)) as client:
         for _ in range(warmup):
             await one_request(client, url, [rng.randrange(100, 4000) for _ in range(64)], 1)
         for concurrency in CONCURRENCY:

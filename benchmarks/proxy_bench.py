@@ -49,6 +49,7 @@ from benchmarks.proxy.processes import (
     write_pdorch_fleet,
 )
 from benchmarks.proxy.raw_http import RawHttpConnection, split_url
+from pools.http_client import http_client
 from pools.pd_protocol import PREFILL_KV_TRANSFER_PARAMS
 from pools.ports import free_port
 
@@ -277,7 +278,7 @@ async def run_proxy_bench(
             except (OSError, RuntimeError) as err:
                 skipped["pdorch"] = str(err)
         engine_pids = [prefill.pid, decode.pid]
-        async with httpx.AsyncClient(timeout=10.0) as http:
+        async with http_client(timeout=10.0) as http:
             for concurrency in config.concurrency:
                 for name in [t for t in TARGETS if t in targets]:
                     urls, proc = targets[name]

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pools.fleet import Fleet, HealthPolicy
+from pools.http_client import http_client
 from pools.launch_spec import (
     LaunchSettings,
     PoolMembers,
@@ -245,7 +246,7 @@ class _SimProcess(_EngineBase):
         import httpx
 
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            async with httpx.AsyncClient() as client:
+            async with http_client() as client:
                 info = (await client.get(f"{url}/sim/info", timeout=5.0)).json()
                 value = info.get("num_gpu_blocks") if isinstance(info, dict) else None
                 return int(value) if isinstance(value, int) else None

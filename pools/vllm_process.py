@@ -27,6 +27,7 @@ from types import TracebackType
 
 import httpx
 
+from pools.http_client import http_client
 from pools.vllm_spec import VllmEngineSpec
 
 DEFAULT_START_TIMEOUT_S = 600.0
@@ -165,7 +166,7 @@ class RunningVllm:
     async def wait_healthy_async(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> None:
         """`wait_healthy` for asyncio code: polls without blocking the loop."""
         deadline = time.monotonic() + timeout_s
-        async with httpx.AsyncClient() as client:
+        async with http_client() as client:
             while True:
                 self.check_alive()
                 with contextlib.suppress(httpx.HTTPError):

@@ -173,7 +173,13 @@ class EnginePromptTokenizer:
         self.cache_size = cache_size
         self.hits = 0
         self.misses = 0
-        self._client = client if client is not None else httpx.AsyncClient(timeout=timeout_s)
+        # expire pooled connections before the engine's 5 s keep-alive close (a request on a
+        # connection the server is just closing fails with ReadError; pools/http_client.py)
+        self._client = (
+            client
+            if client is not None
+            else httpx.AsyncClient(timeout=timeout_s, limits=httpx.Limits(keepalive_expiry=4.0))
+        )
         self._own_client = client is None
         self._cache: OrderedDict[bytes, list[int]] = OrderedDict()
 

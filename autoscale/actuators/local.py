@@ -46,6 +46,7 @@ from autoscale.policy import PoolLimits, SloPolicy
 from autoscale.signals import Pool, PoolStatus
 from pools.drain import DrainOutcome, RequestTracker, drain_replica
 from pools.fleet import Fleet
+from pools.http_client import http_client
 from pools.launch import RunningFleet
 from pools.replica import Replica, ReplicaState
 
@@ -91,7 +92,7 @@ class LocalActuator(Actuator):
         self.clock = clock
         self.poll_s = poll_s
         self._own_client = client is None
-        self.client = client or httpx.AsyncClient(timeout=5.0)
+        self.client = client or http_client(timeout=5.0)
         self.stats = ActuatorStats()
         self._starting: dict[str, str] = {}  # replica id → pool, until ready or failed
         self._draining: dict[str, str] = {}  # replica id → pool it leaves (stop or move)

@@ -34,6 +34,7 @@ from autoscale.metrics_sources.exposition import Page, parse_page
 from autoscale.metrics_sources.histogram import CumulativeHistogram
 from autoscale.metrics_sources.window import mean_or_zero, pool_of
 from autoscale.signals import LatencySummary, Observation, Pool, PoolStatus, ReplicaSignals
+from pools.http_client import http_client
 
 TTFT = "pdorch_time_to_first_token_seconds"
 ITL = "pdorch_inter_token_latency_seconds"
@@ -192,7 +193,7 @@ class CoordinatorSource(MetricsSource):
         self.url = url.rstrip("/")
         self.admin_token = admin_token
         self._own_client = client is None
-        self.client = client or httpx.AsyncClient(timeout=timeout_s)
+        self.client = client or http_client(timeout=timeout_s)
         self.timeout_s = timeout_s
         self.engines = (
             EngineScrapeSource(client=self.client, timeout_s=timeout_s) if engines else None

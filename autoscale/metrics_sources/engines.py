@@ -35,6 +35,7 @@ from autoscale.metrics_sources.exposition import Page, parse_page
 from autoscale.metrics_sources.histogram import CumulativeHistogram, total
 from autoscale.metrics_sources.window import delta, mean_or_zero
 from autoscale.signals import LatencySummary, Observation, Pool, PoolStatus, ReplicaSignals
+from pools.http_client import http_client
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -206,7 +207,7 @@ class EngineScrapeSource(MetricsSource):
     ) -> None:
         self.targets: list[EngineTarget] = list(targets)
         self._own_client = client is None
-        self.client = client or httpx.AsyncClient(timeout=timeout_s)
+        self.client = client or http_client(timeout=timeout_s)
         self.timeout_s = timeout_s
         self._reads: dict[str, EngineRead] = {}
         self._last_now: float | None = None

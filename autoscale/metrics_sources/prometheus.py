@@ -43,6 +43,7 @@ import httpx
 from autoscale.metrics_sources.base import MetricsSource, MetricsSourceError
 from autoscale.metrics_sources.window import pool_of
 from autoscale.signals import LatencySummary, Observation, Pool, PoolStatus, ReplicaSignals
+from pools.http_client import http_client
 
 Latency = Literal["coordinator", "engines"]
 _HISTOGRAMS: dict[Latency, tuple[tuple[str, str], tuple[str, str]]] = {
@@ -101,7 +102,7 @@ class PrometheusSource(MetricsSource):
         self.matchers = matchers
         self.at = at
         self._own_client = client is None
-        self.client = client or httpx.AsyncClient(timeout=timeout_s)
+        self.client = client or http_client(timeout=timeout_s)
         self.timeout_s = timeout_s
 
     # ---- the queries -------------------------------------------------------------------------

@@ -31,6 +31,7 @@ import httpx
 from benchmarks.live.client import RequestResult, stream_request
 from benchmarks.workloads.model import SessionSpec, Workload
 from benchmarks.workloads.text import chat_messages, completion_prompt
+from pools.http_client import client_limits, http_client
 
 __all__ = ["LiveConfig", "LiveRun", "run_workload"]
 
@@ -139,10 +140,10 @@ async def run_workload(
     slots = asyncio.Semaphore(cap) if cap is not None else None
     open_capped = cfg.concurrency is not None
     own_client = client is None
-    http = client or httpx.AsyncClient(
+    http = client or http_client(
         trust_env=False,  # never route load through an environment proxy
         timeout=httpx.Timeout(cfg.request_timeout_s, connect=10.0),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        limits=client_limits(max_connections=None, max_keepalive_connections=64),
     )
     # The clock starts after the client exists: building it (TLS context) takes a while.
     origin = time.perf_counter()

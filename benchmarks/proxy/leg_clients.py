@@ -25,6 +25,7 @@ import msgspec
 
 from benchmarks.proxy.processes import start_sim, stop_process
 from pdorch.app.upstream import new_upstream_session, stream_timeout
+from pools.http_client import client_limits, http_client
 from pools.ports import free_port
 
 _encode = msgspec.json.Encoder().encode
@@ -66,8 +67,8 @@ async def main(requests: int, concurrency: int) -> None:
     def headers() -> dict[str, str]:
         return {"X-Request-Id": uuid.uuid4().hex, "content-type": "application/json"}
 
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=1024)
-    http = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(30.0, connect=5.0))
+    limits = client_limits(max_connections=None, max_keepalive_connections=1024)
+    http = http_client(limits=limits, timeout=httpx.Timeout(30.0, connect=5.0))
     session = new_upstream_session(5.0)
     streamed = stream_timeout(5.0, 30.0)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from pools.http_client import http_client
 from pools.ports import free_port
 
 
@@ -76,7 +77,7 @@ def stop_process(proc: RunningProcess, grace_s: float = 5.0) -> None:
 
 async def _wait_http(proc: RunningProcess, path: str, wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
-    async with httpx.AsyncClient(timeout=1.0) as client:
+    async with http_client(timeout=1.0) as client:
         while True:
             if proc.process.poll() is not None:
                 raise ProcessStartError(

@@ -56,6 +56,7 @@ from pools.fleet import (
     ReplicaRemoved,
 )
 from pools.health import HealthChecker
+from pools.http_client import client_limits, http_client
 from pools.metrics_scrape import MetricsScraper
 from pools.replica import Replica
 from router.approx_index import ApproxKvIndex
@@ -137,10 +138,8 @@ class Coordinator:
         self.hash_monitor = HashMatchMonitor()
         self._hash_checked_at = float("-inf")
         self._own_client = client is None
-        self.client = client or httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=None, max_keepalive_connections=1024, keepalive_expiry=60.0
-            ),
+        self.client = client or http_client(
+            limits=client_limits(max_connections=None, max_keepalive_connections=1024),
             timeout=httpx.Timeout(
                 self.settings.request_timeout_s, connect=self.settings.connect_timeout_s
             ),

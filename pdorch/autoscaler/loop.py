@@ -36,6 +36,7 @@ from autoscale.decision import ScaleDecision
 from autoscale.metrics_sources.base import MetricsSource
 from autoscale.planner_base import Planner
 from autoscale.signals import Observation
+from pools.http_client import http_client
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +81,9 @@ class Driver(Protocol):
 
 class AdminApiDriver:
     def __init__(self, url: str, admin_token: str | None) -> None:
-        import httpx
 
         headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
-        self.client = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=30.0)
+        self.client = http_client(base_url=url.rstrip("/"), headers=headers, timeout=30.0)
 
     async def apply(self, decision: ScaleDecision, obs: Observation) -> None:
         inputs = decision_inputs(decision, obs)

@@ -33,6 +33,7 @@ from autoscale.metrics_sources.coordinator import CoordinatorSource
 from autoscale.metrics_sources.prometheus import PrometheusSource
 from autoscale.metrics_sources.window import pool_of
 from autoscale.signals import Observation, Pool, PoolStatus
+from pools.http_client import http_client
 
 METRICS_KINDS = ("coordinator", "prometheus")
 
@@ -62,9 +63,7 @@ class AdminCounts:
 
     def __init__(self, url: str, admin_token: str | None, timeout_s: float = 10.0) -> None:
         headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
-        self.client = httpx.AsyncClient(
-            base_url=url.rstrip("/"), headers=headers, timeout=timeout_s
-        )
+        self.client = http_client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
 
     async def read(self) -> dict[Pool, PoolStatus]:
         try:

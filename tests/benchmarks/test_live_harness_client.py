@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 
-import httpx
 import pytest
 
 from benchmarks.live.client import RequestResult, stream_request
 from benchmarks.live.runner import LiveRun
 from benchmarks.live.summary import summarize
 from benchmarks.workloads import Segment, SessionSpec, TurnSpec, Workload
+from pools.http_client import http_client
 
 
 def _fake_app() -> object:
@@ -65,7 +65,7 @@ def fake_url() -> Iterator[str]:
 
 def _run(url: str) -> RequestResult:
     async def go() -> RequestResult:
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with http_client(trust_env=False) as client:
             r = RequestResult("s", 0, None, 0.0)
             payload = {"model": "m", "messages": [], "stream": True}
             return await stream_request(client, url, payload, r, clock_origin=0.0, timeout_s=10.0)

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from pdorch.app.server import RunningCoordinator, run_coordinator
+from pools.http_client import http_client
 from tests.coordinator.helpers import fleet
 from tests.prometheus_server import PrometheusServer
 
@@ -24,7 +25,7 @@ async def pd() -> AsyncIterator[RunningCoordinator]:
 
 @pytest.fixture
 async def client(pd: RunningCoordinator) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=pd.url, timeout=30.0) as c:
+    async with http_client(base_url=pd.url, timeout=30.0) as c:
         yield c
 
 

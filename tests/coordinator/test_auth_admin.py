@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from pdorch.app.server import run_coordinator
+from pools.http_client import http_client
 from pools.ports import free_port
 from pools.replica import ReplicaState
 from pools.sim.server import SimServer
@@ -18,7 +19,7 @@ async def test_api_keys_and_admin_token() -> None:
     body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         error = assert_openai_error(await client.post("/v1/completions", json=body), 401)
         assert error["code"] == "invalid_api_key"
@@ -44,7 +45,7 @@ async def test_api_keys_and_admin_token() -> None:
 async def test_add_and_remove_replicas_at_run_time_and_recovery() -> None:
     async with (
         run_coordinator(fleet()) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         # an endpoint that does not answer yet joins unhealthy...
         port = free_port()

@@ -31,6 +31,7 @@ from pdorch.app.scaling import ScalingControl
 from pdorch.app.server import RunningCoordinator, run_coordinator
 from pdorch.autoscaler.loop import ControlLoop, InProcessDriver
 from pdorch.autoscaler.source import ActuatorCounts, loop_source
+from pools.http_client import http_client
 from tests.coordinator.helpers import MODEL, fleet, long_prompt, sim, sse_events
 from tests.waiting import async_wait_until
 
@@ -89,7 +90,7 @@ async def test_stepped_load_scales_decode_up_and_back_down_and_every_request_suc
     )
     async with (
         run_coordinator(config, slo_policy=policy) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=120.0) as client,
+        http_client(base_url=pd.url, timeout=120.0) as client,
     ):
         scaling = pd.coordinator.scaling
         assert isinstance(scaling, ScalingControl)
@@ -177,7 +178,7 @@ async def test_long_prompt_burst_scales_prefill_up_and_back_down_and_every_reque
     )
     async with (
         run_coordinator(config, slo_policy=policy) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=120.0) as client,
+        http_client(base_url=pd.url, timeout=120.0) as client,
     ):
         scaling = pd.coordinator.scaling
         assert isinstance(scaling, ScalingControl)

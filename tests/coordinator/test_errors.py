@@ -11,6 +11,7 @@ import pytest
 from pdorch.app.server import run_coordinator
 from pdorch.app.state import CoordinatorLimits
 from pdorch.config.fleet import FleetConfigError, load_fleet_config
+from pools.http_client import http_client
 from pools.ports import free_port
 from tests.coordinator.helpers import MODEL, assert_openai_error, fleet, long_prompt, sim
 from tests.waiting import async_wait_until
@@ -70,7 +71,7 @@ async def test_body_limit_concurrency_limit_and_no_replica() -> None:
     limits = CoordinatorLimits(max_body_bytes=4096, max_concurrent_requests=1)
     async with (
         run_coordinator(config, limits=limits) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         big = {"model": MODEL, "prompt": "x" * 5000}
         error = assert_openai_error(await client.post("/v1/completions", json=big), 413)
@@ -116,7 +117,7 @@ async def test_every_decode_attempt_failing_is_502_and_deadline_is_504() -> None
     )
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 3}
         error = assert_openai_error(await client.post("/v1/completions", json=body), 502)
@@ -132,7 +133,7 @@ async def test_every_decode_attempt_failing_is_502_and_deadline_is_504() -> None
     )
     async with (
         run_coordinator(slow) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         body = {"model": MODEL, "prompt": long_prompt(words=400), "max_tokens": 3}
         error = assert_openai_error(await client.post("/v1/completions", json=body), 504)
@@ -167,7 +168,7 @@ async def test_limits_from_the_fleet_file_give_413_and_429(tmp_path: Path) -> No
     assert config.coordinator.max_concurrent_requests == 1
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         assert pd.coordinator.limits == CoordinatorLimits(4096, 1)
         big = {"model": MODEL, "prompt": "x" * 5000}

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from pdorch.app.server import RunningCoordinator, run_coordinator
+from pools.http_client import http_client
 from pools.replica import ReplicaState
 from tests.coordinator.helpers import (
     MODEL,
@@ -37,7 +38,7 @@ async def test_decode_killed_mid_stream_ends_with_error_event_and_leaves_routing
     config = fleet(decode=[sim(2, in_process=False, time_scale=1.0)])
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 2000, "stream": True}
         async with client.stream("POST", "/v1/completions", json=body) as response:
@@ -84,7 +85,7 @@ async def test_prefill_killed_decode_prefills_locally() -> None:
     config = fleet(prefill=[sim(in_process=False)], health={"interval_s": 60})
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         health = pd.coordinator.health
         assert health is not None
@@ -114,7 +115,7 @@ async def test_decode_dead_before_first_byte_is_retried_on_another_replica() -> 
     config = fleet(decode=[sim(2, in_process=False)], health={"interval_s": 60})
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         health = pd.coordinator.health
         assert health is not None
@@ -159,7 +160,7 @@ async def test_slow_prefill_times_out_and_decode_prefills_locally() -> None:
     )
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         started = time.monotonic()
         response = await client.post(
@@ -184,7 +185,7 @@ async def test_client_disconnect_mid_stream_cancels_the_decode_leg() -> None:
     config = fleet(decode=[sim(time_scale=1.0)])
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         decode_url = pd.coordinator.fleet.get("decode-0").url  # type: ignore[union-attr]
         body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 3000, "stream": True}
@@ -209,7 +210,7 @@ async def test_client_disconnect_mid_stream_cancels_the_decode_leg() -> None:
 async def test_client_disconnect_during_prefill_releases_the_request() -> None:
     config = fleet(prefill=[sim(time_scale=300.0)])
     async with run_coordinator(config) as pd:
-        async with httpx.AsyncClient(base_url=pd.url, timeout=0.5) as impatient:
+        async with http_client(base_url=pd.url, timeout=0.5) as impatient:
             try:
                 await impatient.post(
                     "/v1/completions",
@@ -218,7 +219,7 @@ async def test_client_disconnect_during_prefill_releases_the_request() -> None:
                 raise AssertionError("the slow prefill should outlast the client's timeout")
             except httpx.ReadTimeout:
                 pass
-        async with httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client:
+        async with http_client(base_url=pd.url, timeout=30.0) as client:
 
             async def released() -> bool:
                 view = (await client.get("/admin/pools")).json()

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from pdorch.app.server import RunningCoordinator, run_coordinator
+from pools.http_client import http_client
 from tests.coordinator.helpers import (
     EXTERNAL,
     MODEL,
@@ -116,7 +117,7 @@ async def test_colocated_only_fleet() -> None:
     config = fleet(prefill=[], decode=[], pools={"colocated": {"launch": [sim()]}})
     async with (
         run_coordinator(config) as running,
-        httpx.AsyncClient(base_url=running.url, timeout=30.0) as client,
+        http_client(base_url=running.url, timeout=30.0) as client,
     ):
         for stream in (False, True):
             response = await client.post(

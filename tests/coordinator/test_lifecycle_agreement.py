@@ -21,6 +21,7 @@ import pytest
 from benchmarks.fleet_sim.lifecycle_adapter import SimLifecycle, build_sim_lifecycle
 from pdorch.app.server import run_coordinator
 from pdorch.config.fleet import FleetConfig
+from pools.http_client import http_client
 from router.kv_index import KvIndex
 from router.lifecycle_plan import EventKind, LifecycleEvent
 from router.vocabulary import PoolName, RouteKind
@@ -111,7 +112,7 @@ async def test_coordinator_and_simulator_agree_on_every_event(scenario: str) -> 
         c = pd.coordinator
         c.lifecycle.recorder = trace  # record every request event from here on
         members = [(rid, str(pool)) for pool in PoolName for rid in c.lifecycle.members(pool)]
-        async with httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client:
+        async with http_client(base_url=pd.url, timeout=30.0) as client:
             shared = long_prompt(words=200)
             first = await _completion(client, shared, stream=True)
             prompts = [

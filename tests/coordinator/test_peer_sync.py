@@ -15,6 +15,7 @@ import zmq.asyncio
 
 from pdorch.sync import PeerSync, SyncSettings
 from pdorch.sync.wire import TOPIC, SyncMessage, WireEntry, decode_message, encode_message
+from pools.http_client import http_client
 from router.token_load import TokenLoad
 from tests.ports import free_port
 from tests.waiting import async_wait_until
@@ -288,7 +289,6 @@ async def test_two_coordinator_apps_converge_over_one_fleet() -> None:
     """A launches the sims (decode in real time, so a request stays in flight); B is a second
     coordinator over the same engines (static endpoints, same replica ids). A request through A
     shows on B's `/admin/pools`; the client hanging up releases it on both."""
-    import httpx
 
     from pdorch.app.server import run_coordinator
     from pdorch.config.fleet import parse_fleet_config
@@ -318,7 +318,7 @@ async def test_two_coordinator_apps_converge_over_one_fleet() -> None:
             # `Coordinator` starts its own PeerSync from the fleet file's `sync:` section.
             for running in (a, b):
                 assert isinstance(running.coordinator.sync, PeerSync)
-            async with httpx.AsyncClient(timeout=30.0) as http:
+            async with http_client(timeout=30.0) as http:
 
                 async def loads_of(url: str) -> dict[str, Any]:
                     view = (await http.get(f"{url}/admin/pools")).json()
@@ -383,7 +383,6 @@ async def test_two_coordinator_apps_converge_over_one_fleet() -> None:
 async def test_two_pdorch_serve_processes_converge(tmp_path: Path) -> None:
     """The deployment shape: engines and two `pdorch serve` in separate processes over one
     fleet file, each given its own `--sync-bind` and every coordinator as `--sync-peer`."""
-    import httpx
 
     from benchmarks.proxy.processes import (
         RunningProcess,
@@ -423,7 +422,7 @@ async def test_two_pdorch_serve_processes_converge(tmp_path: Path) -> None:
             started.append(coordinator)
             urls.append(coordinator.url)
 
-        async with httpx.AsyncClient(timeout=30.0) as http:
+        async with http_client(timeout=30.0) as http:
 
             async def views() -> list[dict[str, int]]:
                 out = []

@@ -44,6 +44,7 @@ from autoscale.signals import LatencySummary, Observation, Pool
 from pdorch.app.metrics import _ITL_BUCKETS, _TTFT_BUCKETS
 from pdorch.app.server import run_coordinator
 from pdorch.cli import app
+from pools.http_client import http_client
 from pools.sim.metrics import ITL_BUCKETS as SIM_ITL_BUCKETS
 from pools.sim.metrics import TTFT_BUCKETS as SIM_TTFT_BUCKETS
 from tests.coordinator.helpers import MODEL, fleet, sim
@@ -141,7 +142,7 @@ async def test_prometheus_inputs_match_the_coordinator_and_engines(
     )
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=120.0) as client,
+        http_client(base_url=pd.url, timeout=120.0) as client,
     ):
         view = (await client.get("/admin/pools")).json()
         server = await asyncio.to_thread(prometheus, scrape_config(pd.url))
@@ -324,7 +325,7 @@ async def test_autoscale_cli_plans_from_prometheus(
     config = fleet(prefill=[sim(time_scale=0.2)], decode=[sim(time_scale=0.2)])
     async with (
         run_coordinator(config, slo_policy=load_policy(policy)) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=120.0) as client,
+        http_client(base_url=pd.url, timeout=120.0) as client,
     ):
         view = (await client.get("/admin/pools")).json()
         server = await asyncio.to_thread(prometheus, scrape_config(pd.url))

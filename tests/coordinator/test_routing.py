@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from pdorch.app.server import RunningCoordinator, run_coordinator
+from pools.http_client import http_client
 from router.token_load import TokenLoadDelta
 from tests.coordinator.helpers import MODEL, fleet, long_prompt, sim
 from tests.waiting import async_wait_until
@@ -43,7 +44,7 @@ async def test_repeated_prefix_goes_to_its_holder_and_load_is_avoided(
 ) -> None:
     c = two_prefill.coordinator
     prefix = long_prompt(words=300)
-    async with httpx.AsyncClient(base_url=two_prefill.url, timeout=30.0) as client:
+    async with http_client(base_url=two_prefill.url, timeout=30.0) as client:
         # 1. prefill-0 busy (a peer's load) → the first request lands on prefill-1
         c.apply_token_load_deltas([_peer_load("prefill-0", 50_000, 1)])
         first = await client.post(
@@ -106,7 +107,7 @@ async def test_engines_without_kv_events_use_the_approximate_index() -> None:
     config = fleet(prefill=[sim(2, kv_events=False)], decode=[sim(1, kv_events=False)])
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=30.0) as client,
+        http_client(base_url=pd.url, timeout=30.0) as client,
     ):
         c = pd.coordinator
         assert all(r.endpoint.kv_events_endpoint is None for r in c.fleet.replicas())

@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 from typer.testing import CliRunner, Result
 
 from autoscale.policy import parse_policy
 from pdorch.app.server import run_coordinator
 from pdorch.cli import app
+from pools.http_client import http_client
 from tests.coordinator.helpers import MODEL, assert_openai_error, fleet, long_prompt, sim
 
 POLICY = {
@@ -93,7 +93,7 @@ async def test_scale_status_set_auto_and_errors_through_the_cli() -> None:
 
 
 async def test_admin_scale_api_errors_are_openai_shaped() -> None:
-    async with _demo_like() as pd, httpx.AsyncClient(base_url=pd.url, timeout=30) as client:
+    async with _demo_like() as pd, http_client(base_url=pd.url, timeout=30) as client:
         error = assert_openai_error(
             await client.post("/admin/pools/nope/scale", json={"replicas": 1}), 404
         )
@@ -113,7 +113,7 @@ async def test_admin_scale_api_errors_are_openai_shaped() -> None:
 
 
 async def test_scale_move_switches_a_replica_and_serves_in_its_new_pool() -> None:
-    async with _demo_like() as pd, httpx.AsyncClient(base_url=pd.url, timeout=30) as client:
+    async with _demo_like() as pd, http_client(base_url=pd.url, timeout=30) as client:
         # one more decode replica first (min 1), then move the original one to prefill
         await _cli("scale", "set", "decode", "2", "--url", pd.url)
         assert pd.coordinator.scaling is not None
@@ -140,7 +140,7 @@ async def test_autoscale_once_records_its_decision_and_respects_a_pin(tmp_path: 
         assert pools == {"prefill", "decode"}
         assert all(d["reason"] and "inputs" in d for d in view["decisions"])
         assert view["autoscaler"] == "remote"
-        async with httpx.AsyncClient(base_url=pd.url) as client:
+        async with http_client(base_url=pd.url) as client:
             metrics = (await client.get("/metrics")).text
         assert "pdorch_autoscale_decisions_total{pool=" in metrics
         # pinned pools are left alone, and the decision says so

@@ -12,6 +12,7 @@ from autoscale.policy import parse_policy
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.server import RunningCoordinator, run_coordinator
 from pools.drain import held_leases
+from pools.http_client import http_client
 from pools.pd_protocol import prefill_leg_body
 from tests.coordinator.helpers import (
     MODEL,
@@ -73,7 +74,7 @@ async def test_drain_decode_2_to_1_under_32_streams_loses_and_duplicates_nothing
     config = fleet(decode=[sim(2, in_process=False, time_scale=1.0)])
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=60.0) as client,
+        http_client(base_url=pd.url, timeout=60.0) as client,
     ):
         scaling = _scaling(pd)
         pids = {r: pd.fleet.pid_of(r) for r in ("decode-0", "decode-1")}
@@ -119,7 +120,7 @@ async def test_scale_up_replica_is_pending_then_joins_routing() -> None:
     config = fleet(decode=[sim(1, in_process=False)])
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=60.0) as client,
+        http_client(base_url=pd.url, timeout=60.0) as client,
     ):
         scaling = _scaling(pd)
         scaling.set("decode", delta=+1)
@@ -143,7 +144,7 @@ async def test_drain_timeout_ends_streams_with_an_error_event() -> None:
     policy = parse_policy({"pools": {"decode": {"min": 1, "drain_timeout_s": 0.3}}})
     async with (
         run_coordinator(config, slo_policy=policy) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=60.0) as client,
+        http_client(base_url=pd.url, timeout=60.0) as client,
     ):
         scaling = _scaling(pd)
         tasks = [asyncio.ensure_future(_stream(client, 3000)) for _ in range(4)]
@@ -176,7 +177,7 @@ async def test_drain_timeout_answers_non_streamed_requests_with_an_openai_error(
     policy = parse_policy({"pools": {"decode": {"min": 1, "drain_timeout_s": 0.3}}})
     async with (
         run_coordinator(config, slo_policy=policy) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=60.0) as client,
+        http_client(base_url=pd.url, timeout=60.0) as client,
     ):
         scaling = _scaling(pd)
         body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 3000}
@@ -212,7 +213,7 @@ async def test_role_switch_under_load_all_requests_succeed() -> None:
     config = fleet(prefill=[switchable], decode=[{**switchable, "count": 2}])
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=60.0) as client,
+        http_client(base_url=pd.url, timeout=60.0) as client,
     ):
         scaling = _scaling(pd)
         pids_before = pd.fleet.pids()
@@ -245,7 +246,7 @@ async def test_prefill_drain_waits_for_held_kv_leases() -> None:
     config = fleet(prefill=[sim(2, in_process=False, kv_lease_s=1.5)])
     async with (
         run_coordinator(config) as pd,
-        httpx.AsyncClient(timeout=30.0) as client,
+        http_client(timeout=30.0) as client,
     ):
         scaling = _scaling(pd)
         replica = pd.coordinator.fleet.get("prefill-1")

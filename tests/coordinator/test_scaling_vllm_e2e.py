@@ -15,6 +15,7 @@ from autoscale.policy import parse_policy
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.server import run_coordinator
 from pdorch.config.fleet import parse_fleet_config
+from pools.http_client import http_client
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +51,7 @@ async def test_kv_both_engine_serves_prefill_then_decode_after_a_move(
     policy = parse_policy({"pools": {"prefill": {"min": 0}, "decode": {"min": 1}}})
     async with (
         run_coordinator(config, slo_policy=policy) as pd,
-        httpx.AsyncClient(base_url=pd.url, timeout=300.0) as client,
+        http_client(base_url=pd.url, timeout=300.0) as client,
     ):
         scaling = pd.coordinator.scaling
         assert isinstance(scaling, ScalingControl)

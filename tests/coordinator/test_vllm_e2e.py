@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from pdorch.app.server import RunningCoordinator, run_coordinator
 from pdorch.config.fleet import parse_fleet_config
+from pools.http_client import http_client
 from pools.vllm_process import RunningVllm
 from tests.conftest import VllmPair
 from tests.coordinator.helpers import (
@@ -77,7 +77,7 @@ async def test_pd_through_the_coordinator_equals_colocated(
     else:
         body["prompt"] = text
         path = "/v1/completions"
-    async with httpx.AsyncClient(timeout=300.0) as client:
+    async with http_client(timeout=300.0) as client:
         before = await engine_metric(client, vllm_pair.decode.url, EXTERNAL)
         response = await client.post(f"{vllm_coordinator.url}{path}", json=body)
         assert response.status_code == 200, response.text

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pools.http_client import http_client
 from pools.pd_protocol import (
     PdProtocolError,
     decode_leg_body,
@@ -101,7 +102,7 @@ async def test_pd_output_equals_colocated_and_kv_is_pulled(
 ) -> None:
     body = {**make_body(), "temperature": 0.0}
     prefill, decode = vllm_pair.prefill, vllm_pair.decode
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         before = await prompt_tokens_by_source(client, decode.url, EXTERNAL_SOURCE)
         disaggregated = await run_pd_request(
             client, prefill_url=prefill.url, decode_url=decode.url, path=path, body=body
@@ -124,7 +125,7 @@ async def test_decode_leg_with_dead_prefill_side_channel_fails_fast(vllm_pair: V
     prefill, decode = vllm_pair.prefill, vllm_pair.decode
     body = {"model": "tiny", "prompt": unique_prompt(), "max_tokens": 8, "temperature": 0.0}
     rid = new_request_id()
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         response = await client.post(
             f"{prefill.url}/v1/completions",
             json=prefill_leg_body(body),
@@ -160,7 +161,7 @@ async def test_decode_leg_with_dead_prefill_side_channel_fails_fast(vllm_pair: V
 async def test_pd_request_reports_a_failed_leg(vllm_pair: VllmPair) -> None:
     """A leg that the engine refuses surfaces as PdProtocolError naming the leg."""
     body = {"model": "no-such-model", "prompt": "hello", "max_tokens": 4}
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         with pytest.raises(PdProtocolError) as failure:
             await run_pd_request(
                 client,
@@ -179,7 +180,7 @@ async def test_streamed_decode_leg_equals_colocated(vllm_pair: VllmPair) -> None
     body = {"model": "tiny", "prompt": unique_prompt(), "max_tokens": 16, "temperature": 0.0}
     streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
     headers = {"X-Request-Id": new_request_id()}
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         before = await prompt_tokens_by_source(client, decode.url, EXTERNAL_SOURCE)
         response = await client.post(
             f"{prefill.url}/v1/completions",

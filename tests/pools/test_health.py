@@ -12,6 +12,7 @@ import pytest
 
 from pools.fleet import Fleet, FleetEvent, ReplicaHealthChanged
 from pools.health import HealthChecker, HealthSettings
+from pools.http_client import http_client
 from pools.replica import ReplicaEndpoint, ReplicaState
 from pools.sim.server import SimServer
 from pools.sim.settings import SimEngineSettings
@@ -36,7 +37,7 @@ def port_of(url: str) -> int:
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:
+    async with http_client() as c:
         yield c
 
 

@@ -11,6 +11,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
+from pools.http_client import http_client
 from pools.inloop_server import InLoopHttpServer
 
 
@@ -37,7 +38,7 @@ async def test_port_zero_is_bound_and_known_after_start() -> None:
     async with InLoopHttpServer(_app(), port=0) as a, InLoopHttpServer(_app(), port=0) as b:
         assert a.port and b.port and a.port != b.port
         assert a.url == f"http://127.0.0.1:{a.port}"
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with http_client(trust_env=False) as client:
             for server in (a, b):
                 r = await client.get(f"{server.url}/ping")
                 assert r.json() == {"pong": "yes"}
@@ -52,7 +53,7 @@ async def test_a_taken_port_fails_start_and_leaves_nothing_running() -> None:
             await second.start()
         assert not second.serving and second.url is None
         await second.stop()  # idempotent after a failed start
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with http_client(trust_env=False) as client:
             assert (await client.get(f"{first.url}/ping")).status_code == 200
 
 
@@ -64,7 +65,7 @@ async def test_stop_ends_an_endless_stream_within_the_deadline() -> None:
     async def read_stream() -> int:
         lines = 0
         async with (
-            httpx.AsyncClient(trust_env=False, timeout=10.0) as client,
+            http_client(trust_env=False, timeout=10.0) as client,
             client.stream("GET", f"{url}/forever") as r,
         ):
             try:
@@ -84,6 +85,6 @@ async def test_stop_ends_an_endless_stream_within_the_deadline() -> None:
     assert await asyncio.wait_for(reader, 5.0) >= 1
     assert not server.serving
     with pytest.raises(httpx.ConnectError):
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with http_client(trust_env=False) as client:
             await client.get(f"{url}/ping")
     await server.stop()  # idempotent

@@ -16,6 +16,7 @@ import zmq
 import zmq.asyncio
 
 from pdorch.config.fleet import FleetConfig, load_fleet_config, parse_fleet_config
+from pools.http_client import http_client
 from pools.launch import FleetLaunchError, RunningFleet, launch_fleet, plan_fleet
 from pools.replica import ReplicaEndpoint
 from tests.waiting import async_wait_until
@@ -86,7 +87,7 @@ async def test_demo_fleet_starts_serves_pd_and_stops_clean() -> None:
         sub.connect(prefill.kv_events_endpoint)
         sub.setsockopt(zmq.SUBSCRIBE, prefill.kv_events_topic.encode())
         try:
-            async with httpx.AsyncClient(timeout=30.0) as client:
+            async with http_client(timeout=30.0) as client:
                 for endpoint in running.endpoints:
                     assert (await client.get(f"{endpoint.url}/health")).status_code == 200
                 before = await metric(
@@ -136,7 +137,7 @@ async def test_subprocess_sims_leave_no_process_or_port_behind() -> None:
         pids = running.pids()
         assert len(pids) == 2 and all(alive(p) for p in pids)
         urls = [e.url for e in running.endpoints]
-        async with httpx.AsyncClient() as client:
+        async with http_client() as client:
             for url in urls:
                 assert (await client.get(f"{url}/health")).status_code == 200
         assert all(e.num_gpu_blocks for e in running.endpoints)

@@ -9,12 +9,12 @@ import socket
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 import zmq
 import zmq.asyncio
 
 from pdorch.config.fleet import parse_fleet_config
+from pools.http_client import http_client
 from pools.launch import launch_fleet
 
 pytestmark = pytest.mark.e2e
@@ -57,7 +57,7 @@ async def test_vllm_engine_launch_serve_and_stop(tiny_model_dir: Path, tmp_path:
         sub.connect(endpoint.kv_events_endpoint)
         sub.setsockopt(zmq.SUBSCRIBE, endpoint.kv_events_topic.encode())
         try:
-            async with httpx.AsyncClient(timeout=120.0) as client:
+            async with http_client(timeout=120.0) as client:
                 body = {
                     "model": "tiny",
                     "prompt": f"{uuid.uuid4().hex} hello " * 20,

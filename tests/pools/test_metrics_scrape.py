@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import aiohttp
-import httpx
 import pytest
 
 from pools.fleet import Fleet, FleetEvent, ReplicaMetricsUpdated
+from pools.http_client import http_client
 from pools.metrics_scrape import MetricsScraper, parse_vllm_metrics
 from pools.replica import ReplicaEndpoint
 from pools.sim.server import SimServer
@@ -97,7 +97,7 @@ async def test_scraper_feeds_the_fleet_from_a_sim_engine(sim: SimServer) -> None
     fleet.subscribe(on_event)
     fleet.add_replica(ReplicaEndpoint("decode-0", "decode", sim.url, "m", 16), 0.0)
     fleet.add_replica(ReplicaEndpoint("gone", "decode", "http://127.0.0.1:9", "m", 16), 0.0)
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         scraper = MetricsScraper(fleet, client, interval_s=0.05, timeout_s=1.0)
         assert await scraper.scrape_once() == 1  # the dead one is skipped, not fatal
         assert scraper.failures == 1
@@ -126,7 +126,7 @@ async def test_scraper_on_an_aiohttp_session(sim: SimServer) -> None:
     fleet.add_replica(ReplicaEndpoint("decode-0", "decode", sim.url, "m", 16), 0.0)
     fleet.add_replica(ReplicaEndpoint("gone", "decode", "http://127.0.0.1:9", "m", 16), 0.0)
     body = {"model": "m", "prompt": "hello " * 64, "max_tokens": 4}
-    async with httpx.AsyncClient() as client:
+    async with http_client() as client:
         for _ in range(2):
             assert (await client.post(f"{sim.url}/v1/completions", json=body)).status_code == 200
     async with aiohttp.ClientSession() as session:

@@ -15,6 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
+from pools.http_client import http_client
 from pools.roles import EngineRole
 from pools.sim.engine_core import EngineCore
 from pools.sim.runner import KV_TOUCH_MAX_BYTES, touch_decode_pages
@@ -62,7 +63,7 @@ async def pd() -> AsyncIterator[Pd]:
     await prefill.start()
     await decode.start()
     try:
-        async with httpx.AsyncClient(timeout=30.0) as client:
+        async with http_client(timeout=30.0) as client:
             yield prefill, decode, client
     finally:
         await decode.stop()
@@ -146,7 +147,7 @@ async def test_unpulled_blocks_are_freed_when_the_lease_expires() -> None:
     prefill = SimServer(settings(kv_lease_s=0.3))
     await prefill.start()
     try:
-        async with httpx.AsyncClient(timeout=30.0) as client:
+        async with http_client(timeout=30.0) as client:
             _, params = await prefill_leg(client, url_of(prefill), prompt())
             assert core_of(prefill).stats().num_held_blocks == len(params.block_ids())
 
@@ -164,7 +165,7 @@ async def test_client_disconnect_aborts_the_request() -> None:
     server = SimServer(settings(kv_transport="none", time_scale=1.0, gpu="cpu"))
     await server.start()
     try:
-        async with httpx.AsyncClient(timeout=30.0) as client:
+        async with http_client(timeout=30.0) as client:
             body = {"prompt": "hello", "max_tokens": 1000, "stream": True, "ignore_eos": True}
             async with client.stream("POST", f"{server.url}/v1/completions", json=body) as r:
                 async for _ in r.aiter_lines():
@@ -192,7 +193,7 @@ async def test_client_disconnect_aborts_a_non_streamed_request() -> None:
     usage = 'vllm:kv_cache_usage_perc{engine="0",model_name="tiny"}'
     abort = 'vllm:request_success_total{engine="0",finished_reason="abort"'
     try:
-        async with httpx.AsyncClient(timeout=30.0) as client:
+        async with http_client(timeout=30.0) as client:
             body = b'{"prompt": "hello", "max_tokens": 2000, "ignore_eos": true}'
             port = httpx.URL(url).port
             assert port is not None
@@ -229,7 +230,7 @@ async def test_many_engines_share_one_process() -> None:
     servers = [SimServer(settings(kv_transport="none", num_blocks=64)) for _ in range(12)]
     try:
         urls = await asyncio.gather(*(s.start() for s in servers))
-        async with httpx.AsyncClient(timeout=30.0) as client:
+        async with http_client(timeout=30.0) as client:
             rs = await asyncio.gather(
                 *(
                     client.post(f"{u}/v1/completions", json={"prompt": "hi", "max_tokens": 3})
@@ -286,7 +287,7 @@ async def test_reset_prefix_cache_publishes_all_blocks_cleared_at_next_step(tmp_
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.connect(endpoint)
     try:
-        async with httpx.AsyncClient(timeout=30.0) as client:
+        async with http_client(timeout=30.0) as client:
             seen: list[str] = []
 
             async def got(kind: str) -> bool:
@@ -327,7 +328,7 @@ async def test_hung_prefill_side_gives_500_within_the_load_timeout() -> None:
         assert proc.stdout is not None
         prefill_url = (await asyncio.to_thread(proc.stdout.readline)).decode().split()[1]
         await decode.start()
-        async with httpx.AsyncClient(timeout=30.0) as client:
+        async with http_client(timeout=30.0) as client:
             body, params = await prefill_leg(client, prefill_url, prompt())
             proc.send_signal(signal.SIGSTOP)
             started = asyncio.get_running_loop().time()

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pools.http_client import http_client
 from router.hash_match_monitor import HashMatchMonitor
 from router.kv_event_subscriber import EngineEventSource, KvEventSubscriber
 from router.kv_index import KvIndex
@@ -90,7 +91,7 @@ async def test_served_prompt_is_indexed_on_its_engine_then_evicted(
     keys = index.keys_for(tokens)
     assert len(keys) >= 4, len(tokens)
 
-    async with httpx.AsyncClient(timeout=120.0) as client:
+    async with http_client(timeout=120.0) as client:
         # The engine's own /tokenize agrees with the model-directory tokenizer.
         engine_tok = EnginePromptTokenizer(a.url, model, client=client)
         assert await engine_tok.encode_completion(prompt) == tokens

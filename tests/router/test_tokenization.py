@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from pools.http_client import http_client
 from router.tokenization import (
     CharsPromptTokenizer,
     EnginePromptTokenizer,
@@ -142,7 +142,7 @@ async def test_engine_mode_asks_tokenize_and_caches(
 
 @pytest.mark.integration
 async def test_engine_mode_unreachable_is_a_typed_error() -> None:
-    async with httpx.AsyncClient(timeout=2.0) as client:
+    async with http_client(timeout=2.0) as client:
         tok = EnginePromptTokenizer(f"http://127.0.0.1:{free_port()}", client=client)
         with pytest.raises(TokenizationError):
             await tok.encode_completion("x")

@@ -234,8 +234,12 @@ class LoadForecaster:
         p = self.predictors[series]
         if p.last_now is None or self.last_now is None:
             return 0.0
-        # series fed less often (ISL in idle windows) forecast from their own last point
-        value = p.forecast(horizon_s + (self.last_now - p.last_now))
+        # A series fed less often (ISL, OSL, hit rate skip idle windows) forecasts `horizon_s`
+        # from its own last point: an idle gap carries no evidence about request shape, and
+        # projecting its trend through the gap let a burst's rising ISL (5.5k tokens) drift to
+        # 60k+ over a few idle seconds, so the first short prompts after it sized the prefill
+        # floor for 60k-token prompts (a flap caught by tests/coordinator/test_closed_loop.py).
+        value = p.forecast(horizon_s)
         return 0.0 if value is None else value
 
     def forecast(self, horizon_s: float = 0.0) -> LoadForecast:

@@ -151,6 +151,18 @@ def test_load_forecaster_skips_shape_of_empty_windows_and_clamps() -> None:
     assert math.isclose(f.forecast(0.0).now, 120.0)
 
 
+def test_an_idle_gap_does_not_project_the_shape_trend_through_it() -> None:
+    f = LoadForecaster(PredictorKind.HOLT, PredictorParams())
+    for i, isl in enumerate((1000.0, 3000.0, 5000.0)):  # ISL rising 2k per second
+        f.observe(_obs(float(i), 10.0, 10, isl, 8.0, 0.0))
+    at_burst = f.forecast(0.0).mean_isl_tokens
+    for t in range(3, 30):  # 27 s with no requests
+        f.observe(_obs(float(t), 0.0, 0, 0.0, 0.0, 0.0))
+    # the rate has moved on; the prompt length is where the last requests left it
+    assert f.forecast(0.0).mean_isl_tokens == pytest.approx(at_burst)
+    assert f.forecast(0.0).mean_isl_tokens < 6000.0
+
+
 def test_load_forecaster_before_any_observation_is_zero() -> None:
     out = LoadForecaster(PredictorKind.KALMAN).forecast(60.0)
     assert (out.arrival_rps, out.mean_isl_tokens, out.prefix_hit_rate) == (0.0, 0.0, 0.0)

@@ -219,14 +219,27 @@ class LoadForecaster:
         self.kind = kind
         self.predictors: dict[str, Predictor] = {s: make_predictor(kind, params) for s in SERIES}
         self.last_now: float | None = None
+        # The shape series' own clock: it advances only over windows that saw requests, so an
+        # idle gap does not exist for them (a trend is never projected through one, neither
+        # when forecasting nor when the next window updates the level: Holt's update adds
+        # trend x gap, which took a burst's 8k-token ISL to 17k on the first short prompt after
+        # a few idle seconds and flapped the prefill floor; tests/coordinator/test_closed_loop).
+        self._shape_clock: float | None = None
+        self._shape_seen_at: float | None = None
 
     def observe(self, observation: Observation) -> None:
         o = observation
         self.predictors["arrival_rps"].observe(o.arrival_rps, o.now)
         if o.num_requests > 0:
-            self.predictors["mean_isl_tokens"].observe(o.mean_isl_tokens, o.now)
-            self.predictors["mean_osl_tokens"].observe(o.mean_osl_tokens, o.now)
-            self.predictors["prefix_hit_rate"].observe(o.prefix_hit_rate, o.now)
+            if self._shape_clock is None or self._shape_seen_at is None:
+                self._shape_clock = o.now
+            else:
+                self._shape_clock += max(0.0, min(o.now - self._shape_seen_at, o.window_s))
+            self._shape_seen_at = o.now
+            t = self._shape_clock
+            self.predictors["mean_isl_tokens"].observe(o.mean_isl_tokens, t)
+            self.predictors["mean_osl_tokens"].observe(o.mean_osl_tokens, t)
+            self.predictors["prefix_hit_rate"].observe(o.prefix_hit_rate, t)
         if self.last_now is None or o.now > self.last_now:
             self.last_now = o.now
 
@@ -234,11 +247,9 @@ class LoadForecaster:
         p = self.predictors[series]
         if p.last_now is None or self.last_now is None:
             return 0.0
-        # A series fed less often (ISL, OSL, hit rate skip idle windows) forecasts `horizon_s`
-        # from its own last point: an idle gap carries no evidence about request shape, and
-        # projecting its trend through the gap let a burst's rising ISL (5.5k tokens) drift to
-        # 60k+ over a few idle seconds, so the first short prompts after it sized the prefill
-        # floor for 60k-token prompts (a flap caught by tests/coordinator/test_closed_loop.py).
+        # a shape series forecasts `horizon_s` from its own last point: an idle gap carries no
+        # evidence about request shape (a burst's ISL used to drift from 5.5k to 60k tokens
+        # over a few idle seconds this way)
         value = p.forecast(horizon_s)
         return 0.0 if value is None else value
 

@@ -110,10 +110,12 @@ def test_bad_parameters_raise() -> None:
         KalmanPredictor(r=0.0)
 
 
-def _obs(now: float, rps: float, n: int, isl: float, osl: float, hit: float) -> Observation:
+def _obs(
+    now: float, rps: float, n: int, isl: float, osl: float, hit: float, window_s: float = 60.0
+) -> Observation:
     return Observation(
         now=now,
-        window_s=60.0,
+        window_s=window_s,
         pools={},
         num_requests=n,
         arrival_rps=rps,
@@ -154,13 +156,16 @@ def test_load_forecaster_skips_shape_of_empty_windows_and_clamps() -> None:
 def test_an_idle_gap_does_not_project_the_shape_trend_through_it() -> None:
     f = LoadForecaster(PredictorKind.HOLT, PredictorParams())
     for i, isl in enumerate((1000.0, 3000.0, 5000.0)):  # ISL rising 2k per second
-        f.observe(_obs(float(i), 10.0, 10, isl, 8.0, 0.0))
+        f.observe(_obs(float(i), 10.0, 10, isl, 8.0, 0.0, window_s=1.0))
     at_burst = f.forecast(0.0).mean_isl_tokens
     for t in range(3, 30):  # 27 s with no requests
-        f.observe(_obs(float(t), 0.0, 0, 0.0, 0.0, 0.0))
+        f.observe(_obs(float(t), 0.0, 0, 0.0, 0.0, 0.0, window_s=1.0))
     # the rate has moved on; the prompt length is where the last requests left it
     assert f.forecast(0.0).mean_isl_tokens == pytest.approx(at_burst)
     assert f.forecast(0.0).mean_isl_tokens < 6000.0
+    # nor does the next window's update add trend x gap: the level moves toward the new value
+    f.observe(_obs(30.0, 1.0, 1, 200.0, 8.0, 0.0, window_s=1.0))
+    assert f.forecast(0.0).mean_isl_tokens < at_burst
 
 
 def test_load_forecaster_before_any_observation_is_zero() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol
 
 from autoscale.policy import PredictorKind, PredictorParams
-from autoscale.predictors import LoadForecaster
+from autoscale.predictors import EwmaPredictor, LoadForecaster
 from autoscale.signals import Observation
 
 
@@ -73,14 +73,53 @@ class EwmaForecaster:
 
 class PredictorForecaster:
     """The policy's predictors (`autoscale.predictors.LoadForecaster(kind, params)`, one per
-    series: constant, EWMA, Holt or Kalman) behind this seam: the planners' default."""
+    series: constant, EWMA, Holt or Kalman) behind this seam: the planners' default.
 
-    def __init__(self, kind: PredictorKind, params: PredictorParams | None = None) -> None:
+    `request_weighted_isl` (pdorch's factory sets it; dynamo-planner keeps Dynamo's own ISL
+    series): the ISL answered is `ewma(prompt tokens/s) / ewma(arrivals/s)` (alpha = `ewma_alpha`),
+    both fed every window (0 in idle ones), i.e. the mean prompt length weighted by
+    the requests that carried it. Why: the prefill load is their product, and smoothing rate and
+    ISL apart multiplies two lags into a load that never existed: right after a burst of 16
+    5.5k-token prompts, short prompts arriving at ~40 rps met an ISL level still at ~7k and sized
+    the prefill floor for 270k tokens/s (8 replicas; a flap in tests/coordinator/
+    test_closed_loop.py). Weighted, the burst's few requests lose their weight as the rate
+    series does. Falls back to the ISL series while either level is 0.
+    """
+
+    def __init__(
+        self,
+        kind: PredictorKind,
+        params: PredictorParams | None = None,
+        *,
+        request_weighted_isl: bool = False,
+    ) -> None:
         self.inner = LoadForecaster(kind, params)
+        self.request_weighted_isl = request_weighted_isl
+        # a weighted mean, not a forecast: EWMA whatever the kind (Holt's levels overshoot
+        # below 0 after a spike), with the policy's `ewma_alpha`
+        alpha = (params or PredictorParams()).ewma_alpha
+        self._rate = EwmaPredictor(alpha)
+        self._prompt_tok_s = EwmaPredictor(alpha)
 
     def observe(self, observation: Observation) -> None:
-        self.inner.observe(observation)
+        o = observation
+        self.inner.observe(o)
+        if self.request_weighted_isl:
+            self._rate.observe(o.arrival_rps, o.now)
+            self._prompt_tok_s.observe(o.arrival_rps * o.mean_isl_tokens, o.now)
+
+    def _weighted_isl(self) -> float | None:
+        rate, tokens = self._rate.forecast(0.0), self._prompt_tok_s.forecast(0.0)
+        if rate is None or tokens is None or rate <= 0 or tokens <= 0:
+            return None
+        return tokens / rate
 
     def forecast(self, horizon_s: float) -> LoadForecast:
         f = self.inner.forecast(horizon_s)
-        return LoadForecast(f.arrival_rps, f.mean_isl_tokens, f.mean_osl_tokens, f.prefix_hit_rate)
+        isl = self._weighted_isl() if self.request_weighted_isl else None
+        return LoadForecast(
+            f.arrival_rps,
+            f.mean_isl_tokens if isl is None else isl,
+            f.mean_osl_tokens,
+            f.prefix_hit_rate,
+        )

@@ -371,8 +371,12 @@ def aggregate(windows: list[Observation]) -> Observation:
 
 def _make_pdorch(policy: SloPolicy, perf_model: PerfModel, **options: Any) -> PdorchPlanner:
     """The registry's factory: the policy's predictor (`PredictorForecaster(policy.predictor,
-    policy.predictor_params)`) is the default forecaster; `forecaster=` overrides it."""
-    options.setdefault("forecaster", PredictorForecaster(policy.predictor, policy.predictor_params))
+    policy.predictor_params, request_weighted_isl=True)`) is the default forecaster;
+    `forecaster=` overrides it."""
+    options.setdefault(
+        "forecaster",
+        PredictorForecaster(policy.predictor, policy.predictor_params, request_weighted_isl=True),
+    )
     return PdorchPlanner(policy, perf_model, **options)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscale.forecast_seam import EwmaForecaster, LoadForecast
+from autoscale.forecast_seam import EwmaForecaster, LoadForecast, PredictorForecaster
 from autoscale.load_window import (
     LoadWindow,
     future_from_requests,
@@ -12,6 +12,7 @@ from autoscale.load_window import (
     split_windows,
     window_of,
 )
+from autoscale.policy import PredictorKind
 from tests.autoscale.obs import observation
 
 
@@ -42,3 +43,23 @@ def test_windows_of_a_trace() -> None:
     assert [p.start_s for p in parts] == [0.0, 2.0]
     m = mean_window([LoadWindow(0, 10, 1.0, 100, 10), LoadWindow(10, 10, 3.0, 200, 10)])
     assert m.arrival_rps == 2.0 and m.mean_isl_tokens == pytest.approx(175.0)
+
+
+def _burst_then_short_prompts(forecaster: PredictorForecaster) -> float:
+    """16 prompts of 5.5k tokens in one 0.25 s window, 2 s idle, then short prompts at 40 rps:
+    the prefill load (forecast rate x ISL, tokens/s) the forecaster answers in that window."""
+    t = 0.0
+    for rate, isl in [(4.0, 160.0)] * 4 + [(64.0, 5500.0)] + [(0.0, 0.0)] * 8 + [(40.0, 160.0)]:
+        t += 0.25
+        forecaster.observe(observation(t, rate=rate, isl=isl, window_s=0.25))
+    f = forecaster.forecast(0.0)
+    return f.rate_rps * f.isl_tokens
+
+
+def test_request_weighted_isl_does_not_multiply_a_bursts_lag_into_phantom_load() -> None:
+    # the window's real prefill load: 40 rps x 160 tokens = 6.4k tokens/s
+    kind = PredictorKind.HOLT
+    apart = _burst_then_short_prompts(PredictorForecaster(kind))
+    weighted = _burst_then_short_prompts(PredictorForecaster(kind, request_weighted_isl=True))
+    assert apart > 3 * 6_400.0  # the ISL level still carries the burst: several times the load
+    assert weighted < 2 * 6_400.0

@@ -35,13 +35,18 @@ from pools.http_client import http_client
 from tests.coordinator.helpers import MODEL, fleet, long_prompt, sim, sse_events
 from tests.waiting import async_wait_until
 
+# Longer than the decode burst's KV oscillation (running streams grow into the KV, finish,
+# and let waiting ones in: 0.7 -> 1.0 -> 0.7 within a second) on a starved 2-core box, where
+# ticks of a 0.25 s loop land ~0.5-1 s apart: with 1 s the pool went 1 -> 2 -> 1 -> 2 -> 1.
+SCALE_DOWN_S = 3.0
+
 POLICY = {
     "pools": {
         "prefill": {"min": 1, "max": 1, "startup_s": 2, "drain_timeout_s": 30},
         "decode": {"min": 1, "max": 2, "startup_s": 2, "drain_timeout_s": 30},
     },
     "intervals": {"reactive_s": 0.25, "predictive_s": 1.0},
-    "stabilization": {"scale_up_s": 0.0, "scale_down_s": 1.0},
+    "stabilization": {"scale_up_s": 0.0, "scale_down_s": SCALE_DOWN_S},
 }
 
 
@@ -188,7 +193,7 @@ PREFILL_POLICY = {
         "decode": {"min": 1, "max": 1, "startup_s": 2, "drain_timeout_s": 30},
     },
     "intervals": {"reactive_s": 0.25, "predictive_s": 1.0},
-    "stabilization": {"scale_up_s": 0.0, "scale_down_s": 1.0},
+    "stabilization": {"scale_up_s": 0.0, "scale_down_s": SCALE_DOWN_S},
 }
 BURST = 16  # concurrent long prompts
 BURST_WORDS = 700  # about 5.5k prompt tokens each (the sims' byte-level tokenizer)

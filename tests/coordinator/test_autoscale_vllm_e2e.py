@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -97,11 +98,13 @@ async def test_autoscale_once_adds_a_vllm_decode_engine_that_serves_pd(
     )
     policy_file = tmp_path / "slo.yaml"
     policy_file.write_text(json.dumps(POLICY))  # JSON is YAML
+    began = time.monotonic()
     async with (
         run_coordinator(config, slo_policy=load_policy(policy_file)) as pd,
         httpx.AsyncClient(timeout=300.0) as client,
     ):
         coordinator = pd.coordinator
+        print(f"fleet of 2 vLLM engines up in {time.monotonic() - began:.0f} s")
         # at the instant the new replica is admitted: does its /health answer, and does
         # the coordinator follow its KV events? (a sync GET: the engine is another process)
         admitted: list[tuple[int, bool]] = []
@@ -117,7 +120,9 @@ async def test_autoscale_once_adds_a_vllm_decode_engine_that_serves_pd(
 
         coordinator.fleet.subscribe(on_event)
 
+        asked = time.monotonic()
         code, output = await _autoscale_once(policy_file, pd.url)
+        print(f"pdorch autoscale --once took {time.monotonic() - asked:.1f} s")
         assert code == 0, output
         assert "decode: 2 (min)" in output, output
         view = (await client.get(f"{pd.url}/admin/autoscale")).json()
@@ -139,6 +144,7 @@ async def test_autoscale_once_adds_a_vllm_decode_engine_that_serves_pd(
             interval=0.5,
             message=f"{NEW} routable",
         )
+        print(f"{NEW} routable {time.monotonic() - asked:.0f} s after the decision")
         assert admitted == [(200, True)]
         assert NEW in {s.replica_id for s in coordinator.subscriber.engines()}
         view = (await client.get(f"{pd.url}/admin/autoscale")).json()
@@ -174,3 +180,4 @@ async def test_autoscale_once_adds_a_vllm_decode_engine_that_serves_pd(
             return bool(rows and rows[0]["indexed_blocks"] > 0)
 
         await async_wait_until(indexed, timeout=30.0, interval=0.2, message="indexed blocks")
+        print(f"{len(on_new)} requests ({pulled} prompt tokens) decoded on {NEW}")

@@ -16,6 +16,7 @@ import httpx
 from typer.testing import CliRunner, Result
 
 from autoscale.policy import parse_policy
+from pdorch.app.admin_scale import observed_view
 from pdorch.app.metrics import _TTFT_BUCKETS as TTFT_BUCKETS
 from pdorch.app.server import run_coordinator
 from pdorch.cli import app
@@ -220,6 +221,10 @@ async def test_scale_status_shows_the_coordinators_own_p90s_against_the_slo(
         prefill = view["pools"]["prefill"]["observed"]
         assert prefill["source"] == "autoscaler" and 0 < prefill["window_s"] < 60
         assert prefill["ttft_slo_s"] == 2.0 and prefill["itl_p90_s"] is None
+        # a report more than a minute old is stale: the coordinator's own window again
+        scaling = pd.coordinator.scaling
+        later = observed_view(pd.coordinator, scaling, "prefill", time.monotonic() + 61)
+        assert later["source"] == "coordinator" and later["ttft_samples"] == 10
 
 
 async def test_cli_says_when_no_coordinator_answers() -> None:

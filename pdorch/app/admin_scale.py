@@ -3,10 +3,18 @@
 - `GET /admin/autoscale`: per pool `ready`/`pending`/`draining`, `pinned` (a manual count, or
   null), `desired`, `min`/`max`, `load` (requests in flight, prefill tokens queued, decode
   blocks: the coordinator's token load summed over the pool), `kv_usage` (mean of the last
-  scrapes), `replicas` (id, state, switchable, requests in flight, KV usage), the pool's
-  `last_decision`; then `decisions`: the autoscaler's last decisions (newest last) with their
-  inputs and reasons; `autoscaler`: `in-process`, `remote` or null. A fleet that launches no
-  engines answers the same shape with `pending`/`draining` 0 and `decisions: []`.
+  scrapes), `observed` (below), `replicas` (id, state, switchable, requests in flight, KV
+  usage), the pool's `last_decision`; then `decisions`: the autoscaler's last decisions
+  (newest last) with their inputs and reasons; `autoscaler`: `in-process`, `remote` or
+  null. A fleet that launches no engines answers the same shape with `pending`/`draining` 0
+  and `decisions: []`.
+  `observed`: the pool's p90 latency, TTFT for prefill, ITL for decode (both for other
+  pools; the other metric's fields null): `source` `autoscaler` (its last decision's
+  observation, fleet-wide, while at most 60 s old; `window_s` its window, `age_s` since it
+  came) else `coordinator` (the coordinator's own requests over the last 60 s,
+  `recent_latency.py`; `window_s` 60), `ttft_p90_s` / `itl_p90_s` (null: nothing observed),
+  `ttft_samples` / `itl_samples` (coordinator only), and the SLO policy's `ttft_slo_s` /
+  `itl_slo_s` with their `..._slo_percentile` (null without a policy).
 - `POST /admin/pools/{pool}/scale`: body `{"replicas": N}` or `{"delta": ±k}`; optional
   `"source": "manual" | "autoscaler"` (default manual: the count pins the pool), `"reason"`,
   `"inputs"` (recorded with an autoscaler decision). 200 with `{pool, replicas, applied,
@@ -28,6 +36,7 @@ from starlette.responses import Response
 from pdorch.app.auth import check_admin
 from pdorch.app.errors import ApiError
 from pdorch.app.flow import read_body
+from pdorch.app.recent_latency import ITL_POOLS, TTFT_POOLS, WINDOW_S
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.state import Coordinator
 from pools.replica import ReplicaState
@@ -76,6 +85,43 @@ def _scaling(c: Coordinator) -> ScalingControl:
             code="not_scalable",
         )
     return c.scaling
+
+
+def observed_view(
+    c: Coordinator, scaling: ScalingControl | None, pool: str, now: float
+) -> dict[str, Any]:
+    """A pool's observed p90 latency and its SLO target (the module docstring's `observed`).
+
+    The autoscaler's last report while it is at most `WINDOW_S` old, else the coordinator's
+    own last-minute window (`recent_latency.py`); the pool's metric only (prefill: TTFT,
+    decode: ITL, other pools both), the other metric's fields null.
+    """
+    shows_ttft, shows_itl = pool not in ITL_POOLS, pool not in TTFT_POOLS
+    reported = scaling.observed.get(pool) if scaling is not None else None
+    at = scaling.observed_at.get(pool) if scaling is not None else None
+    if reported is not None and at is not None and now - at <= WINDOW_S:
+        window = reported.get("window_s")
+        out: dict[str, Any] = {
+            "source": "autoscaler",
+            "window_s": window if isinstance(window, int | float) else None,
+            "age_s": round(now - at, 3),
+            "ttft_p90_s": reported.get("ttft_p90_s") if shows_ttft else None,
+            "ttft_samples": None,
+            "itl_p90_s": reported.get("itl_p90_s") if shows_itl else None,
+            "itl_samples": None,
+        }
+    else:
+        out = {"source": "coordinator", "window_s": WINDOW_S, "age_s": 0.0}
+        out.update(c.metrics.recent.p90(pool))
+    policy = scaling.actuator.policy if scaling is not None else None
+    slo = policy.slo if policy is not None else None
+    for name, target, shown in (
+        ("ttft", slo.ttft_ms if slo else None, shows_ttft),
+        ("itl", slo.itl_ms if slo else None, shows_itl),
+    ):
+        out[f"{name}_slo_s"] = target.target / 1000.0 if target and shown else None
+        out[f"{name}_slo_percentile"] = target.percentile if target and shown else None
+    return out
 
 
 def autoscale_view(c: Coordinator) -> dict[str, Any]:
@@ -127,8 +173,7 @@ def autoscale_view(c: Coordinator) -> dict[str, Any]:
                 "decode_blocks": blocks,
             },
             "kv_usage": round(sum(usages) / len(usages), 4) if usages else None,
-            # observed p90 TTFT/ITL come from a metrics source (autoscaler); null until then
-            "observed": (scaling.observed.get(pool) if scaling is not None else None),
+            "observed": observed_view(c, scaling, pool, now),
             "replicas": rows,
         }
     return {

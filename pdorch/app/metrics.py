@@ -24,6 +24,8 @@ Metrics (type; labels):
     replica): one observation per completed stream, its *mean* gap between token events
     ((last - first event time) / events after the first chunk), the per-request mean ITL the
     planner sizes decode against; no per-token work beyond the counting the stream already did
+  - both also kept per pool over the last 60 s (`recent_latency.py`): the observed p90s of
+    `GET /admin/autoscale` when no autoscaler reports them
   - `pdorch_request_prompt_tokens` (histogram; `route`): prompt tokens of each routed request
     (the coordinator's tokenization, or chars/4 without a tokenizer), observed when it is
     routed; its `_count` is the arrivals, `_sum/_count` the mean ISL
@@ -67,6 +69,8 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+
+from pdorch.app.recent_latency import RecentLatency
 
 if TYPE_CHECKING:
     from pdorch.app.state import Coordinator
@@ -321,6 +325,8 @@ class CoordinatorMetrics:
         for route in _ROUTES:
             self._route(route)
         self.coordinator = coordinator
+        # the same observations per pool over the last minute (`scale status`'s p90s)
+        self.recent = RecentLatency(_TTFT_BUCKETS, _ITL_BUCKETS, coordinator.clock)
         r.register(_StateCollector(coordinator))
 
     def _route(self, route: str) -> tuple[Counter, Histogram, Histogram]:
@@ -350,12 +356,14 @@ class CoordinatorMetrics:
 
     def first_token(self, pool: str, replica_id: str, seconds: float) -> None:
         self._replica(pool, replica_id)[0].observe(seconds)
+        self.recent.first_token(pool, seconds)
 
     def completed(self, route: str, output_tokens: int) -> None:
         self._route(route)[2].observe(output_tokens)
 
     def stream_itl(self, pool: str, replica_id: str, mean_gap_s: float) -> None:
         self._replica(pool, replica_id)[1].observe(mean_gap_s)
+        self.recent.stream_itl(pool, mean_gap_s)
 
     def rejected(self, reason: str) -> None:
         self._rejected.labels(reason).inc()

@@ -45,8 +45,10 @@ class ScalingControl:
         self.decisions: deque[dict[str, Any]] = deque(maxlen=max_decisions)
         self.decision_reasons: Counter[tuple[str, str]] = Counter()  # (pool, reason)
         self.autoscaler: str | None = None  # who drives it: "in-process", "remote", None
-        # pool → the last observed p90 TTFT/ITL (s) and SLO targets the autoscaler sent
+        # pool → the last observed p90 TTFT/ITL (s) the autoscaler sent with a decision, and
+        # when (`clock`): `GET /admin/autoscale` shows them while fresh, else its own
         self.observed: dict[str, dict[str, Any]] = {}
+        self.observed_at: dict[str, float] = {}
 
     def _pool(self, pool: str) -> str:
         if pool not in self.actuator.pools():
@@ -83,6 +85,7 @@ class ScalingControl:
             observed = (inputs or {}).get("observed")
             if isinstance(observed, dict):
                 self.observed[pool] = observed
+                self.observed_at[pool] = now
             if not applied:
                 return {
                     "pool": pool,

@@ -59,7 +59,11 @@ def decision_inputs(decision: ScaleDecision, obs: Observation) -> dict[str, Any]
             }
             for r in obs.replicas
         ],
-        "observed": {"ttft_p90_s": obs.ttft.p90_s, "itl_p90_s": obs.itl.p90_s},
+        "observed": {
+            "ttft_p90_s": obs.ttft.p90_s,
+            "itl_p90_s": obs.itl.p90_s,
+            "window_s": round(obs.window_s, 3),
+        },
         "details": _plain(decision.details),
     }
 

@@ -72,11 +72,22 @@ def status(
     admin_token: str | None = TOKEN_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Per pool: replicas ready/pending/draining, role, load, KV usage, observed p90 TTFT/ITL
-    against the SLO (when an autoscaler reports them), the last autoscaler decision and why.
+    """Per pool: replicas ready/pending/draining, role, load, KV usage, observed p90 latency
+    against the SLO, the last autoscaler decision and why.
+
+    Observed p90: TTFT for the prefill pool, ITL (each stream's mean gap) for the decode pool,
+    both for other pools, shown as `p90 / SLO target` (`TTFT 0.41s / 2.00s`, `ITL 12.5ms /
+    50.0ms`; the target only when the coordinator runs with an SLO policy). Taken from the
+    autoscaler's last decision while it is at most 60 s old (fleet-wide, over its window),
+    else from the coordinator's own requests over the last 60 s (a rolling window of 10 s
+    slots: 50-60 s of requests; `-` when it holds none).
 
     `--json`: `{"pools": {"<pool>": {"ready", "pending", "draining", "pinned", "role", "load",
-    "kv_usage", "observed", "last_decision", "replicas": [...]}}, "decisions": [...]}`.
+    "kv_usage", "observed", "last_decision", "replicas": [...]}}, "decisions": [...]}`;
+    `observed`: `{"source": "coordinator"|"autoscaler", "window_s", "age_s", "ttft_p90_s",
+    "ttft_samples", "ttft_slo_s", "ttft_slo_percentile", "itl_p90_s", "itl_samples",
+    "itl_slo_s", "itl_slo_percentile"}` (seconds; null where not known or not the pool's
+    metric).
 
     Example: `pdorch scale status --url http://127.0.0.1:8000`
     """
@@ -90,16 +101,15 @@ def status(
     table = Table(title=f"pools at {url} (autoscaler: {view.get('autoscaler') or 'none'})")
     for column in (
         "pool", "role", "ready", "pending", "draining", "pinned", "in flight", "KV usage",
-        "p90 TTFT / ITL", "last decision",
+        "p90 / SLO", "last decision",
     ):  # fmt: skip
         table.add_column(column)
+    sources: set[str] = set()
     for pool, row in view["pools"].items():
         observed = row.get("observed") or {}
-        latency = (
-            f"{_fmt(observed.get('ttft_p90_s'))}s / {_fmt(observed.get('itl_p90_s'), 3)}s"
-            if observed
-            else "-"
-        )
+        if observed.get("source"):
+            sources.add(_source(observed))
+        latency = _latency(observed)
         last = row.get("last_decision")
         decided = f"{last['desired']} ({last['reason']})" if last else "-"
         switchable = sum(1 for r in row.get("replicas", []) if r.get("switchable"))
@@ -116,7 +126,34 @@ def status(
             latency,
             decided,
         )
+    if sources:
+        table.caption = "p90 from " + "; ".join(sorted(sources))
     Console().print(table)
+
+
+def seconds_text(value: float) -> str:
+    """A latency for the table: `0.41s` from 0.1 s up, `12.5ms` below (ITLs are ms)."""
+    return f"{value:.2f}s" if value >= 0.1 else f"{value * 1000:.1f}ms"
+
+
+def _latency(observed: dict[str, Any]) -> str:
+    """`TTFT 0.41s / 2.00s` (p90 / SLO target) for each metric the pool's row shows."""
+    parts = []
+    for name, key in (("TTFT", "ttft"), ("ITL", "itl")):
+        p90, slo = observed.get(f"{key}_p90_s"), observed.get(f"{key}_slo_s")
+        if p90 is None and slo is None and observed.get(f"{key}_samples") is None:
+            continue  # not this pool's metric (or nothing known of it)
+        text = f"{name} {seconds_text(p90) if p90 is not None else '-'}"
+        parts.append(text + (f" / {seconds_text(slo)}" if slo is not None else ""))
+    return ", ".join(parts) or "-"
+
+
+def _source(observed: dict[str, Any]) -> str:
+    window = observed.get("window_s")
+    span = f", {window:g} s window" if isinstance(window, int | float) else ""
+    if observed["source"] == "autoscaler":
+        return f"the autoscaler's last decision{span}"
+    return f"the coordinator's own requests{span}"
 
 
 _COUNT = re.compile(r"^[+-]?\d+$")

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from typer.testing import CliRunner, Result
 
 from autoscale.policy import parse_policy
+from pdorch.app.admin_scale import observed_view
+from pdorch.app.metrics import _TTFT_BUCKETS as TTFT_BUCKETS
 from pdorch.app.server import run_coordinator
 from pdorch.cli import app
+from pdorch.cli.scale import seconds_text
 from pools.http_client import http_client
 from tests.coordinator.helpers import MODEL, assert_openai_error, fleet, long_prompt, sim
 
@@ -157,6 +161,70 @@ async def test_autoscale_once_records_its_decision_and_respects_a_pin(tmp_path: 
         assert result.exit_code == 0 and "dry-run: pool" in result.stdout
         view = json.loads((await _cli("scale", "status", "--url", pd.url, "--json")).stdout)
         assert len(view["decisions"]) == before
+
+
+async def _timed_stream(client: httpx.AsyncClient) -> float:
+    """One streamed P/D request; seconds from sending it to its first byte."""
+    body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 6, "stream": True}
+    began = time.monotonic()
+    first: float | None = None
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["x-pdorch-route"] == "pd"
+        async for _ in response.aiter_bytes():
+            first = first or time.monotonic() - began
+    assert first is not None
+    return first
+
+
+async def test_scale_status_shows_the_coordinators_own_p90s_against_the_slo(
+    tmp_path: Path,
+) -> None:
+    async with _demo_like() as pd, httpx.AsyncClient(base_url=pd.url, timeout=30) as client:
+        view = json.loads((await _cli("scale", "status", "--url", pd.url, "--json")).stdout)
+        prefill = view["pools"]["prefill"]["observed"]
+        assert prefill["source"] == "coordinator" and prefill["window_s"] == 60
+        assert (prefill["ttft_p90_s"], prefill["ttft_samples"], prefill["ttft_slo_s"]) == (
+            None, 0, 2.0
+        )  # fmt: skip
+
+        ttfts = [await _timed_stream(client) for _ in range(10)]
+        view = json.loads((await _cli("scale", "status", "--url", pd.url, "--json")).stdout)
+        prefill = view["pools"]["prefill"]["observed"]
+        decode = view["pools"]["decode"]["observed"]
+        assert view["autoscaler"] is None  # nobody reports: the coordinator's own window
+        assert prefill["source"] == decode["source"] == "coordinator"
+        assert prefill["ttft_samples"] == 10 and prefill["ttft_slo_percentile"] == 99
+        # the coordinator's p90 is within one TTFT bucket of what the client saw
+        lowest = max([0.0, *(b for b in TTFT_BUCKETS if b < min(ttfts))])
+        highest = min(b for b in TTFT_BUCKETS if b >= max(ttfts))
+        assert lowest <= prefill["ttft_p90_s"] <= highest, (prefill, ttfts)
+        # each pool shows the metric it is sized on: prefill TTFT, decode ITL
+        assert prefill["itl_p90_s"] is prefill["itl_samples"] is prefill["itl_slo_s"] is None
+        assert decode["ttft_p90_s"] is decode["ttft_samples"] is decode["ttft_slo_s"] is None
+        assert decode["itl_samples"] == 10 and 0 < decode["itl_p90_s"] < max(ttfts)
+        assert decode["itl_slo_s"] == 0.05
+
+        table = await _cli("scale", "status", "--url", pd.url)
+        assert table.exit_code == 0, table.output
+        ttft, itl = seconds_text(prefill["ttft_p90_s"]), seconds_text(decode["itl_p90_s"])
+        assert f"TTFT {ttft} / 2.00s" in table.stdout, table.stdout
+        assert f"ITL {itl} / 50.0ms" in table.stdout, table.stdout
+        assert "coordinator's own requests, 60 s window" in table.stdout
+
+        # once an autoscaler reports, its observation is shown (with its window)
+        policy = tmp_path / "slo.yaml"
+        policy.write_text(json.dumps(POLICY))
+        result = await _cli("autoscale", "--policy", str(policy), "--url", pd.url, "--once", *FAST)
+        assert result.exit_code == 0, result.output
+        view = json.loads((await _cli("scale", "status", "--url", pd.url, "--json")).stdout)
+        prefill = view["pools"]["prefill"]["observed"]
+        assert prefill["source"] == "autoscaler" and 0 < prefill["window_s"] < 60
+        assert prefill["ttft_slo_s"] == 2.0 and prefill["itl_p90_s"] is None
+        # a report more than a minute old is stale: the coordinator's own window again
+        scaling = pd.coordinator.scaling
+        later = observed_view(pd.coordinator, scaling, "prefill", time.monotonic() + 61)
+        assert later["source"] == "coordinator" and later["ttft_samples"] == 10
 
 
 async def test_cli_says_when_no_coordinator_answers() -> None:

@@ -11,6 +11,9 @@ what-if's `planner_result` has (`benchmarks/autoscale_sim/result.py`), all in vi
   transport error, or fewer tokens than asked), with up to 5 distinct messages;
 - `timeline`: every `record_s`, per pool ready / pending / draining (the last sample at or
   before that time) and the arrival rate over the window;
+- `per_minute`: per virtual minute of arrival, requests and the three attainments;
+- `request_rows`: per request `[arrival_s, ttft_s, mean_itl_s, output_tokens, prompt_tokens,
+  ok]`, virtual;
 - `gpu_hours` (`_by_pool`): the integral of (ready + pending + draining) x GPUs per replica
   over the run, as the what-if pays for replicas;
 - `scale_ups` / `scale_downs` per pool: changes of the provisioned count (events);
@@ -87,6 +90,28 @@ def attainment(
     }
 
 
+def per_minute(
+    results: list[RequestResult], time_scale: float, ttft_t: float, itl_t: float
+) -> list[dict[str, Any]]:
+    """Per virtual minute of arrival: requests and the attainments (the what-if's keys)."""
+    buckets: dict[int, list[RequestResult]] = {}
+    for r in results:
+        buckets.setdefault(int(r.start_s / time_scale // 60), []).append(r)
+    out = []
+    for minute in sorted(buckets):
+        a = attainment(buckets[minute], time_scale, ttft_t, itl_t, 0.0)
+        out.append(
+            {
+                "t_s": minute * 60.0,
+                "requests": len(buckets[minute]),
+                "attainment_both": a["both"],
+                "attainment_ttft": a["ttft"],
+                "attainment_itl": a["itl"],
+            }
+        )
+    return out
+
+
 def _at(timeline: list[dict[str, Any]], t: float) -> dict[str, Any]:
     """The last sample at or before `t` (the first one before any)."""
     row = timeline[0] if timeline else {}
@@ -160,6 +185,18 @@ def live_accounting(raw: dict[str, Any], policy: SloPolicy, record_s: float) -> 
         "events": raw["events"],
         "drains": raw["drains"],
         "lifecycle_s": lifecycle,
+        "per_minute": per_minute(results, ts, tt, it),
+        "request_rows": [
+            [
+                round(r.start_s / ts, 3),
+                None if r.ttft_s is None else round(r.ttft_s / ts, 4),
+                None if (i := r.tpot_s) is None else round(i / ts, 5),
+                r.output_tokens,
+                r.expected_prompt_tokens,
+                not failed(r),
+            ]
+            for r in results
+        ],
         "timeline": timeline,
         "timeline_fine": fine,
         "end_s": end,

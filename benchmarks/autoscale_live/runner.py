@@ -11,8 +11,8 @@ What runs (the pieces `pdorch serve --slo-policy` runs, nothing stood in for):
 - the control loop of `pdorch serve --slo-policy` (`pdorch.autoscaler.loop.ControlLoop`:
   `CoordinatorSource` over the coordinator's HTTP API with the actuator's counts → the
   planner → `InProcessDriver`), on a virtual clock and with stretched observations
-  (`warp.py`), every `reactive_s x t` real seconds; new replicas held pending for their
-  emulated cold start (`warp.ColdStartFloor`);
+  (`warp.py`), its `tick` at virtual k x `reactive_s` (a fixed schedule, as the what-if's);
+  new replicas held pending for their emulated cold start (`warp.ColdStartFloor`);
 - the live load client (`benchmarks.live.runner.run_workload`): the compressed workload,
   open loop, `/v1/completions` streams whose prompts are token ids (the trace's exact prompt
   lengths; `benchmarks.workloads.text.completion_token_ids`).
@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,6 +71,7 @@ from pdorch.autoscaler.source import ActuatorCounts, loop_source
 from pools.replica import ReplicaState
 
 POOLS = (Pool.PREFILL, Pool.DECODE)
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -216,10 +219,22 @@ async def run_live(
                     await asyncio.wait_for(stop.wait(), cfg.sample_s * ts)
 
         async def control() -> None:
+            # `ControlLoop.tick` on a fixed schedule, tick k at virtual k x interval_s, as the
+            # what-if ticks (`ControlLoop.run` waits a whole period after each tick, so its
+            # ticks drift by a tick's own duration, which compression makes 1/t x larger)
             await loop.tick()  # primes the source's window at t = 0
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), planner.interval_s * ts)
-            await loop.run(stop)
+            k = 1
+            while not stop.is_set():
+                delay = clock.real(k * planner.interval_s) - time.monotonic()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), max(0.0, delay))
+                if stop.is_set():
+                    break
+                try:
+                    await loop.tick()
+                except Exception:  # one bad tick must not end the run (as ControlLoop.run)
+                    log.exception("autoscaler tick failed")
+                k = max(k + 1, math.floor(clock() / planner.interval_s) + 1)
 
         live_cfg = LiveConfig(
             base_url=pd.url,

@@ -85,7 +85,6 @@ def run_live_bench(
         router_policy=sim_config.router_policy,
         block_size=sim_config.block_size,
         initial=dict(sim_config.initial),
-        log_dir=(out / "logs") if out is not None else None,
     )
     with Progress(
         TextColumn("{task.description}"),

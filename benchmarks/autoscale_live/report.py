@@ -94,6 +94,7 @@ def plot(run: dict[str, Any], path: Path) -> None:
 def markdown(run: dict[str, Any]) -> str:
     s, live, whatif = run["settings"], run["live"], run["whatif"]
     ts = s["time_scale"]
+    m = s.get("machine", {})
     lines = [
         f"# Live autoscaling vs the what-if: {s['workload_name']}",
         "",
@@ -112,7 +113,10 @@ def markdown(run: dict[str, Any]) -> str:
         "",
         f"{live['requests']} requests ({s['rows']} trace rows x rate {s['rate_scale']:g}, "
         f"{s['rate_mode']}), initial fleet {s['initial_fleet']}, live load "
-        f"{live['load_wall_real_s']:.1f} s real, {live['ticks']} planner ticks.",
+        f"{live['load_wall_real_s']:.1f} s real, {live['ticks']} planner ticks. Machine: "
+        f"{m.get('cpus')} CPUs, 1-minute load average {_fmt(m.get('loadavg_1m_before'))} "
+        f"before the live run and {_fmt(m.get('loadavg_1m_after_live'))} after it (other "
+        "work shares the machine).",
         "",
         f"**Failed requests (live): {live['failed']}** of {live['requests']} "
         f"(non-200, error event, truncated stream, transport error or short output)"
@@ -127,7 +131,22 @@ def markdown(run: dict[str, Any]) -> str:
         for r in run["comparison"]
     ]
     lines += _table(["metric", "live", "what-if", "live / what-if"], rows)
-    lines += ["", f"![replica timeline]({PLOT})", "", "## Timeline agreement", ""]
+    lines += [
+        "",
+        "Reading: the scale events and the replica timeline are driven mostly by load "
+        "(arrivals x ISL, concurrency), which both runs see alike, so they should agree to "
+        "within a planner tick or two; TTFT and ITL are not only the engines' but the "
+        "machine's: every real millisecond the coordinator, client or an engine process is "
+        f"late is {1 / ts:g} virtual milliseconds, so on a loaded machine live latencies come "
+        "out longer than the what-if's (the load average above says how loaded it was). "
+        "Decision → drained of an idle replica is the drain's polling time; the what-if's "
+        "is 0.",
+        "",
+        f"![replica timeline]({PLOT})",
+        "",
+        "## Timeline agreement",
+        "",
+    ]
     rows = [
         [p, str(a["samples"]), f"{a['equal_share']:.0%}", f"{a['mean_abs_diff']:.2f}"]
         for p, a in run["agreement"].items()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,8 @@ def run_live_bench(
     from benchmarks.autoscale_sim.runner import run_planner
 
     wall0 = time.perf_counter()
+    # the live run shares the machine: its load says how far real time was late
+    machine: dict[str, Any] = {"cpus": os.cpu_count(), "loadavg_1m_before": os.getloadavg()[0]}
     cfg = LiveAutoscaleConfig(
         time_scale=time_scale,
         planner=planner,
@@ -107,6 +110,8 @@ def run_live_bench(
         progress.update(task, status=f"{failures} failed; what-if...")
         whatif = run_planner(workload, policy, planner, sim_config)
         progress.update(task, status=f"{failures} failed; done")
+    machine["loadavg_1m_after_live"] = os.getloadavg()[0]
+    settings = {**settings, "machine": machine}
     live = live_accounting(raw, policy, sim_config.record_s)
     rows = compare(live, whatif)
     agreement = timeline_agreement(live, whatif)

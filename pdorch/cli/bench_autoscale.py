@@ -7,6 +7,9 @@ leave after a drain, switch role after `switch_s`. The table (stdout, or stderr 
 "gpu_hours", "lost", "direction_changes": {"prefill", "decode"}, ...}}, "wall_s"}`) summarise
 each run; `--out DIR` writes `results.json` (every run's accounting, the exact command and
 the settings) and the report (`benchmarks/autoscale_sim/report.py`).
+
+`--live` runs one planner on a live fleet, time-compressed by `--time-scale`, and its what-if
+beside it (`bench_autoscale_live.py`, `benchmarks/autoscale_live/README.md`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ DEFAULT_PLANNERS = (
 DEFAULT_POLICY = Path("deploy/examples/slo-policy.yaml")
 DEFAULT_LIVE_POLICY = Path("deploy/examples/slo-policy-live.yaml")
 DEFAULT_LIVE_FLEET = "1P1D"
+DEFAULT_TIME_SCALE = 0.2
 
 
 def bench_autoscale(
@@ -67,7 +71,7 @@ def bench_autoscale(
         "(benchmarks/autoscale_live/README.md). Keep it to a few hundred requests.",
     ),
     time_scale: float = typer.Option(
-        0.2,
+        DEFAULT_TIME_SCALE,
         "--time-scale",
         min=0.001,
         max=1.0,
@@ -166,6 +170,8 @@ def bench_autoscale(
         raise typer.BadParameter(
             "give exactly one of --workload or --trace", param_hint="--workload"
         )
+    if not live and time_scale != DEFAULT_TIME_SCALE:
+        raise typer.BadParameter("only with --live", param_hint="--time-scale")
     if policy_file is None:
         policy_file = DEFAULT_LIVE_POLICY if live else DEFAULT_POLICY
     if live and initial_fleet is None:

@@ -61,7 +61,8 @@ def test_live_replay_scales_both_ways_and_loses_nothing(tmp_path: Path) -> None:
         "--out",
         str(out),
     ]
-    # a session of its own: on a timeout the engines it started go down with it
+    # on a timeout: SIGINT first (the command stops the engines it started, each in a session
+    # of its own), then SIGKILL to the command's process group
     proc = subprocess.Popen(
         command,
         cwd=REPO,
@@ -74,8 +75,12 @@ def test_live_replay_scales_both_ways_and_loses_nothing(tmp_path: Path) -> None:
         stdout, stderr = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
     assert proc.returncode == 0, stderr[-3000:]
     report = json.loads(stdout)  # the whole of stdout is one object
 

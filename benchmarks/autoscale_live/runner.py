@@ -92,11 +92,9 @@ class LiveAutoscaleConfig:
 class RecordingDriver:
     """`InProcessDriver` that also records what each decision changed (module docstring)."""
 
-    def __init__(self, scaling: ScalingControl, floor: ColdStartFloor, clock: VirtualClock):
+    def __init__(self, scaling: ScalingControl):
         self.inner = InProcessDriver(scaling)
         self.scaling = scaling
-        self.floor = floor
-        self.clock = clock
         self.events: list[dict[str, Any]] = []
         self.desired: dict[str, list[int]] = {p.value: [] for p in POOLS}
         self.drains: list[dict[str, Any]] = []
@@ -113,10 +111,6 @@ class RecordingDriver:
             b, a = before.get(pool, PoolStatus()), after.get(pool, PoolStatus())
             if pool in decision.desired:
                 self.desired[pool.value].append(decision.desired[pool])
-            if a.provisioned > b.provisioned:
-                self.floor.decided(pool, a.provisioned - b.provisioned)
-            elif a.pending < b.pending:
-                self.floor.cancelled(pool, b.pending - a.pending)
             if a.provisioned != b.provisioned:
                 self.events.append(
                     {
@@ -189,6 +183,13 @@ async def run_live(
             pool_of,
         )
         actuator.join_check = floor
+        new_engine = actuator.running.new_engine
+
+        def start_engine(pool: str, replica_id: str) -> Any:
+            floor.started(replica_id)  # the actuator's bring-up begins here
+            return new_engine(pool, replica_id)
+
+        actuator.running.new_engine = start_engine  # type: ignore[method-assign]
         planner = planner_factory(cfg.planner)(policy, build_perf_model(policy))
         source = StretchedSource(
             loop_source(
@@ -200,7 +201,7 @@ async def run_live(
             ts,
         )
         clock = VirtualClock(ts)
-        driver = RecordingDriver(scaling, floor, clock)
+        driver = RecordingDriver(scaling)
         loop = ControlLoop(planner, source, driver, interval_s=planner.interval_s * ts, clock=clock)
         timeline: list[dict[str, Any]] = []
         stop = asyncio.Event()

@@ -14,7 +14,7 @@ virtual time, and everything the harness does in real time is shrunk to it:
     control-loop period            reactive_s x t real seconds
     drain bound                    drain_timeout_s x t real seconds (`real_time_policy`)
     cold start                     a new replica is held pending until startup_s x t real
-                                   seconds after the decision (`ColdStartFloor`)
+                                   seconds after its start began (`ColdStartFloor`)
 
 A faithful replica of a GPU engine at t x speed shows TTFTs and ITLs t x shorter, so the
 stretched values are what the same engine would show in virtual time; where the machine is too
@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from autoscale.metrics_sources.base import MetricsSource
 from autoscale.policy import SloPolicy
-from autoscale.signals import LatencySummary, Observation, Pool
+from autoscale.signals import LatencySummary, Observation
 
 
 def _stretch(value: float | None, factor: float) -> float | None:
@@ -118,14 +118,15 @@ def real_time_policy(policy: SloPolicy, time_scale: float) -> SloPolicy:
 
 
 class ColdStartFloor:
-    """A join check that holds a new replica pending until `startup_s x t` after its decision.
+    """A join check that holds a new replica pending until `startup_s x t` after its start.
 
     The simulated engine's process is ready in a second or two; a GPU engine's cold start is
     the policy's `startup_s`. Wrapping the actuator's `join_check` (the coordinator's "its KV
     events are live"), a replica may join routing only when `inner` says yes and the floor
-    has passed. The decision time of each new replica of a pool is queued by `decided` (the
-    harness's driver, when the desired count goes up); the first check of a new replica takes
-    the oldest queued time of its pool (none queued: the floor counts from that first check).
+    has passed since `started(replica_id)` was called: the harness calls it when the actuator
+    begins bringing the replica up (its `RunningFleet.new_engine`, the moment the actuator's
+    own decision → ready time counts from, right after the decision). A replica never
+    reported as started counts from its first check.
     """
 
     def __init__(
@@ -139,25 +140,13 @@ class ColdStartFloor:
         self.floor_s = floor_s
         self.pool_of = pool_of
         self.clock = clock
-        self._queued: dict[str, list[float]] = {}
-        self._decided_at: dict[str, float] = {}
+        self._started_at: dict[str, float] = {}
 
-    def decided(self, pool: Pool | str, replicas: int) -> None:
-        """`replicas` new replicas of `pool` were asked for now."""
-        now = self.clock()
-        self._queued.setdefault(str(pool), []).extend([now] * replicas)
-
-    def cancelled(self, pool: Pool | str, replicas: int) -> None:
-        """The newest `replicas` queued starts of `pool` were cancelled before they joined."""
-        queue = self._queued.get(str(pool), [])
-        del queue[max(0, len(queue) - replicas) :]
+    def started(self, replica_id: str) -> None:
+        """The actuator began bringing `replica_id` up now."""
+        self._started_at.setdefault(replica_id, self.clock())
 
     def __call__(self, replica_id: str) -> bool:
-        at = self._decided_at.get(replica_id)
-        if at is None:
-            pool = self.pool_of(replica_id) or ""
-            queue = self._queued.get(pool, [])
-            at = queue.pop(0) if queue else self.clock()
-            self._decided_at[replica_id] = at
+        at = self._started_at.setdefault(replica_id, self.clock())
         pool = self.pool_of(replica_id) or ""
         return self.clock() >= at + self.floor_s(pool) and self.inner(replica_id)

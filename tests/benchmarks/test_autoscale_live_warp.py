@@ -53,29 +53,28 @@ def test_virtual_clock_and_real_time_policy() -> None:
     assert real.slo == policy.slo and real.intervals == policy.intervals
 
 
-def test_cold_start_floor_counts_from_the_decision() -> None:
+def test_cold_start_floor_counts_from_each_replicas_start() -> None:
     t = [0.0]
-    live = {"decode-1": False, "decode-2": True}
+    live = {"decode-1": False, "decode-2": True, "decode-3": True}
     floor = ColdStartFloor(
         inner=lambda rid: live[rid],
         floor_s=lambda pool: 6.0 if pool == "decode" else 0.0,
         pool_of=lambda rid: rid.split("-")[0],
         clock=lambda: t[0],
     )
-    floor.decided(Pool.DECODE, 2)  # two replicas asked for at t = 0
-    t[0] = 2.0
-    assert not floor("decode-2")  # its process is up at 2 s, the floor holds it
+    floor.started("decode-1")  # asked for at t = 0
+    t[0] = 3.0
+    floor.started("decode-2")  # asked for at t = 3; its process is up first
+    assert not floor("decode-2")
     t[0] = 6.0
-    assert floor("decode-2")
-    assert not floor("decode-1")  # past the floor, but its own check says not yet
+    assert not floor("decode-2")  # 3 s after its own start, not 6
+    assert not floor("decode-1")  # past its floor, but its own check says not yet
     live["decode-1"] = True
     assert floor("decode-1")
-    floor.decided(Pool.DECODE, 1)
-    floor.cancelled(Pool.DECODE, 1)  # cancelled before it ever joined
-    t[0] = 7.0
-    live["decode-3"] = True
-    assert not floor("decode-3")  # no queued decision: counts from its first check
-    t[0] = 13.0
+    t[0] = 9.0
+    assert floor("decode-2")
+    assert not floor("decode-3")  # never reported started: counts from its first check
+    t[0] = 15.0
     assert floor("decode-3")
 
 

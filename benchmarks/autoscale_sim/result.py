@@ -19,6 +19,8 @@
   reason) and every role move (`kind` `move`).
 - **direction_changes** per pool: sign changes between consecutive non-zero changes of the
   planner's desired count (one per tick).
+- **lifecycle_s**: per pool, `ready` = each cold start's time from being asked for to ready,
+  `drained` = each scale-down's time from its drain starting to the replica leaving.
 - **lost**: requests aborted at a drain timeout (arrived - completed; 0 expected).
 - **time_to_capacity_s**: per pool, from a breach (the first timeline sample whose observed
   TTFT (prefill) / ITL (decode) at the policy's percentile exceeds the target) to the next
@@ -166,6 +168,23 @@ def _time_to_capacity(recorder: Recorder, dyn: DynamicResult) -> tuple[dict[str,
     return out, unresolved
 
 
+def lifecycle_s(dyn: DynamicResult) -> dict[str, dict[str, list[float]]]:
+    """Per pool: asked-for → ready and drain → removed times of each replica (docstring)."""
+    out: dict[str, dict[str, list[float]]] = {p: {"ready": [], "drained": []} for p in POOLS}
+    added: dict[str, float] = {}
+    drained: dict[str, float] = {}
+    for e in dyn.events:
+        if e.kind == "add" and e.t_s > 0:  # the fleet at t = 0 was not asked for
+            added[e.replica_id] = e.t_s
+        elif e.kind == "ready" and e.replica_id in added:
+            out[e.pool]["ready"].append(e.t_s - added.pop(e.replica_id))
+        elif e.kind == "drain":
+            drained[e.replica_id] = e.t_s
+        elif e.kind == "removed" and e.replica_id in drained:
+            out[e.pool]["drained"].append(e.t_s - drained.pop(e.replica_id))
+    return out
+
+
 def planner_result(
     name: str,
     policy: SloPolicy,
@@ -203,6 +222,7 @@ def planner_result(
         "time_to_capacity_s": ttc["prefill"] + ttc["decode"],
         "time_to_capacity_by_pool_s": ttc,
         "breaches_unresolved": unresolved,
+        "lifecycle_s": lifecycle_s(dyn),
         "initial": {p.value: n for p, n in initial.items()},
         "role_switching": role_switching,
         "interval_s": None,

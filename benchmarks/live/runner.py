@@ -30,7 +30,7 @@ import httpx
 
 from benchmarks.live.client import RequestResult, stream_request
 from benchmarks.workloads.model import SessionSpec, Workload
-from benchmarks.workloads.text import chat_messages, completion_prompt
+from benchmarks.workloads.text import chat_messages, completion_prompt, completion_token_ids
 from pools.http_client import client_limits, http_client
 
 __all__ = ["LiveConfig", "LiveRun", "run_workload"]
@@ -52,6 +52,9 @@ class LiveConfig:
     ignore_eos: bool = True
     """Send vLLM's `ignore_eos` so each request generates exactly `output_tokens`."""
     extra_body: dict[str, Any] = field(default_factory=dict)
+    prompt_token_ids: bool = False
+    """Completions only: send each prompt as token ids (`text.completion_token_ids`, exactly the
+    workload's prompt tokens) instead of rendered text."""
 
 
 @dataclass(slots=True)
@@ -85,6 +88,8 @@ def build_payload(cfg: LiveConfig, session: SessionSpec, turn: int) -> dict[str,
         body["ignore_eos"] = True
     if cfg.api == "chat":
         body["messages"] = chat_messages(session, turn)
+    elif cfg.prompt_token_ids:
+        body["prompt"] = completion_token_ids(session, turn)
     else:
         body["prompt"] = completion_prompt(session, turn)
     body.update(cfg.extra_body)

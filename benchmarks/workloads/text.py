@@ -28,6 +28,7 @@ __all__ = [
     "WORDS",
     "chat_messages",
     "completion_prompt",
+    "completion_token_ids",
     "render_segment",
     "render_segments",
 ]
@@ -127,6 +128,34 @@ def chat_messages(session: SessionSpec, turn: int) -> list[dict[str, str]]:
 def completion_prompt(session: SessionSpec, turn: int) -> str:
     """The whole prompt of `turn` as one string (for `/v1/completions`)."""
     return render_segments(session.prompt_segments(turn)) or _EMPTY_TURN_TEXT
+
+
+TOKEN_ID_OFFSET = 3
+"""First token id `completion_token_ids` uses: ids 0-2 are special in the simulated engine's
+byte-level tokenizer (pad, BOS, EOS)."""
+TOKEN_ID_RANGE = 256
+"""Ids used: `TOKEN_ID_OFFSET .. TOKEN_ID_OFFSET + TOKEN_ID_RANGE - 1`, inside every vocabulary
+(the byte-level fallback's has 259 ids)."""
+
+
+def completion_token_ids(session: SessionSpec, turn: int) -> list[int]:
+    """The whole prompt of `turn` as token ids: exactly `session.prompt_tokens(turn)` of them.
+
+    Token j of segment c is `TOKEN_ID_OFFSET + (word j of c) % TOKEN_ID_RANGE`, so the
+    rendering keeps the text's properties (equal segments, equal ids; a segment cut short is a
+    prefix of the whole one). For servers whose tokenizer would not count the workload's
+    tokens (the simulated engine's byte-level fallback makes ~6 tokens of a word): a prompt of
+    ids is taken as it is, so the engine sees the trace's prompt length.
+    """
+    parts = [
+        _word_indices(s.content_id, s.num_tokens)
+        for s in session.prompt_segments(turn)
+        if s.num_tokens > 0
+    ]
+    if not parts:
+        return [TOKEN_ID_OFFSET]
+    ids = np.concatenate(parts) % TOKEN_ID_RANGE + TOKEN_ID_OFFSET
+    return [int(i) for i in ids]
 
 
 def _user_text(segments: list[Segment]) -> str:

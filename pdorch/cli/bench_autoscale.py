@@ -7,6 +7,9 @@ leave after a drain, switch role after `switch_s`. The table (stdout, or stderr 
 "gpu_hours", "lost", "direction_changes": {"prefill", "decode"}, ...}}, "wall_s"}`) summarise
 each run; `--out DIR` writes `results.json` (every run's accounting, the exact command and
 the settings) and the report (`benchmarks/autoscale_sim/report.py`).
+
+`--live` runs one planner on a live fleet, time-compressed by `--time-scale`, and its what-if
+beside it (`bench_autoscale_live.py`, `benchmarks/autoscale_live/README.md`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ DEFAULT_PLANNERS = (
     "pdorch,oracle,static-peak,static-mean,hpa-kv-util,dynamo-planner,llmd-slo,aibrix-kpa"
 )
 DEFAULT_POLICY = Path("deploy/examples/slo-policy.yaml")
+DEFAULT_LIVE_POLICY = Path("deploy/examples/slo-policy-live.yaml")
+DEFAULT_LIVE_FLEET = "1P1D"
+DEFAULT_TIME_SCALE = 0.2
 
 
 def bench_autoscale(
@@ -42,17 +48,36 @@ def bench_autoscale(
     trace_format: str | None = typer.Option(
         None, "--trace-format", help="mooncake | azure; default: detected from the file."
     ),
-    policy_file: Path = typer.Option(
-        DEFAULT_POLICY,
+    policy_file: Path | None = typer.Option(
+        None,
         "--policy",
         help="SLO policy YAML (targets, pool limits, startup/drain/switch times, predictor; "
-        "autoscale/README.md).",
+        f"autoscale/README.md). Default: {DEFAULT_POLICY} ({DEFAULT_LIVE_POLICY} with --live).",
     ),
     planners: list[str] = typer.Option(
         [],
         "--planners",
         metavar="NAME,...",
-        help=f"Planners, comma-separated or repeated. Default: {DEFAULT_PLANNERS}.",
+        help=f"Planners, comma-separated or repeated. Default: {DEFAULT_PLANNERS} (with "
+        "--live: pdorch, and exactly one).",
+    ),
+    live: bool = typer.Option(
+        False,
+        "--live",
+        help="Run the workload against a live fleet (a pdorch coordinator, `pdorch engine "
+        "sim` processes started and stopped by the local actuator, the in-process control "
+        "loop, the live load client), time-compressed by --time-scale, then the what-if of "
+        "the same workload, policy and planner, and report both side by side "
+        "(benchmarks/autoscale_live/README.md). Keep it to a few hundred requests.",
+    ),
+    time_scale: float = typer.Option(
+        DEFAULT_TIME_SCALE,
+        "--time-scale",
+        min=0.001,
+        max=1.0,
+        help="With --live: real seconds per virtual second (the engines' --time-scale; 0.2 = "
+        "engines 5x faster than the GPU, arrivals 5x denser, the policy's loop period, drain "
+        "bound and cold start 5x shorter).",
     ),
     rate_scale: float = typer.Option(
         1.0, "--rate-scale", min=0.0001, help="Arrival-rate multiplier (2 = twice the load)."
@@ -79,7 +104,8 @@ def bench_autoscale(
         None,
         "--initial-fleet",
         help="Fleet at t=0 for every planner, like 2P2D. Default: what the oracle sizes for "
-        "the first 30 s (static planners start at their own fixed fleet).",
+        "the first 30 s (static planners start at their own fixed fleet); with --live "
+        f"{DEFAULT_LIVE_FLEET}.",
     ),
     router_policy: str = typer.Option(
         "token_load",
@@ -119,7 +145,8 @@ def bench_autoscale(
         file_okay=False,
     ),
 ) -> None:
-    """Compare autoscaling planners on a simulated P/D fleet against an SLO policy.
+    """Compare autoscaling planners on a simulated P/D fleet against an SLO policy; with
+    --live, run one planner on a live fleet beside its virtual-time what-if.
 
     Example: `pdorch bench autoscale --trace benchmarks/traces/azure/AzureLLMInferenceTrace_conv.csv
     --trace-format azure --planners pdorch,oracle,static-peak --json --out out/`
@@ -143,11 +170,19 @@ def bench_autoscale(
         raise typer.BadParameter(
             "give exactly one of --workload or --trace", param_hint="--workload"
         )
+    if not live and time_scale != DEFAULT_TIME_SCALE:
+        raise typer.BadParameter("only with --live", param_hint="--time-scale")
+    if policy_file is None:
+        policy_file = DEFAULT_LIVE_POLICY if live else DEFAULT_POLICY
+    if live and initial_fleet is None:
+        initial_fleet = DEFAULT_LIVE_FLEET
     try:
         policy = load_policy(policy_file)
     except (PolicyError, OSError) as e:
         raise typer.BadParameter(str(e), param_hint="--policy") from None
-    names = split_list(planners or [DEFAULT_PLANNERS], "--planners")
+    names = split_list(planners or ["pdorch" if live else DEFAULT_PLANNERS], "--planners")
+    if live and len(names) != 1:
+        raise typer.BadParameter("--live runs exactly one planner", param_hint="--planners")
     unknown = [n for n in names if n not in planner_names()]
     if unknown:
         raise typer.BadParameter(
@@ -204,6 +239,52 @@ def bench_autoscale(
         initial=initial,
     )
 
+    command = "pdorch bench autoscale " + " ".join(shlex.quote(a) for a in sys.argv[1:][2:])
+    if sys.argv[1:3] != ["bench", "autoscale"]:
+        command = "pdorch bench autoscale ..."
+    settings = {
+        "workload": source,
+        "workload_name": wl.name,
+        "workload_meta": wl.meta,
+        "trace_format": trace_format,
+        "policy_file": str(policy_file),
+        "policy": policy.model_dump(mode="json"),
+        "planners": names,
+        "rate_scale": rate_scale,
+        "rate_mode": rate_mode if trace is not None else "workload",
+        "max_requests": max_requests,
+        "role_switching": role_switching,
+        "initial_fleet": initial_fleet,
+        "router_policy": router_policy,
+        "block_size": block_size,
+        "record_s": record_s,
+        "tick_s": cfg.tick_s,
+        "seed": seed,
+        "params": kw,
+        "requests": wl.num_requests,
+        "fast_forward": fast_forward,
+        "slo": policy.slo.model_dump(mode="json"),
+    }
+    if live:
+        from pdorch.cli.bench_autoscale_live import run_live_bench
+
+        assert cfg.initial is not None  # --live always has an initial fleet
+        settings.update(live=True, time_scale=time_scale, planner=names[0], rows=max_requests)
+        run_live_bench(
+            workload=wl,
+            policy=policy,
+            planner=names[0],
+            sim_config=cfg,
+            time_scale=time_scale,
+            settings=settings,
+            command=command,
+            as_json=as_json,
+            out=out,
+            err=err,
+            console=console,
+        )
+        return
+
     wall0 = time.perf_counter()
     requests = trace_requests(wl, block_size)
     horizon = max((r[0] for r in requests), default=0.0) or 1.0
@@ -236,32 +317,6 @@ def bench_autoscale(
 
     console.print(_table(runs, f"bench autoscale: {wl.name} ({wl.num_requests} requests)"))
     if out is not None:
-        command = "pdorch bench autoscale " + " ".join(shlex.quote(a) for a in sys.argv[1:][2:])
-        if sys.argv[1:3] != ["bench", "autoscale"]:
-            command = "pdorch bench autoscale ..."
-        settings = {
-            "workload": source,
-            "workload_name": wl.name,
-            "workload_meta": wl.meta,
-            "trace_format": trace_format,
-            "policy_file": str(policy_file),
-            "policy": policy.model_dump(mode="json"),
-            "planners": names,
-            "rate_scale": rate_scale,
-            "rate_mode": rate_mode if trace is not None else "workload",
-            "max_requests": max_requests,
-            "role_switching": role_switching,
-            "initial_fleet": initial_fleet,
-            "router_policy": router_policy,
-            "block_size": block_size,
-            "record_s": record_s,
-            "tick_s": cfg.tick_s,
-            "seed": seed,
-            "params": kw,
-            "requests": wl.num_requests,
-            "fast_forward": fast_forward,
-            "slo": policy.slo.model_dump(mode="json"),
-        }
         run = {"command": command, "settings": settings, "planners": runs, "wall_s": wall}
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")

@@ -28,6 +28,7 @@ from autoscale.policy import load_policy
 from pdorch.app.server import run_coordinator
 from pdorch.config.fleet import parse_fleet_config
 from pools.fleet import FleetEvent, ReplicaHealthChanged
+from pools.http_client import http_client
 from pools.replica import Replica
 from tests.coordinator.helpers import EXTERNAL, engine_metric
 from tests.waiting import async_wait_until
@@ -104,7 +105,7 @@ async def test_autoscale_once_adds_a_vllm_decode_engine_that_serves_pd(
     began = time.monotonic()
     async with (
         run_coordinator(config, slo_policy=load_policy(policy_file)) as pd,
-        httpx.AsyncClient(timeout=300.0) as client,
+        http_client(timeout=300.0) as client,
     ):
         coordinator = pd.coordinator
         print(f"fleet of 2 vLLM engines up in {time.monotonic() - began:.0f} s")

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from typer.testing import CliRunner, Result
 
 from autoscale.policy import parse_policy
@@ -180,7 +181,7 @@ async def _timed_stream(client: httpx.AsyncClient) -> float:
 async def test_scale_status_shows_the_coordinators_own_p90s_against_the_slo(
     tmp_path: Path,
 ) -> None:
-    async with _demo_like() as pd, httpx.AsyncClient(base_url=pd.url, timeout=30) as client:
+    async with _demo_like() as pd, http_client(base_url=pd.url, timeout=30) as client:
         view = json.loads((await _cli("scale", "status", "--url", pd.url, "--json")).stdout)
         prefill = view["pools"]["prefill"]["observed"]
         assert prefill["source"] == "coordinator" and prefill["window_s"] == 60

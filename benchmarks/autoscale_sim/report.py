@@ -252,6 +252,32 @@ def _markdown(run: dict[str, Any], rows: list[dict[str, Any]], plots: Plots) -> 
             *_table(_CAPACITY_HEADER, cap),
             "",
         ]
+    landed = [
+        [
+            f"`{name}`",
+            str(len(moves)),
+            _num(statistics.median(secs) if secs else None, "{:.1f}"),
+            _num(max(secs) if secs else None, "{:.1f}"),
+            ", ".join(
+                f"{m['asked_s']:.0f} s {m['from'][0].upper()}→{m['to'][0].upper()}"
+                for m in moves[:8]
+            )
+            + (" …" if len(moves) > 8 else ""),
+        ]
+        for name, p in run["planners"].items()
+        if (moves := p.get("role_moves"))
+        for secs in [[float(m["seconds"]) for m in moves if m["seconds"] is not None]]
+    ]
+    if landed:
+        lines += [
+            "## Role moves",
+            "",
+            "Each moved replica from being asked for to serving its new pool (drain of its "
+            "old role's in-flight work + `switch_s`).",
+            "",
+            *_table(["planner", "moved replicas", "median s", "max s", "asked at"], landed),
+            "",
+        ]
     lines += ["## Plots", ""]
     if plots.scatter:
         lines += ["GPU-hours against attainment (one point per planner):", ""]

@@ -31,6 +31,9 @@
   is looked for after the join. `capacity_episodes` lists each as `{pool, breach_s,
   capacity_s, seconds, kind, by}` (`by`: `p90` or `reactive`); `breaches_unresolved` counts
   breaches no capacity followed.
+- **role_moves**: each moved replica as `{replica, from, to, asked_s, ready_s, seconds}`:
+  from the move being asked for to the replica serving its new pool (its drain of the old
+  role's in-flight work + `switch_s`; `ready_s` None if it had not landed by the end).
 """
 
 from __future__ import annotations
@@ -209,6 +212,24 @@ def time_to_capacity(
     return out, episodes, unresolved
 
 
+def role_move_landings(events: list[MembershipEvent]) -> list[dict[str, Any]]:
+    """Each role move, from asked (`move`) to serving the new pool (`moved`)."""
+    out: list[dict[str, Any]] = []
+    open_moves: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e.kind == "move":
+            src = "decode" if e.pool == "prefill" else "prefill"
+            row: dict[str, Any] = {"replica": e.replica_id, "from": src, "to": e.pool}
+            row.update({"asked_s": e.t_s, "ready_s": None, "seconds": None})
+            open_moves[e.replica_id] = row
+            out.append(row)
+        elif e.kind == "moved" and e.replica_id in open_moves:
+            row = open_moves.pop(e.replica_id)
+            row["ready_s"] = e.t_s
+            row["seconds"] = e.t_s - float(row["asked_s"])
+    return out
+
+
 def planner_result(
     name: str,
     policy: SloPolicy,
@@ -247,6 +268,7 @@ def planner_result(
         "time_to_capacity_s": ttc["prefill"] + ttc["decode"],
         "time_to_capacity_by_pool_s": ttc,
         "capacity_episodes": episodes,
+        "role_moves": role_move_landings(dyn.events),
         "breaches_unresolved": unresolved,
         "initial": {p.value: n for p, n in initial.items()},
         "role_switching": role_switching,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from autoscale.decision import ScaleDecision
 from autoscale.signals import Pool
-from benchmarks.autoscale_sim.result import BreachTracker, time_to_capacity
+from benchmarks.autoscale_sim.result import BreachTracker, role_move_landings, time_to_capacity
 from benchmarks.fleet_sim.membership import MembershipEvent
 from tests.autoscale.obs import latency, observation, policy
 
@@ -55,3 +55,22 @@ def test_breaches_by_p90_and_by_the_reactive_term_and_their_capacity() -> None:
     }
     assert episodes[1]["kind"] == "ready" and episodes[1]["by"] == "reactive"
     assert unresolved == 1  # prefill at 200 s
+
+
+def test_role_move_landings_pair_each_move_with_its_landing() -> None:
+    events = [
+        MembershipEvent(15.0, "d3", "prefill", "move"),  # asked: pending in prefill
+        MembershipEvent(15.0, "d4", "prefill", "move"),
+        MembershipEvent(21.5, "d3", "prefill", "moved"),  # drained + switch_s later
+        MembershipEvent(285.0, "p1", "decode", "move"),
+    ]
+    rows = role_move_landings(events)
+    assert rows[0] == {
+        "replica": "d3",
+        "from": "decode",
+        "to": "prefill",
+        "asked_s": 15.0,
+        "ready_s": 21.5,
+        "seconds": 6.5,
+    }
+    assert rows[1]["ready_s"] is None and rows[2]["from"] == "prefill"

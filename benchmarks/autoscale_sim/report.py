@@ -10,7 +10,12 @@ The input is the run dict (the contract with the simulator, one entry per planne
         "events": [{"t_s", "pool", "from", "to", "reason", "kind"}],
         "timeline": [{"t_s", "arrival_rps", "ttft_p90_s", "itl_p90_s",
                       "prefill": {"ready", "pending", "draining"}, "decode": {...}}],
-        "time_to_capacity_s": [float, ...]}}}
+        "time_to_capacity_s": [float, ...],
+        "capacity_episodes": [{"pool", "breach_s", "capacity_s", "seconds", "kind", "by"}],
+        "role_moves": [{"replica", "from", "to", "asked_s", "ready_s", "seconds"}]}}}
+
+`capacity_episodes` and `role_moves` (optional) give the "Breach → added capacity" and
+"Role moves" sections.
 
 `summary_table(run)` gives one row per planner with the numbers both the CLI's table and
 `report.md` print (so they agree): the ratios are `gpu_hours / oracle gpu_hours` and

@@ -90,6 +90,7 @@ class PdorchPlanner(Planner):
         perf_model: PerfModel,
         *,
         forecaster: Forecaster | None = None,
+        stand_in: bool = True,
         headroom: float = 0.9,
         margin: float = 0.8,
         kv_high: float = 0.9,
@@ -98,7 +99,6 @@ class PdorchPlanner(Planner):
         correction_bounds: tuple[float, float] = (0.5, 2.0),
         forecast_window_s: float | None = None,
         trend_cap: float = 1.5,
-        stand_in: bool = True,
     ) -> None:
         self.policy = policy
         self.perf = perf_model

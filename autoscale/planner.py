@@ -17,8 +17,8 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    `correction_bounds` (0.5, 2.0), updated only from windows with ≥ `min_samples` (20) requests.
 3. **Reactive term** (`planner_terms.reactive_term`): queue / concurrency / KV needs of the
    observed window, and +1 on an observed percentile breach unless replicas are pending. The
-   prefill queue term projects the backlog to when a new replica would serve: `switch_s` when
-   role moves are on and the other pool has ready replicas above its floor, else `startup_s`.
+   prefill queue term projects the backlog to when a cold start ordered now would serve
+   (`startup_s`; step 7 sizes moved replicas on `switch_s`).
 4. `raw = max(floor, reactive)` clamped to the pool's [min, max].
 5. **Stabilization**: going up takes the minimum recommendation of the last `scale_up_s`
    (0: at once); going down takes the maximum of the last `scale_down_s` and happens only
@@ -26,14 +26,22 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    the observed load spread over `M` replicas still meets the SLO with `margin` (0.8)
    (`planner_terms.fits`, the consolidation check).
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
-7. **Role switch** (`policy.role_switching`, equal GPUs per replica): when a pool is short
-   (desired > provisioned) and the other has ready replicas beyond what it needs (its raw need
-   and its consolidation count), move `min(short, slack)` replicas (`RoleMove`) instead of cold
-   starts; the giving pool's desired drops by the moved count.
+7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
+   a replica is lent from pool G to pool T when T is short *now* (its reactive term for
+   replicas that serve within `switch_s`, or an observed breach, beyond its ready and arriving
+   replicas), and only when G still meets its SLO over the next `startup_s` without it: G's slack =
+   ready - max(its floor at now and now + `startup_s`, its reactive term, its consolidation
+   count, min). A move also stands in for a cold start T is about to order (`stand_in`,
+   default on: G's horizon slack is idle). T keeps ordering the cold starts its own count
+   asks for beyond the move; when G later wants more and T has slack, the loan goes back to
+   G (cancelling a cold start G had pending), and a pool that gave a replica back does not
+   take one again within `scale_down_s` (no flapping).
 
 `reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `ttft-queue`,
 `itl-concurrency-observed`, `kv-usage`, `ttft-breach`, `itl-breach[-pending]`, `min`, `max`,
-`stabilization`, `consolidation`, `budget`, `role-move`); `details` carries the inputs.
+`stabilization`, `consolidation`, `budget`, `role-move`, `role-return`, `role-loan`); `details`
+carries the inputs (`details["role_moves"]`: each pool's slack, shortage now, arriving moves and
+loan).
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from autoscale.planner_terms import (
     reactive_term,
 )
 from autoscale.policy import SloPolicy
+from autoscale.role_moves import PoolView, RoleMover
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import (
     clamp_to_limits,
@@ -81,6 +90,7 @@ class PdorchPlanner(Planner):
         perf_model: PerfModel,
         *,
         forecaster: Forecaster | None = None,
+        stand_in: bool = True,
         headroom: float = 0.9,
         margin: float = 0.8,
         kv_high: float = 0.9,
@@ -111,6 +121,8 @@ class PdorchPlanner(Planner):
         self._floor_at: float | None = None
         self._started: float | None = None
         self._history: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
+        # role moves (`autoscale.role_moves`); stand_in=False: only bridge a shortage now
+        self.mover = RoleMover(hold_s=policy.stabilization.scale_down_s, stand_in=stand_in)
 
     # -- forecast input ------------------------------------------------------------------
     def _feed_forecaster(self, obs: Observation) -> bool:
@@ -218,15 +230,10 @@ class PdorchPlanner(Planner):
         return m
 
     def _arrival_s(self, obs: Observation, pool: Pool) -> float:
-        """How soon a replica asked for now serves: `switch_s` when role moves are on and the
-        other pool has ready replicas above its floor, else the pool's `startup_s`."""
-        pol = self.policy
-        other = Pool.DECODE if pool is Pool.PREFILL else Pool.PREFILL
-        same_size = pol.limits(pool).gpus_per_replica == pol.limits(other).gpus_per_replica
-        spare = obs.pool(other).ready > max(self._floor[other].replicas, pol.limits(other).min)
-        if pol.role_switching and same_size and spare:
-            return pol.switch_s
-        return pol.limits(pool).startup_s
+        """How soon a replica the pool's own count asks for serves: its `startup_s`, role moves
+        on or not. A move's `switch_s` sizes only the moved replicas (`_role_moves`): sizing
+        the cold starts on a 5 s arrival ordered a 5 s drain's worth of them."""
+        return self.policy.limits(pool).startup_s
 
     # -- stabilization -------------------------------------------------------------------
     def _stabilize(self, obs: Observation, pool: Pool, raw: int, reason: str) -> tuple[int, str]:
@@ -303,7 +310,7 @@ class PdorchPlanner(Planner):
                 "draining": obs.pool(pool).draining,
             }
         self._apply_budget(desired, reasons)
-        moves = self._role_moves(obs, desired, reasons, raw)
+        moves = self._role_moves(obs, desired, reasons, raw, details)
         return ScaleDecision(now, desired, reasons, moves, details)
 
     def _apply_budget(self, desired: dict[Pool, int], reasons: dict[Pool, str]) -> None:
@@ -323,27 +330,56 @@ class PdorchPlanner(Planner):
         desired: dict[Pool, int],
         reasons: dict[Pool, str],
         raw: dict[Pool, int],
+        details: dict[str, Any] | None = None,
     ) -> tuple[RoleMove, ...]:
+        """Step 7 of the module docstring (`autoscale.role_moves`): lend, return, hold loans."""
         pol = self.policy
         if not pol.role_switching:
             return ()
         if pol.limits(Pool.PREFILL).gpus_per_replica != pol.limits(Pool.DECODE).gpus_per_replica:
             return ()
-        for short, giver in ((Pool.PREFILL, Pool.DECODE), (Pool.DECODE, Pool.PREFILL)):
-            lacking = desired[short] - obs.pool(short).provisioned
-            if lacking <= 0:
-                continue
-            ready = obs.pool(giver).ready
-            floor_g = max(raw[giver], pol.limits(giver).min)
-            keep = self._consolidated(obs, giver, min(floor_g, ready), ready) if ready else 0
-            keep = max(keep, floor_g)
-            count = min(lacking, ready - keep)
-            if count <= 0:
-                continue
-            desired[giver] = min(desired[giver], obs.pool(giver).provisioned - count)
-            reasons[giver] = "role-move"
-            return (RoleMove(giver, short, count),)
-        return ()
+        views = {p: self._pool_view(obs, p, desired[p]) for p in POOLS}
+        plan = self.mover.decide(obs.now, views)
+        desired.update(plan.desired)
+        reasons.update(plan.reasons)
+        if details is not None:
+            details["role_moves"] = plan.inputs
+        return plan.moves
+
+    def _pool_view(self, obs: Observation, pool: Pool, desired: int) -> PoolView:
+        """What the move rules read of one pool (`autoscale.role_moves.PoolView`)."""
+        status = obs.pool(pool)
+        limits = self.policy.limits(pool)
+        k = self.correction[pool]
+        terms = [
+            reactive_term(
+                self.perf,
+                self.policy,
+                obs,
+                pool,
+                k,
+                min_samples=self.min_samples,
+                kv_high=self.kv_high,
+                start_s=start,
+            ).replicas
+            for start in (limits.startup_s, self.policy.switch_s)
+        ]
+        now, urgent = terms
+        ahead = self._floor[pool].replicas
+        start = max(1, min(max(ahead, now, limits.min), status.ready))
+        keep = self._consolidated(obs, pool, start, status.ready) if status.ready else 0
+        return PoolView(
+            ready=status.ready,
+            pending=status.pending,
+            desired=desired,
+            ahead=ahead,
+            now=now,
+            urgent=urgent,
+            keep=keep,
+            minimum=limits.min,
+            maximum=limits.max,
+            breach=observed_breach(obs, pool, self.policy, self.min_samples) is not None,
+        )
 
 
 def aggregate(windows: list[Observation]) -> Observation:

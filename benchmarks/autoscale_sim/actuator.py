@@ -15,7 +15,8 @@
   all but one.
 
 Every `apply` is logged: one `ScaleEvent` per pool whose desired count changed (`kind`
-`scale`, with the planner's reason) and one per role move (`kind` `move`).
+`scale`, with the planner's reason) and one per role move (`kind` `move`, reason
+`role-move from POOL`, or `role-return from POOL` for a loan given back).
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ class SimActuator(Actuator):
         timeout = self.policy.pools[Pool(m.pool)].drain_timeout_s
         self.sim.switch_role(replica_id, now, self.policy.switch_s, timeout)
 
+    @staticmethod
+    def _move_reason(decision: ScaleDecision, to_pool: Pool) -> str:
+        reason = decision.reasons.get(to_pool, "")
+        return reason if reason.startswith("role-") else "role-move"
+
     def apply(self, decision: ScaleDecision, now: float) -> None:
         before = {p: s.provisioned for p, s in self.current().items()}
         moved = {p: 0 for p in Pool}
@@ -124,7 +130,8 @@ class SimActuator(Actuator):
                         move.to_pool.value,
                         before[move.to_pool],
                         before[move.to_pool] + len(ids),
-                        f"role-move from {move.from_pool.value}",
+                        # "role-move" (a borrow) or "role-return" (a loan given back)
+                        f"{self._move_reason(decision, move.to_pool)} from {move.from_pool.value}",
                         "move",
                     )
                 )

@@ -10,7 +10,12 @@ The input is the run dict (the contract with the simulator, one entry per planne
         "events": [{"t_s", "pool", "from", "to", "reason", "kind"}],
         "timeline": [{"t_s", "arrival_rps", "ttft_p90_s", "itl_p90_s",
                       "prefill": {"ready", "pending", "draining"}, "decode": {...}}],
-        "time_to_capacity_s": [float, ...]}}}
+        "time_to_capacity_s": [float, ...],
+        "capacity_episodes": [{"pool", "breach_s", "capacity_s", "seconds", "kind", "by"}],
+        "role_moves": [{"replica", "from", "to", "asked_s", "ready_s", "seconds"}]}}}
+
+`capacity_episodes` and `role_moves` (optional) give the "Breach → added capacity" and
+"Role moves" sections.
 
 `summary_table(run)` gives one row per planner with the numbers both the CLI's table and
 `report.md` print (so they agree): the ratios are `gpu_hours / oracle gpu_hours` and
@@ -163,6 +168,45 @@ def _events_rows(run: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, [[f"`{n}`", *(str(c.get(k, 0)) for k in kinds)] for n, c in counts.items()]
 
 
+def _capacity_rows(run: dict[str, Any]) -> list[list[str]]:
+    """Per planner and pool: breach -> added capacity episodes (`result.py`'s definition)."""
+    out = []
+    for name, p in run["planners"].items():
+        eps = p.get("capacity_episodes")
+        if eps is None:
+            continue
+        for pool in ("prefill", "decode"):
+            mine = [e for e in eps if e["pool"] == pool]
+            secs = [float(e["seconds"]) for e in mine]
+            listed = ", ".join(
+                f"{e['breach_s']:.0f}→{e['capacity_s']:.0f} s ({e['kind']}, {e['by']})"
+                for e in mine[:6]
+            )
+            out.append(
+                [
+                    f"`{name}`",
+                    pool,
+                    str(len(mine)),
+                    _num(statistics.median(secs) if secs else None, "{:.1f}"),
+                    _num(max(secs) if secs else None, "{:.1f}"),
+                    str(sum(1 for e in mine if e["kind"] == "moved")),
+                    listed + (" …" if len(mine) > 6 else "") or "-",
+                ]
+            )
+    return out
+
+
+_CAPACITY_HEADER = (
+    "planner",
+    "pool",
+    "breaches",
+    "median s",
+    "max s",
+    "by a role move",
+    "breach → capacity (what joined, what breached)",
+)
+
+
 def _markdown(run: dict[str, Any], rows: list[dict[str, Any]], plots: Plots) -> str:
     lines = ["# Autoscaling what-if report", "", "Command:", "", "```", run["command"], "```", ""]
     lines += ["## Settings", "", "```json", json.dumps(run.get("settings", {}), indent=2)]
@@ -200,6 +244,45 @@ def _markdown(run: dict[str, Any], rows: list[dict[str, Any]], plots: Plots) -> 
     header, ev_rows = _events_rows(run)
     if len(header) > 1:
         lines += ["## Scale events by pool and kind", "", *_table(header, ev_rows), ""]
+    cap = _capacity_rows(run)
+    if cap:
+        lines += [
+            "## Breach → added capacity",
+            "",
+            "Breach: the first planner tick whose observed p90 TTFT (prefill) / ITL (decode) "
+            "is over target (`p90`) or whose reactive term asks for more than the floor and the "
+            "ready replicas (`reactive`). Added capacity: the next replica joining that pool, "
+            "a cold start (`ready`) or a role move (`moved`).",
+            "",
+            *_table(_CAPACITY_HEADER, cap),
+            "",
+        ]
+    landed = [
+        [
+            f"`{name}`",
+            str(len(moves)),
+            _num(statistics.median(secs) if secs else None, "{:.1f}"),
+            _num(max(secs) if secs else None, "{:.1f}"),
+            ", ".join(
+                f"{m['asked_s']:.0f} s {m['from'][0].upper()}→{m['to'][0].upper()}"
+                for m in moves[:8]
+            )
+            + (" …" if len(moves) > 8 else ""),
+        ]
+        for name, p in run["planners"].items()
+        if (moves := p.get("role_moves"))
+        for secs in [[float(m["seconds"]) for m in moves if m["seconds"] is not None]]
+    ]
+    if landed:
+        lines += [
+            "## Role moves",
+            "",
+            "Each moved replica from being asked for to serving its new pool (drain of its "
+            "old role's in-flight work + `switch_s`).",
+            "",
+            *_table(["planner", "moved replicas", "median s", "max s", "asked at"], landed),
+            "",
+        ]
     lines += ["## Plots", ""]
     if plots.scatter:
         lines += ["GPU-hours against attainment (one point per planner):", ""]

@@ -22,11 +22,20 @@
 - **lifecycle_s**: per pool, `ready` = each cold start's time from being asked for to ready,
   `drained` = each scale-down's time from its drain starting to the replica leaving.
 - **lost**: requests aborted at a drain timeout (arrived - completed; 0 expected).
-- **time_to_capacity_s**: per pool, from a breach (the first timeline sample whose observed
-  TTFT (prefill) / ITL (decode) at the policy's percentile exceeds the target) to the next
-  time a replica joins that pool (a cold start becoming ready, or a role move landing); the
-  next breach is looked for after that. `breaches_unresolved` counts breaches no capacity
-  followed.
+- **time_to_capacity_s** (all pools) and **time_to_capacity_by_pool_s**: per pool, from a
+  breach to the next replica joining that pool. A *breach* is the first planner tick (every
+  `interval_s`, 5 s) at which the observed p90 TTFT (prefill) / p90 ITL (decode) over the
+  planner's window exceeds the target, or at which the planner's reactive term binds (its
+  `details[pool]` shows `reactive` above both `floor` and the ready count: the observed
+  window asks for capacity now; pdorch's planner reports these, other planners only the
+  first criterion). *Added capacity* is a replica joining the pool: a cold start becoming
+  ready (`ready`) or a role move landing (`moved`), at that tick or later. The next breach
+  is looked for after the join. `capacity_episodes` lists each as `{pool, breach_s,
+  capacity_s, seconds, kind, by}` (`by`: `p90` or `reactive`); `breaches_unresolved` counts
+  breaches no capacity followed.
+- **role_moves**: each moved replica as `{replica, from, to, asked_s, ready_s, seconds}`:
+  from the move being asked for to the replica serving its new pool (its drain of the old
+  role's in-flight work + `switch_s`; `ready_s` None if it had not landed by the end).
 """
 
 from __future__ import annotations
@@ -35,11 +44,17 @@ import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
+from autoscale.decision import ScaleDecision
 from autoscale.policy import SloPolicy
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import itl_target_s, ttft_target_s
 from benchmarks.autoscale_sim.observe import mean_itl_s, percentile, ttft_s
-from benchmarks.fleet_sim.membership import POOLS, DynamicFleetSimulator, DynamicResult
+from benchmarks.fleet_sim.membership import (
+    POOLS,
+    DynamicFleetSimulator,
+    DynamicResult,
+    MembershipEvent,
+)
 
 if TYPE_CHECKING:
     from benchmarks.autoscale_sim.actuator import SimActuator
@@ -54,7 +69,6 @@ class Recorder:
     def __init__(self, policy: SloPolicy) -> None:
         self.policy = policy
         self.timeline: list[dict[str, Any]] = []
-        self.breach: dict[str, list[float]] = {p: [] for p in POOLS}  # sample times in breach
 
     def sample(self, obs: Observation, sim: DynamicFleetSimulator) -> None:
         row: dict[str, Any] = {
@@ -67,13 +81,30 @@ class Recorder:
             ready, pending, draining = sim.status(pool)
             row[pool] = {"ready": ready, "pending": pending, "draining": draining}
         self.timeline.append(row)
-        slo = self.policy.slo
-        ttft = obs.ttft.percentile(slo.ttft_ms.percentile)
-        itl = obs.itl.percentile(slo.itl_ms.percentile)
-        if ttft is not None and ttft > ttft_target_s(self.policy):
-            self.breach["prefill"].append(obs.now)
-        if itl is not None and itl > itl_target_s(self.policy):
-            self.breach["decode"].append(obs.now)
+
+
+class BreachTracker:
+    """Planner ticks at which a pool was in breach (module docstring, `time_to_capacity_s`)."""
+
+    def __init__(self, policy: SloPolicy) -> None:
+        self.ttft_s = ttft_target_s(policy)
+        self.itl_s = itl_target_s(policy)
+        self.breach: dict[str, list[tuple[float, str]]] = {p: [] for p in POOLS}
+
+    def see(self, obs: Observation, decision: ScaleDecision) -> None:
+        observed = {"prefill": (obs.ttft.p90_s, self.ttft_s), "decode": (obs.itl.p90_s, self.itl_s)}
+        for pool in POOLS:
+            p90, target = observed[pool]
+            if p90 is not None and p90 > target:
+                self.breach[pool].append((obs.now, "p90"))
+                continue
+            d = decision.details.get(pool)
+            if not isinstance(d, dict):
+                continue
+            react, floor = d.get("reactive"), d.get("floor")
+            ready = obs.pool(Pool(pool)).ready
+            if isinstance(react, int) and isinstance(floor, int) and react > max(floor, ready):
+                self.breach[pool].append((obs.now, "reactive"))
 
 
 def direction_changes(desired: list[int]) -> int:
@@ -145,27 +176,60 @@ def _per_minute(records: list[RequestRecord], ttft_t: float, itl_t: float) -> li
     return out
 
 
-def _time_to_capacity(recorder: Recorder, dyn: DynamicResult) -> tuple[dict[str, list[float]], int]:
-    joins: dict[str, list[float]] = {p: [] for p in POOLS}
-    for e in dyn.events:
+def time_to_capacity(
+    tracker: BreachTracker, events: list[MembershipEvent]
+) -> tuple[dict[str, list[float]], list[dict[str, Any]], int]:
+    """Per pool breach -> added capacity seconds, the episodes, and the unresolved count."""
+    joins: dict[str, list[tuple[float, str]]] = {p: [] for p in POOLS}
+    for e in events:
         if e.kind in ("ready", "moved") and e.t_s > 0:
-            joins[e.pool].append(e.t_s)
+            joins[e.pool].append((e.t_s, e.kind))
     out: dict[str, list[float]] = {p: [] for p in POOLS}
+    episodes: list[dict[str, Any]] = []
     unresolved = 0
     for pool in POOLS:
         times = sorted(joins[pool])
         resolved_until = -math.inf
-        for t in recorder.breach[pool]:
+        for t, by in tracker.breach[pool]:
             if t <= resolved_until:
                 continue
-            later = [j for j in times if j >= t]
+            later = [j for j in times if j[0] >= t - 1e-9]
             if not later:
                 unresolved += 1
                 resolved_until = math.inf
                 continue
-            out[pool].append(later[0] - t)
-            resolved_until = later[0]
-    return out, unresolved
+            at, kind = later[0]
+            out[pool].append(at - t)
+            episodes.append(
+                {
+                    "pool": pool,
+                    "breach_s": t,
+                    "capacity_s": at,
+                    "seconds": at - t,
+                    "kind": kind,
+                    "by": by,
+                }
+            )
+            resolved_until = at
+    return out, episodes, unresolved
+
+
+def role_move_landings(events: list[MembershipEvent]) -> list[dict[str, Any]]:
+    """Each role move, from asked (`move`) to serving the new pool (`moved`)."""
+    out: list[dict[str, Any]] = []
+    open_moves: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e.kind == "move":
+            src = "decode" if e.pool == "prefill" else "prefill"
+            row: dict[str, Any] = {"replica": e.replica_id, "from": src, "to": e.pool}
+            row.update({"asked_s": e.t_s, "ready_s": None, "seconds": None})
+            open_moves[e.replica_id] = row
+            out.append(row)
+        elif e.kind == "moved" and e.replica_id in open_moves:
+            row = open_moves.pop(e.replica_id)
+            row["ready_s"] = e.t_s
+            row["seconds"] = e.t_s - float(row["asked_s"])
+    return out
 
 
 def lifecycle_s(dyn: DynamicResult) -> dict[str, dict[str, list[float]]]:
@@ -192,6 +256,7 @@ def planner_result(
     sim: DynamicFleetSimulator,
     actuator: SimActuator,
     recorder: Recorder,
+    tracker: BreachTracker,
     *,
     initial: dict[Pool, int],
     role_switching: bool,
@@ -203,7 +268,7 @@ def planner_result(
     q_ttft = policy.slo.ttft_ms.percentile / 100
     gpus = {p.value: policy.pools[p].gpus_per_replica for p in Pool}
     gpu_s = sim.gpu_seconds(dyn.end_s, gpus)
-    ttc, unresolved = _time_to_capacity(recorder, dyn)
+    ttc, episodes, unresolved = time_to_capacity(tracker, dyn.events)
     return {
         "planner": name,
         "attainment": _attainment(records, tt, it, q_ttft),
@@ -221,6 +286,8 @@ def planner_result(
         "timeline": recorder.timeline,
         "time_to_capacity_s": ttc["prefill"] + ttc["decode"],
         "time_to_capacity_by_pool_s": ttc,
+        "capacity_episodes": episodes,
+        "role_moves": role_move_landings(dyn.events),
         "breaches_unresolved": unresolved,
         "lifecycle_s": lifecycle_s(dyn),
         "initial": {p.value: n for p, n in initial.items()},

@@ -36,7 +36,7 @@ from autoscale.signals import Observation, Pool, PoolStatus
 from autoscale.sizing import clamp_to_limits, itl_target_s, ttft_target_s
 from benchmarks.autoscale_sim.actuator import SimActuator
 from benchmarks.autoscale_sim.observe import ObservationBuilder
-from benchmarks.autoscale_sim.result import Recorder, planner_result
+from benchmarks.autoscale_sim.result import BreachTracker, Recorder, planner_result
 from benchmarks.fleet_sim.block_ids import BlockChain
 from benchmarks.fleet_sim.fleet import FleetSpec
 from benchmarks.fleet_sim.membership import DynamicFleetSimulator
@@ -44,6 +44,12 @@ from benchmarks.fleet_sim.simulator import SimConfig
 from benchmarks.workloads.model import Segment, Workload, output_content_id
 
 CLAIRVOYANT = ("oracle", "static-peak", "static-mean")  # planners handed the trace
+# `NAME+VARIANT` runs planner NAME with role switching forced on (and options), so one run
+# can hold a planner with and without it side by side: `pdorch,pdorch+role-switching`
+VARIANTS: dict[str, tuple[bool, dict[str, Any]]] = {
+    "role-switching": (True, {}),
+    "role-switching-bridge": (True, {"stand_in": False}),  # pdorch: bridge a shortage only
+}
 INSTANT = ("oracle",)  # planners whose replicas start instantly
 STATIC = ("static-peak", "static-mean")
 
@@ -101,6 +107,21 @@ def trace_requests(workload: Workload, block_size: int) -> list[tuple[float, int
     return out
 
 
+def planner_variant(name: str) -> tuple[str, bool | None, dict[str, Any]]:
+    """`NAME[+VARIANT]` -> (NAME, role switching override or None, planner options)."""
+    base, sep, variant = name.partition("+")
+    if not sep:
+        return name, None, {}
+    if variant not in VARIANTS:
+        raise ValueError(
+            f"unknown planner variant {variant!r} in {name!r}; known: {', '.join(VARIANTS)}"
+        )
+    switching, options = VARIANTS[variant]
+    if options and base != "pdorch":
+        raise ValueError(f"variant {variant!r} is pdorch's only")
+    return base, switching, dict(options)
+
+
 def make_planner(
     name: str,
     policy: SloPolicy,
@@ -140,12 +161,16 @@ def run_planner(
 ) -> dict[str, Any]:
     """Simulate `workload` under planner `name`; the result dict of `result.planner_result`."""
     cfg = config or AutoscaleSimConfig()
-    if cfg.role_switching is not None and cfg.role_switching != policy.role_switching:
+    label = name
+    name, variant_switching, variant_options = planner_variant(label)
+    switching = variant_switching if variant_switching is not None else cfg.role_switching
+    if switching is not None and switching != policy.role_switching:
         # the override reaches the planner (it proposes moves) as well as the actuator
-        policy = policy.model_copy(update={"role_switching": cfg.role_switching})
+        policy = policy.model_copy(update={"role_switching": switching})
     if requests is None:
         requests = trace_requests(workload, cfg.block_size)
-    planner, perf = make_planner(name, policy, requests, cfg.planner_options.get(name))
+    options = {**variant_options, **cfg.planner_options.get(label, {})}
+    planner, perf = make_planner(name, policy, requests, options)
     init = cfg.initial or initial_fleet(name, planner, policy, requests)
     sim_cfg = SimConfig(
         fleet=FleetSpec(prefill=init[Pool.PREFILL], decode=init[Pool.DECODE]),
@@ -169,6 +194,7 @@ def run_planner(
                 sim, policy, instant=name in INSTANT, role_switching=role_switching
             )
             state["recorder"] = Recorder(policy)
+            state["breaches"] = BreachTracker(policy)
             # the first tick sees a whole window: the fleet at t = 0 is the initial one
             state["next_plan"] = planner.interval_s
             state["next_record"] = cfg.record_s
@@ -182,6 +208,7 @@ def run_planner(
                 observe(obs)
             decision = planner.plan(obs)
             state["plan_cpu_s"] += time.process_time() - c0
+            state["breaches"].see(obs, decision)
             state["actuator"].apply(decision, now)
         if now >= state["next_record"] - 1e-9:
             state["next_record"] = now + cfg.record_s
@@ -192,12 +219,13 @@ def run_planner(
     )
     dyn = sim.run_dynamic()
     result = planner_result(
-        name,
+        label,
         policy,
         dyn,
         sim,
         state["actuator"],
         state["recorder"],
+        state["breaches"],
         initial=init,
         role_switching=role_switching,
         plan_cpu_s=state["plan_cpu_s"],

@@ -58,8 +58,9 @@ def bench_autoscale(
         [],
         "--planners",
         metavar="NAME,...",
-        help=f"Planners, comma-separated or repeated. Default: {DEFAULT_PLANNERS} (with "
-        "--live: pdorch, and exactly one).",
+        help="Planners, comma-separated or repeated; NAME+role-switching runs NAME with role "
+        "switching on (pdorch+role-switching-bridge: only to bridge a shortage now), beside "
+        f"NAME without it. Default: {DEFAULT_PLANNERS} (with --live: pdorch, and exactly one).",
     ),
     live: bool = typer.Option(
         False,
@@ -159,7 +160,12 @@ def bench_autoscale(
     from autoscale.planners import planner_names
     from autoscale.policy import PolicyError, load_policy
     from autoscale.signals import Pool
-    from benchmarks.autoscale_sim.runner import AutoscaleSimConfig, run_planner, trace_requests
+    from benchmarks.autoscale_sim.runner import (
+        AutoscaleSimConfig,
+        planner_variant,
+        run_planner,
+        trace_requests,
+    )
     from benchmarks.fleet_sim.fleet import FleetSpec
     from benchmarks.workloads import load_workload
     from benchmarks.workloads.overlay import overlay
@@ -181,14 +187,23 @@ def bench_autoscale(
     except (PolicyError, OSError) as e:
         raise typer.BadParameter(str(e), param_hint="--policy") from None
     names = split_list(planners or ["pdorch" if live else DEFAULT_PLANNERS], "--planners")
-    if live and len(names) != 1:
-        raise typer.BadParameter("--live runs exactly one planner", param_hint="--planners")
-    unknown = [n for n in names if n not in planner_names()]
+    if live and (len(names) != 1 or "+" in names[0]):
+        raise typer.BadParameter(
+            "--live runs exactly one planner, without a +variant (set role_switching in the "
+            "policy instead)",
+            param_hint="--planners",
+        )
+    unknown = [n for n in names if n.partition("+")[0] not in planner_names()]
     if unknown:
         raise typer.BadParameter(
             f"unknown planner(s) {', '.join(unknown)}; known: {', '.join(planner_names())}",
             param_hint="--planners",
         )
+    for n in names:
+        try:
+            planner_variant(n)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--planners") from None
     initial = None
     if initial_fleet is not None:
         try:

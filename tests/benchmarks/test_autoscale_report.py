@@ -112,3 +112,50 @@ def test_missing_optional_planners(tmp_path: Path, missing: list[str]) -> None:
     pdorch_row = next(line for line in md.splitlines() if line.startswith("| `pdorch`"))
     assert "| - / - |" in pdorch_row
     assert (tmp_path / "replicas_pdorch.png").exists()
+
+
+def test_breach_to_capacity_and_role_moves_sections(tmp_path: Path) -> None:
+    run = copy.deepcopy(RUN)
+    run["planners"]["pdorch"]["capacity_episodes"] = [
+        {
+            "pool": "prefill",
+            "breach_s": 50.0,
+            "capacity_s": 56.0,
+            "seconds": 6.0,
+            "kind": "moved",
+            "by": "p90",
+        },
+        {
+            "pool": "decode",
+            "breach_s": 50.0,
+            "capacity_s": 150.0,
+            "seconds": 100.0,
+            "kind": "ready",
+            "by": "reactive",
+        },
+    ]
+    run["planners"]["pdorch"]["role_moves"] = [
+        {
+            "replica": "d1",
+            "from": "decode",
+            "to": "prefill",
+            "asked_s": 50.0,
+            "ready_s": 56.0,
+            "seconds": 6.0,
+        },
+        {
+            "replica": "d2",
+            "from": "decode",
+            "to": "prefill",
+            "asked_s": 50.0,
+            "ready_s": None,
+            "seconds": None,
+        },
+    ]
+    render_report(run, tmp_path)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "| `pdorch` | prefill | 1 | 6.0 | 6.0 | 1 | 50→56 s (moved, p90) |" in md
+    assert "| `pdorch` | decode | 1 | 100.0 | 100.0 | 0 | 50→150 s (ready, reactive) |" in md
+    # the move that never landed is listed but not timed
+    assert "| `pdorch` | 2 | 6.0 | 6.0 | 50 s D→P, 50 s D→P |" in md
+    assert "`oracle` | prefill" not in md  # no episodes recorded: no rows

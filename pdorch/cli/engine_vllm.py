@@ -106,6 +106,12 @@ def engine_vllm(
     enforce_eager: bool = typer.Option(
         True, "--enforce-eager/--no-enforce-eager", help="Skip graph compilation (~40 s saved)."
     ),
+    kv_transfer: bool = typer.Option(
+        True,
+        "--kv-transfer/--no-kv-transfer",
+        help="Load NixlConnector (kv_both). --no-kv-transfer: a colocated-only engine (no P/D "
+        "legs), e.g. to profile the engine without the connector's CPU cost.",
+    ),
     kv_lease_s: int | None = typer.Option(
         None,
         "--kv-lease-s",
@@ -149,6 +155,7 @@ def engine_vllm(
                 "side_channel_host": side_channel_host,
                 "side_channel_port": side_channel_port or next(picked),
                 "host_ip": host_ip,
+                "kv_transfer": kv_transfer,
                 "kv_lease_s": kv_lease_s,
                 "kv_events_endpoint": kv_events_endpoint,
                 "kv_events_replay_endpoint": kv_events_replay_endpoint,

@@ -177,3 +177,27 @@ def test_real_vllm_refusing_its_settings_is_reported_with_its_log(
     message = str(refused.value)
     assert "exited with status" in message
     assert "max_model_len" in message or "max-model-len" in message, message
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to keep one free")
+def test_real_connector_engine_without_pinned_cores_keeps_a_core_free_of_openmp(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """On 2 cores vLLM would keep no core free of OpenMP threads with NixlConnector, and the
+    connector's pin then pairs two of them on one core (`VllmEngineSpec.env`): the engine's own
+    binding report must show a reserved core."""
+    port, side = free_ports(2)
+    spec = VllmEngineSpec(
+        role=EngineRole.BOTH,
+        model=tiny_model_dir,
+        port=port,
+        side_channel_port=side,
+        max_model_len=512,
+        num_gpu_blocks_override=32,
+    )
+    assert spec.kv_transfer and spec.cpu_cores is None
+    with RunningVllm(spec, tmp_path / "engine.log") as running:
+        log = running.log_path.read_text(errors="replace")
+    assert "OpenMP thread binding info" in log, log[-4000:]
+    assert "reserved_cpus=[]" not in log, log[-4000:]

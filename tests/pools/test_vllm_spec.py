@@ -110,6 +110,33 @@ def test_cpu_env_sets_side_channel_ucx_cores_and_kv_space() -> None:
     assert "CUDA_VISIBLE_DEVICES" not in env
 
 
+RESERVED = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+
+
+def test_unpinned_connector_engine_on_two_cores_keeps_one_core_for_openmp() -> None:
+    # vLLM would keep none of 2 cores free and pair two OpenMP threads on one (vllm_spec.env).
+    assert cpu_spec(cpu_cores=None).env(BASE_ENV, host_cores=2)[RESERVED] == "1"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "base", "host_cores"),
+    [
+        ({}, {}, 2),  # cores pinned: VLLM_CPU_OMP_THREADS_BIND decides, nothing is reserved
+        ({"cpu_cores": None, "kv_transfer": False}, {}, 2),  # no connector: vLLM keeps 1 of 2
+        ({"cpu_cores": None}, {}, 3),  # enough cores for vLLM's own reservation
+        ({"cpu_cores": None}, {}, 1),
+        ({"cpu_cores": None}, {}, None),  # core count unknown
+        ({"cpu_cores": None}, {RESERVED: "2"}, 2),  # the caller's own choice wins
+        ({"cpu_cores": None, "device": "cuda"}, {}, 2),
+    ],
+)
+def test_reserved_cores_are_left_to_vllm_otherwise(
+    overrides: dict[str, Any], base: dict[str, str], host_cores: int | None
+) -> None:
+    env = cpu_spec(**overrides).env({**BASE_ENV, **base}, host_cores=host_cores)
+    assert env.get(RESERVED) == base.get(RESERVED)
+
+
 def test_gpu_argv_and_env() -> None:
     spec = gpu_spec()
     argv = spec.argv("python")

@@ -264,33 +264,31 @@ def test_decode_floor_counts_the_models_prefill_time_not_the_observed_ttft() -> 
 
 
 class SwitchForecaster(EwmaForecaster):
-    """16 rps now; `ahead` rps at 120 s (set by the test between ticks)."""
+    """15 rps now; `ahead` rps at 120 s (set by the test between ticks)."""
 
-    ahead = 16.0
+    ahead = 15.0
 
     def forecast(self, horizon_s: float) -> tuple[float, float, float, float]:  # type: ignore[override]
-        return (16.0 if horizon_s < 60.0 else self.ahead, 1000.0, 200.0, 0.0)
+        return (15.0 if horizon_s < 60.0 else self.ahead, 1000.0, 200.0, 0.0)
 
 
 def test_floor_orders_for_growth_only_once_it_is_sustained_for_30_s() -> None:
-    # level 16 rps -> 2 prefill; projected 32 rps at +120 s -> 4, but only once every tick of
-    # the last 30 s projected that growth (the t = 0 tick projected none)
+    # level 15 rps -> 15k / 8k = 1.9 -> 2 prefill; 22 rps projected at +120 s -> 2.75 -> 3.
+    # The growth counted is the mean over the ticks of the last 30 s: one tick of it among
+    # seven is 7 / 7 = 1 rps -> 2; projected at every tick of the window -> 3.
     fc = SwitchForecaster(alpha=1.0)
-    pl = planner(forecaster=fc, trend_cap=2.0)
+    pl = planner(forecaster=fc)
     floors = {}
-    for t in range(0, 45, 5):
-        fc.ahead = 16.0 if t == 0 else 32.0
-        d = pl.plan(observation(float(t), rate=16.0, p=(2, 0), d=(8, 0)))
+    for t in range(0, 70, 5):
+        fc.ahead = 22.0 if t == 30 or t >= 45 else 15.0
+        d = pl.plan(observation(float(t), rate=15.0, p=(2, 0), d=(8, 0)))
         floors[t] = d.details["prefill"]["floor"]
-    assert floors[0] == floors[5] == floors[30] == 2
-    assert floors[35] == floors[40] == 4
+    assert floors[30] == floors[40] == 2  # [10, 40]: the t = 30 tick alone -> 16 / 8 = 2
+    assert floors[65] == 3  # [35, 65]: 2 of 7 ticks without growth -> 5 rps -> 20 / 8 -> 3
     # trend_hold_s 0: the projection of this tick alone is ordered for
-    assert (
-        planner(forecaster=fc, trend_cap=2.0, trend_hold_s=0.0)
-        .plan(observation(rate=16.0, p=(2, 0), d=(8, 0)))
-        .details["prefill"]["floor"]
-        == 4
-    )
+    fc.ahead = 22.0
+    d = planner(forecaster=fc, trend_hold_s=0.0).plan(observation(rate=15.0, p=(2, 0), d=(8, 0)))
+    assert d.details["prefill"]["floor"] == 3
 
 
 def test_scale_down_sooner_once_n_minus_k_fits_for_a_minute() -> None:

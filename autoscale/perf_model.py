@@ -356,7 +356,8 @@ class OnlinePerfModel(CurvePerfModel):
     def observe(self, observation: Observation) -> None:
         """Decode: every decode replica with a step time and running sequences (context =
         its decode KV tokens / running). Prefill: the window's median TTFT against the mean
-        uncached ISL, only when no prefill replica has a queue (then TTFT ≈ service time)."""
+        uncached ISL, only when no prefill replica has a queue (then TTFT ≈ service time)
+        and the median is within `max_correction` x the prior's (else it is queueing)."""
         o = observation
         for r in o.replicas_of(Pool.DECODE):
             if r.mean_step_s is not None and r.num_running > 0:
@@ -366,7 +367,14 @@ class OnlinePerfModel(CurvePerfModel):
         idle_queues = all(r.num_waiting == 0 for r in prefill)
         if o.ttft.p50_s is not None and o.num_requests > 0 and idle_queues:
             uncached = int(o.mean_isl_tokens * (1.0 - o.prefix_hit_rate))
-            self.observe_prefill(o.now, uncached, o.ttft.p50_s)
+            n = max(1, uncached)
+            expected = self.prior.prefill_time_s(n) + self.prior.transfer_s(n)
+            # queues empty at the read do not mean they were empty all window: a median past
+            # max_correction x the prior is a drained backlog, not a slower engine (on Azure
+            # one such window, 30 s medians, tripled the prefill service time the planners
+            # sized with, for a whole half-life)
+            if o.ttft.p50_s <= self.max_correction * expected:
+                self.observe_prefill(o.now, uncached, o.ttft.p50_s)
 
     def transfer_s(self, uncached_tokens: int) -> float:
         return self.correction(Pool.PREFILL) * self.prior.transfer_s(uncached_tokens)

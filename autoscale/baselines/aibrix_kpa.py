@@ -1,7 +1,11 @@
 """`aibrix-kpa`: AIBrix's KPA (Knative-style pod autoscaler), one per pool.
 
-Source: vllm-project/aibrix `pkg/controller/podautoscaler` (KPA algorithm and annotations) and
-Knative's KPA docs, as summarised in PEER-AUTOSCALERS.md §3/§5; our own implementation.
+Source: vllm-project/aibrix `pkg/controller/podautoscaler` (KPA algorithm; annotation keys in
+`pkg/controller/podautoscaler/types/annotations.go`), AIBrix's annotation table in
+`docs/source/features/autoscaling/metric-based-autoscaling.rst` (defaults: max-scale-up/down
+rate 2, scale-up/down tolerance 0.1, panic-threshold 2.0, scale-up-cooldown-window 0 s,
+scale-down-cooldown-window **300 s**), and Knative's KPA docs, as summarised in
+PEER-AUTOSCALERS.md §3/§5; our own implementation.
 
 Every tick (`tick_s` 2 s, Knative's autoscaler tick) the pool's total metric over its ready
 replicas is sampled. With `stable` / `panic` the means of the samples of the last 60 s / 6 s
@@ -14,8 +18,14 @@ and `target` the per-pod target:
   the largest of the clamped `dspc`, `dppc` and every count since panic began (it only
   grows); otherwise it is the clamped `dspc`. Like Knative, a KPA created over more than one
   ready pod starts in panic at that count (it keeps the scale until it has a window of data).
-- `scale_down_delay_s` (Knative's scale-down-delay, default 0 = off): the desired count is the
-  maximum of the last `scale_down_delay_s`. Then [min, max].
+- Outside panic, `tolerance` (AIBrix's scale-up/down-tolerance, 0.1): the stable count stays
+  at `N` while `stable / (N · target)` is within `[1 - tolerance, 1 + tolerance]`.
+- `scale_down_cooldown_s` (AIBrix's `autoscaling.aibrix.ai/scale-down-cooldown-window`,
+  default 300 s; 0 = off, which is Knative's scale-down-delay default): the desired count is
+  the maximum of the counts desired in the last `scale_down_cooldown_s`, the HPA
+  stabilization semantics AIBrix's docs describe (its issue #2821 reports a build that took
+  the minimum instead, making the window a no-op; we model the documented behaviour).
+  The scale-up cooldown defaults to 0 s (no hold) and is not modelled. Then [min, max].
 
 Metric (same as `hpa-kv-util`, for a like-for-like comparison): decode = KV-cache usage
 (`gpu_cache_usage_perc`, 0..1) with target 0.70 per pod; prefill = waiting requests
@@ -61,7 +71,8 @@ class AibrixKpaPlanner(Planner):
         max_scale_up_rate: float = 2.0,
         max_scale_down_rate: float = 2.0,
         tick_s: float = 2.0,
-        scale_down_delay_s: float = 0.0,
+        tolerance: float = 0.1,
+        scale_down_cooldown_s: float = 300.0,
     ) -> None:
         self.policy = policy
         self.targets = {Pool.DECODE: kv_target, Pool.PREFILL: prefill_waiting_target}
@@ -71,7 +82,8 @@ class AibrixKpaPlanner(Planner):
         self.up_rate = max_scale_up_rate
         self.down_rate = max_scale_down_rate
         self.interval_s = tick_s
-        self.scale_down_delay_s = scale_down_delay_s
+        self.tolerance = tolerance
+        self.scale_down_cooldown_s = scale_down_cooldown_s
         self.state = {p: _PoolKpa() for p in POOLS}
 
     def _mean(self, st: _PoolKpa, now: float, window: float) -> float:
@@ -107,13 +119,15 @@ class AibrixKpaPlanner(Planner):
             want, why = st.max_panic, "panic"
         else:
             want, why = want_stable, "stable"
-        if self.scale_down_delay_s > 0:
+            if want != ready > 0 and abs(stable / (n * target) - 1.0) <= self.tolerance:
+                want, why = ready, "tolerance"
+        if self.scale_down_cooldown_s > 0:
             st.desired.append((now, want))
-            while st.desired and now - st.desired[0][0] > self.scale_down_delay_s:
+            while st.desired and now - st.desired[0][0] > self.scale_down_cooldown_s:
                 st.desired.popleft()
-            delayed = max(d for _, d in st.desired)
-            if delayed > want:
-                want, why = delayed, "scale-down-delay"
+            held = max(d for _, d in st.desired)
+            if held > want:
+                want, why = held, "scale-down-cooldown"
         want, why = clamp(self.policy, pool, want, why)
         return want, why, {"stable": stable, "panic": panic, "dspc": dspc, "dppc": dppc}
 

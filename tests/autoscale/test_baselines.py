@@ -15,7 +15,7 @@ from autoscale.baselines.llmd_slo import LlmdSloPlanner, llmd_replicas
 from autoscale.baselines.oracle import OraclePlanner
 from autoscale.baselines.static import StaticPlanner
 from autoscale.forecast_seam import EwmaForecaster
-from autoscale.load_window import LoadWindow, window_of
+from autoscale.load_window import LoadWindow
 from autoscale.planners import planner_factory, planner_names
 from autoscale.signals import LatencySummary, Pool, ReplicaSignals
 from tests.autoscale.obs import latency, observation, policy, replicas
@@ -115,7 +115,7 @@ def test_llmd_signal_is_capped_and_averaged_over_45_s() -> None:
 
 # -- AIBrix KPA ------------------------------------------------------------------------------
 def test_kpa_panics_at_twice_and_only_grows_in_panic() -> None:
-    pl = AibrixKpaPlanner(policy(), PERF)
+    pl = AibrixKpaPlanner(policy(), PERF, scale_down_cooldown_s=0.0)  # Knative: no delay
     calm = pl.plan(observation(0.0, p=(1, 0), reps=replicas(P, 1, num_waiting=2)))
     assert calm.desired[P] == 1 and calm.reasons[P] == "stable"  # ceil(2 / 3)
     # panic mean (2 + 15) / 2 = 8.5 -> dppc 3, 3 / 1 >= 2: panic; clamped to ceil(2 * 1) = 2
@@ -133,7 +133,7 @@ def test_kpa_starts_in_panic_over_one_pod_and_can_delay_scale_down() -> None:
     pl = AibrixKpaPlanner(policy(), PERF)
     first = pl.plan(observation(0.0, p=(4, 0), reps=replicas(P, 4)))
     assert first.desired[P] == 4 and first.reasons[P] == "panic"  # keeps the scale
-    delayed = AibrixKpaPlanner(policy(), PERF, scale_down_delay_s=30.0)
+    delayed = AibrixKpaPlanner(policy(), PERF, scale_down_cooldown_s=30.0)
     delayed.plan(observation(0.0, p=(1, 0), reps=replicas(P, 1, num_waiting=6)))  # panic: 2
     d = delayed.plan(observation(70.0, p=(2, 0), reps=replicas(P, 2)))  # wants 1 at t = 70
     assert d.desired[P] == 1  # the t = 0 count left the 30 s window
@@ -144,7 +144,30 @@ def test_kpa_starts_in_panic_over_one_pod_and_can_delay_scale_down() -> None:
     )
     # t = 80: stable 18 / 3 -> 2, but 3 was asked for within the last 30 s
     d = delayed.plan(observation(80.0, p=(3, 0), reps=replicas(P, 3)))
-    assert d.desired[P] == 3 and d.reasons[P] == "scale-down-delay"
+    assert d.desired[P] == 3 and d.reasons[P] == "scale-down-cooldown"
+
+
+def test_kpa_default_scale_down_cooldown_is_aibrix_300_s() -> None:
+    # AIBrix's scale-down-cooldown-window default: the panic count 2 of t = 0 holds until the
+    # t = 0 entry leaves the 300 s window, although stable mode wants 1 from t = 70 on
+    pl = AibrixKpaPlanner(policy(), PERF)
+    assert pl.plan(observation(0.0, p=(1, 0), reps=replicas(P, 1, num_waiting=6))).desired[P] == 2
+    held = pl.plan(observation(70.0, p=(2, 0), reps=replicas(P, 2)))
+    assert held.desired[P] == 2 and held.reasons[P] == "scale-down-cooldown"
+    assert pl.plan(observation(299.0, p=(2, 0), reps=replicas(P, 2))).desired[P] == 2
+    late = pl.plan(observation(301.0, p=(2, 0), reps=replicas(P, 2)))
+    assert late.desired[P] == 1 and late.reasons[P] == "stable"
+
+
+def test_kpa_tolerance_holds_the_count_within_10_percent() -> None:
+    # 4 pods, 3 waiting per pod targeted: 13 waiting -> 13 / 12 = 1.08, within 1.1: hold 4
+    # although ceil(13 / 3) = 5; 14 waiting -> 1.17: 5 (no panic: 5 / 4 < 2)
+    for waiting, want, why in ((13, 4, "tolerance"), (14, 5, "stable")):
+        pl = AibrixKpaPlanner(policy(), PERF, scale_down_cooldown_s=0.0)
+        pl.plan(observation(0.0, p=(1, 0), reps=replicas(P, 1)))  # one pod: no initial panic
+        reps = (*replicas(P, 3, num_waiting=3), *replicas(P, 1, num_waiting=waiting - 9))
+        d = pl.plan(observation(70.0, p=(4, 0), reps=reps))
+        assert (d.desired[P], d.reasons[P]) == (want, why)
 
 
 def test_kpa_decode_uses_kv_usage() -> None:
@@ -227,18 +250,44 @@ def steady(rate: float, until: float, osl: int) -> list[tuple[float, int, int, f
     return [(i / rate, 1000, osl, 0.0) for i in range(round(rate * until))]
 
 
-def test_oracle_sizes_the_worst_piece_of_the_next_interval() -> None:
-    trace = steady(16.0, 10.0, 100) + [(10.0 + i / 48.0, 1000, 100, 0.0) for i in range(480)]
-    assert window_of(trace, 10.0, 20.0).arrival_rps == pytest.approx(48.0)
+def test_oracle_sizes_the_60_s_window_centred_on_the_interval() -> None:
+    # 16 rps all along plus 48 rps more in [40, 50). Interval [30, 60): window [15, 75) holds
+    # 960 + 480 = 1440 requests = 24 rps -> 24k tok/s / 8k = 3 prefill (the old rule sized
+    # the worst 10 s piece, 64 rps -> 8). Decode: S = 24 * (0.1 + 100 * 0.05) = 122.4 -> 2.
+    trace = steady(16.0, 120.0, 100) + [(40.0 + i / 48.0, 1000, 100, 0.0) for i in range(480)]
     oracle = OraclePlanner(policy(), PERF, requests=trace)
-    assert oracle.plan(observation(0.0)).desired[P] == 6  # the [10, 20) burst: 48k / 8k
-    after = oracle.plan(observation(20.0))
-    assert after.desired[P] == 1 and after.reasons[P] == "min"
+    assert oracle.cap == {P: 3, D: 2}  # static-peak: [0, 60) has 24 rps
+    d = oracle.plan(observation(30.0))
+    assert d.desired == {P: 3, D: 2} and d.reasons[P] == "oracle-ttft"
+    # [90, 120): window [75, 135) has 45 s x 16 rps = 720 / 60 s = 12 rps -> 1.5 -> 2
+    assert oracle.plan(observation(90.0)).desired[P] == 2
+
+
+def test_oracle_never_runs_more_than_static_peak() -> None:
+    # the burst [50, 70) straddles static-peak's windows [0, 60) and [60, 120): each has
+    # 24 rps -> 3; the oracle's window [30, 90) for [45, 75) has 32 rps -> 4, capped at 3
+    trace = steady(16.0, 120.0, 100) + [(50.0 + i / 48.0, 1000, 100, 0.0) for i in range(960)]
+    oracle = OraclePlanner(policy(), PERF, requests=trace)
+    assert oracle.cap is not None and oracle.cap[P] == 3
+    assert OraclePlanner(policy(), PERF, requests=trace, cap={P: 9, D: 9}).need(45.0, 75.0)[P] == 4
+    assert oracle.need(45.0, 75.0)[P] == 3
+    peak = StaticPlanner(policy(), PERF, requests=trace).plan(observation()).desired
+    for t in range(0, 120, 5):
+        need = oracle.need(float(t), t + 30.0)
+        assert need[P] <= peak[P] and need[D] <= peak[D]
+
+
+def test_oracle_window_starts_at_the_first_arrival() -> None:
+    # 20 rps from t = 0: the window of [0, 30) is [0, 45), not [-15, 45) (nothing arrived
+    # before the trace): 20k tok/s / 8k = 2.5 -> 3 (an unclipped window would say 15 rps -> 2)
+    oracle = OraclePlanner(policy(), PERF, requests=steady(20.0, 120.0, 100))
+    assert oracle.need(0.0, 30.0)[P] == 3
 
 
 def test_oracle_counts_sequences_still_decoding() -> None:
     # 16 rps for 60 s, OSL 1000: R = 0.1 + 50 s; at t = 60 the arrivals of [9.9, 60) = 801
-    # sequences are in flight -> ceil(8.01) = 9, although nothing arrives after t = 60.
+    # sequences are in flight -> ceil(8.01) = 9, although nothing arrives after t = 60 (the
+    # window [45, 105) alone says 4 rps * 50.1 s = 200 -> 3).
     oracle = OraclePlanner(policy(), PERF, requests=steady(16.0, 60.0, 1000))
     d = oracle.plan(observation(60.0))
     assert d.desired == {P: 1, D: 9} and d.reasons[D] == "oracle-itl"

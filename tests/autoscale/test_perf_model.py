@@ -169,6 +169,27 @@ def test_online_fit_from_observations(timing_model: TimingPerfModel) -> None:
     assert queued.samples(Pool.PREFILL) == 0
 
 
+def test_online_fit_skips_a_median_ttft_beyond_the_correction_bound(
+    timing_model: TimingPerfModel,
+) -> None:
+    # idle queues at the read, but a median 5x the prior's service time (max_correction 4):
+    # a backlog drained within the window, not a slower engine; 4x is still learnt
+    truth = timing_model.prefill_time_s(1000) + timing_model.transfer_s(1000)
+    for factor, samples in ((5.0, 0), (4.0, 1)):
+        online = OnlinePerfModel(timing_model, max_correction=4.0)
+        obs = Observation(
+            now=10.0,
+            window_s=5.0,
+            pools={},
+            num_requests=40,
+            mean_isl_tokens=1000.0,
+            ttft=LatencySummary(count=40, p50_s=factor * truth),
+            replicas=(ReplicaSignals("p0", Pool.PREFILL, num_waiting=0),),
+        )
+        online.observe(obs)
+        assert online.samples(Pool.PREFILL) == samples
+
+
 def _with(obs: Observation, replicas: tuple[ReplicaSignals, ...]) -> Observation:
     return Observation(
         now=obs.now,

@@ -244,3 +244,79 @@ def test_floor_before_the_first_whole_window_is_sized_on_what_was_seen() -> None
     d = planner(forecast_window_s=60.0).plan(observation(5.0, rate=16.0, p=(1, 0), d=(8, 0)))
     assert d.details["prefill"]["floor"] == 2
     assert d.details["prefill"]["floor_inputs"]["rate_rps"] == 16.0
+
+
+def test_no_correction_is_learnt_from_a_pool_with_replicas_pending() -> None:
+    # 1 rps on 1 ready prefill replica: rho = 0.1, the model's M/D/1 mean TTFT is
+    # 0.1 * (1 + 0.1 / 1.8) = 0.1056 s; 0.2 s observed (no breach) -> raw 1.895, EWMA 0.2:
+    # k = 1 + 0.2 * 0.895 = 1.179. With a replica pending the pool is known to be short and
+    # the window teaches nothing.
+    seen = observation(rate=1.0, p=(1, 0), ttft=latency(0.2))
+    k = planner().plan(seen).details["correction"]["prefill"]
+    assert k == pytest.approx(1.0 + 0.2 * (0.2 / (0.1 * (1 + 0.1 / 1.8)) - 1.0))
+    pending = observation(rate=1.0, p=(1, 1), ttft=latency(0.2))
+    assert planner().plan(pending).details["correction"]["prefill"] == 1.0
+
+
+def test_decode_floor_counts_the_models_prefill_time_not_the_observed_ttft() -> None:
+    # 19.5 rps, OSL 200: 19.5 * (0.1 + 10) = 196.95 seqs -> 2 decode replicas; with the
+    # observed 1.5 s mean TTFT in the residence it would be 19.5 * 11.5 = 224 -> 3
+    d = planner().plan(observation(rate=19.5, p=(3, 0), d=(3, 0), ttft=latency(1.5)))
+    assert d.details["decode"]["floor"] == 2
+    assert d.details["decode"]["floor_inputs"]["ttft_term_s"] == 0.1
+
+
+class SwitchForecaster(EwmaForecaster):
+    """15 rps now; `ahead` rps at 120 s (set by the test between ticks)."""
+
+    ahead = 15.0
+
+    def forecast(self, horizon_s: float) -> tuple[float, float, float, float]:  # type: ignore[override]
+        return (15.0 if horizon_s < 60.0 else self.ahead, 1000.0, 200.0, 0.0)
+
+
+def test_floor_orders_for_growth_only_once_it_is_sustained_for_30_s() -> None:
+    # level 15 rps -> 15k / 8k = 1.9 -> 2 prefill; 22 rps projected at +120 s -> 2.75 -> 3.
+    # The growth counted is the mean over the ticks of the last 30 s: one tick of it among
+    # seven is 7 / 7 = 1 rps -> 2; projected at every tick of the window -> 3.
+    fc = SwitchForecaster(alpha=1.0)
+    pl = planner(forecaster=fc)
+    floors = {}
+    for t in range(0, 70, 5):
+        fc.ahead = 22.0 if t == 30 or t >= 45 else 15.0
+        d = pl.plan(observation(float(t), rate=15.0, p=(2, 0), d=(8, 0)))
+        floors[t] = d.details["prefill"]["floor"]
+    assert floors[30] == floors[40] == 2  # [10, 40]: the t = 30 tick alone -> 16 / 8 = 2
+    assert floors[65] == 3  # [35, 65]: 2 of 7 ticks without growth -> 5 rps -> 20 / 8 -> 3
+    # trend_hold_s 0: the projection of this tick alone is ordered for
+    fc.ahead = 22.0
+    d = planner(forecaster=fc, trend_hold_s=0.0).plan(observation(rate=15.0, p=(2, 0), d=(8, 0)))
+    assert d.details["prefill"]["floor"] == 3
+
+
+def test_scale_down_sooner_once_n_minus_k_fits_for_a_minute() -> None:
+    # 4 prefill replicas, 8k tok/s arriving: raw 1, but the check fits 2 (8k <= 0.8*2*8k,
+    # not 0.8*1*8k). The 600 s window is not waited for: after 60 s of ticks that all fit 2,
+    # the pool goes to 2.
+    pl = planner(policy(down_s=600.0))
+    for t in range(0, 60, 5):
+        d = pl.plan(observation(float(t), rate=8.0, p=(4, 0), d=(8, 0)))
+        assert d.desired[P] == 4 and d.reasons[P] == "stabilization"
+    d = pl.plan(observation(60.0, rate=8.0, p=(4, 0), d=(8, 0)))
+    assert d.desired[P] == 2 and d.reasons[P] == "sustained-fit"
+    # a queue at t = 30 (100k tokens: 2.5 s of waiting even on 4) fits no smaller count: the
+    # minute restarts there, and the pool goes to 2 only at t = 95
+    queued = replicas(P, 4, queued_prefill_tokens=25_000)
+    pl = planner(policy(down_s=600.0))
+    for t in range(0, 95, 5):
+        reps = queued if t == 30 else ()
+        d = pl.plan(observation(float(t), rate=8.0, p=(4, 0), d=(8, 0), reps=reps))
+        assert d.desired[P] == 4, t
+    assert pl.plan(observation(95.0, rate=8.0, p=(4, 0), d=(8, 0))).desired[P] == 2
+    # a forecast of 20k tok/s at t = 30 (floor 3) stays in the 600 s window: down to 3 only
+    pl = planner(policy(down_s=600.0))
+    for t in range(0, 95, 5):
+        d = pl.plan(observation(float(t), rate=20.0 if t == 30 else 8.0, p=(4, 0), d=(8, 0)))
+        assert d.desired[P] == 4, t
+    d = pl.plan(observation(95.0, rate=8.0, p=(4, 0), d=(8, 0)))
+    assert d.desired[P] == 3 and d.reasons[P] == "sustained-fit"

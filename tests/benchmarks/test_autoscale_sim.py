@@ -208,7 +208,8 @@ def test_pdorch_scales_prefill_for_long_prompts_decode_for_long_outputs_then_dow
 
 
 def test_oracle_and_static_planners_run_with_nothing_lost() -> None:
-    wl = phases([(100, 3.0, 1000, 100), (300, 12.0, 4000, 100), (100, 3.0, 1000, 100)])
+    # a 75 s burst of long prompts: long enough for the oracle's 60 s window to see it
+    wl = phases([(100, 3.0, 1000, 100), (900, 12.0, 4000, 100), (100, 3.0, 1000, 100)])
     pol = small_policy()
     requests = trace_requests(wl, 64)
     assert len(requests) == wl.num_requests and requests[0][1] > 0

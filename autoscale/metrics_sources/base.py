@@ -27,6 +27,12 @@ from abc import ABC, abstractmethod
 
 from autoscale.signals import Observation
 
+# Per HTTP read of a source (a coordinator's or engine's /metrics, a PromQL query): Prometheus'
+# own default scrape_timeout. 2 s failed `pdorch autoscale --once` in CI: a coordinator sharing
+# 2 cores with two vLLM engines (NIXL's progress thread spins a core each) answered /metrics
+# after more than 2 s. A control loop ticking every 5-30 s can afford to wait.
+SCRAPE_TIMEOUT_S = 10.0
+
 
 class MetricsSourceError(RuntimeError):
     """The source could not read its backend (connection, HTTP status, unparsable answer)."""

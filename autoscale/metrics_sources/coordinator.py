@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from autoscale.metrics_sources.base import MetricsSource, MetricsSourceError
+from autoscale.metrics_sources.base import SCRAPE_TIMEOUT_S, MetricsSource, MetricsSourceError
 from autoscale.metrics_sources.engines import EngineScrapeSource, EngineTarget
 from autoscale.metrics_sources.exposition import Page, parse_page
 from autoscale.metrics_sources.histogram import CumulativeHistogram
@@ -188,7 +188,7 @@ class CoordinatorSource(MetricsSource):
         admin_token: str | None = None,
         engines: bool = True,
         client: httpx.AsyncClient | None = None,
-        timeout_s: float = 2.0,
+        timeout_s: float = SCRAPE_TIMEOUT_S,
     ) -> None:
         self.url = url.rstrip("/")
         self.admin_token = admin_token

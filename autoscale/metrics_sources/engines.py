@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from autoscale.metrics_sources.base import MetricsSource, MetricsSourceError
+from autoscale.metrics_sources.base import SCRAPE_TIMEOUT_S, MetricsSource, MetricsSourceError
 from autoscale.metrics_sources.exposition import Page, parse_page
 from autoscale.metrics_sources.histogram import CumulativeHistogram, total
 from autoscale.metrics_sources.window import delta, mean_or_zero
@@ -203,7 +203,7 @@ class EngineScrapeSource(MetricsSource):
         targets: Iterable[EngineTarget] = (),
         *,
         client: httpx.AsyncClient | None = None,
-        timeout_s: float = 2.0,
+        timeout_s: float = SCRAPE_TIMEOUT_S,
     ) -> None:
         self.targets: list[EngineTarget] = list(targets)
         self._own_client = client is None

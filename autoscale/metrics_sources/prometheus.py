@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import httpx
 
-from autoscale.metrics_sources.base import MetricsSource, MetricsSourceError
+from autoscale.metrics_sources.base import SCRAPE_TIMEOUT_S, MetricsSource, MetricsSourceError
 from autoscale.metrics_sources.window import pool_of
 from autoscale.signals import LatencySummary, Observation, Pool, PoolStatus, ReplicaSignals
 from pools.http_client import http_client
@@ -92,7 +92,7 @@ class PrometheusSource(MetricsSource):
         matchers: str = "",
         at: Callable[[], float] | None = None,
         client: httpx.AsyncClient | None = None,
-        timeout_s: float = 5.0,
+        timeout_s: float = SCRAPE_TIMEOUT_S,
     ) -> None:
         if window_s <= 0:
             raise ValueError("window_s must be > 0")

@@ -10,6 +10,7 @@ index again.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -66,9 +67,31 @@ async def watched(
         )
     await sub.start()
     try:
+        await _until_events_flow(sub, vllm_pair)
         yield index, sub, vllm_pair
     finally:
         await sub.stop()
+
+
+async def _until_events_flow(sub: KvEventSubscriber, pair: VllmPair) -> None:
+    """Serve throw-away prompts on each engine until its KV events reach `sub`: a ZMQ SUB that
+    has not finished connecting drops what the PUB sends meanwhile (the "slow joiner"), and a
+    lost first batch has no later event to reveal the gap and trigger a replay (a CI run timed
+    out waiting 90 s for a prompt's blocks served right after `start`)."""
+    async with http_client(timeout=120.0) as client:
+        for engine in (pair.prefill, pair.decode):
+            before = sub.counters.blocks_stored
+
+            def arrived(seen: int = before) -> bool:
+                return sub.counters.blocks_stored > seen
+
+            deadline = time.monotonic() + INDEX_DEADLINE_S
+            while not arrived():
+                assert time.monotonic() < deadline, "no KV events from the engine"
+                prompt = story(uuid.uuid4().hex, 12)
+                await complete(client, engine.url, engine.served_model_name, prompt)
+                with contextlib.suppress(TimeoutError):
+                    await until(arrived, 3.0, "warm-up event")
 
 
 async def complete(client: httpx.AsyncClient, url: str, model: str, prompt: str) -> None:

@@ -29,14 +29,13 @@ fleets had the same provisioned count, and the mean absolute difference).
 from __future__ import annotations
 
 import itertools
-import math
 from collections import Counter
 from typing import Any
 
 from autoscale.policy import SloPolicy
 from autoscale.signals import Pool
 from autoscale.sizing import itl_target_s, ttft_target_s
-from benchmarks.autoscale_sim.observe import percentile
+from benchmarks.autoscale_sim.result import attainment_of
 from benchmarks.live.client import RequestResult
 
 LOOSE_FACTOR = 2.0
@@ -55,39 +54,14 @@ def _mean_itl_s(r: RequestResult) -> float | None:
 def attainment(
     results: list[RequestResult], time_scale: float, ttft_t: float, itl_t: float, required: float
 ) -> dict[str, Any]:
-    """The what-if's `_attainment` over live requests, latencies stretched x 1/t."""
-    n = len(results)
-    ok_t = ok_i = ok_b = 0
-    ttfts: list[float] = []
-    itls: list[float] = []
+    """The what-if's attainment (`attainment_of`) over live requests, latencies stretched x 1/t."""
+    samples: list[tuple[float | None, float | None, bool]] = []
     for r in results:
         done = not failed(r)
         t = r.ttft_s / time_scale if done and r.ttft_s is not None else None
         i_real = _mean_itl_s(r) if done else None
-        i = i_real / time_scale if i_real is not None else None
-        a = t is not None and t <= ttft_t
-        b = done and (i is None or i <= itl_t)
-        ok_t += a
-        ok_i += b
-        ok_b += a and b
-        ttfts.append(t if t is not None else math.inf)
-        if i is not None:
-            itls.append(i)
-    ttfts.sort()
-    itls.sort()
-    q = required * 100
-    both = ok_b / n if n else 1.0
-    return {
-        "both": both,
-        "ttft": ok_t / n if n else 1.0,
-        "itl": ok_i / n if n else 1.0,
-        "required": required,
-        "met": both >= required,
-        "ttft_target_ms": ttft_t * 1000,
-        "itl_target_ms": itl_t * 1000,
-        "ttft_at_percentile_s": percentile(ttfts, q) if ttfts else None,
-        "itl_at_percentile_s": percentile(itls, q) if itls else None,
-    }
+        samples.append((t, i_real / time_scale if i_real is not None else None, done))
+    return attainment_of(samples, ttft_t, itl_t, required)
 
 
 def per_minute(

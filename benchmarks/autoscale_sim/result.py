@@ -125,15 +125,34 @@ def direction_changes(desired: list[int]) -> int:
 def _attainment(
     records: list[RequestRecord], ttft_t: float, itl_t: float, required: float
 ) -> dict[str, Any]:
-    n = len(records)
+    return attainment_of(
+        [
+            (ttft_s(r), mean_itl_s(r), True) if r.finish is not None else (None, None, False)
+            for r in records
+        ],
+        ttft_t,
+        itl_t,
+        required,
+    )
+
+
+def attainment_of(
+    samples: list[tuple[float | None, float | None, bool]],
+    ttft_t: float,
+    itl_t: float,
+    required: float,
+) -> dict[str, Any]:
+    """SLO attainment over `(ttft_s, mean_itl_s, finished)` per request: within TTFT when it
+    has a first token within `ttft_t`; within ITL when it finished and its mean ITL (if any:
+    one-token outputs have none) is within `itl_t`; both when both. Shared by the what-if and
+    the live run (`benchmarks/autoscale_live/accounting.py`)."""
+    n = len(samples)
     ok_t = ok_i = ok_b = 0
     ttfts: list[float] = []
     itls: list[float] = []
-    for r in records:
-        t = ttft_s(r) if r.finish is not None else None
-        i = mean_itl_s(r) if r.finish is not None else None
+    for t, i, done in samples:
         a = t is not None and t <= ttft_t
-        b = r.finish is not None and (i is None or i <= itl_t)
+        b = done and (i is None or i <= itl_t)
         ok_t += a
         ok_i += b
         ok_b += a and b

@@ -80,6 +80,7 @@ class LocalActuator(Actuator):
         *,
         policy: SloPolicy | None = None,
         join_check: Callable[[str], bool] = lambda replica_id: True,
+        on_start: Callable[[str], None] = lambda replica_id: None,
         client: httpx.AsyncClient | None = None,
         clock: Callable[[], float] = time.monotonic,
         poll_s: float = 0.05,
@@ -89,6 +90,9 @@ class LocalActuator(Actuator):
         self.tracker = tracker
         self.policy = policy
         self.join_check = join_check
+        # called as a replica's bring-up begins (the live bench times its emulated cold start
+        # from here)
+        self.on_start = on_start
         self.clock = clock
         self.poll_s = poll_s
         self._own_client = client is None
@@ -277,6 +281,7 @@ class LocalActuator(Actuator):
 
     async def _bring_up(self, pool: str, replica_id: str) -> None:
         started = self.clock()
+        self.on_start(replica_id)
         engine = self.running.new_engine(pool, replica_id)
         added = False
         try:

@@ -183,13 +183,7 @@ async def run_live(
             pool_of,
         )
         actuator.join_check = floor
-        new_engine = actuator.running.new_engine
-
-        def start_engine(pool: str, replica_id: str) -> Any:
-            floor.started(replica_id)  # the actuator's bring-up begins here
-            return new_engine(pool, replica_id)
-
-        actuator.running.new_engine = start_engine  # type: ignore[method-assign]
+        actuator.on_start = floor.started  # the actuator's bring-up begins here
         planner = planner_factory(cfg.planner)(policy, build_perf_model(policy))
         source = StretchedSource(
             loop_source(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 import uuid
@@ -76,12 +77,16 @@ async def _autoscale_once(policy: Path, url: str) -> tuple[int, str]:
 # three engines start one after the other pair: ~6 min on a busy 2-core box, over the
 # suite's default 600 s when other engines share the cores
 @pytest.mark.timeout(900)
-# Quarantined, not passing: it passed 3 of 4 runs on the dev box (decode-1 routable 210 s after
-# the decision), but on a fresh-clone CI run (2026-12-01 12:10 UTC, quiet box, fleet up in 64 s)
-# the added vLLM engine never became routable within 480 s; cause not found yet (issue 12 left
-# open for it). Still run, so CI logs keep the evidence; an XPASS is reported.
+# Quarantined on 2-core hosts (the CI machine kind): the two running NixlConnector engines'
+# workers spin ~0.9 core each even when idle (seen: VLLM::Worker at 89 % CPU each, NIXL's
+# progress thread; docs/RUNTIME-FACTS.md), so the third engine's start is starved: it was
+# routable 210 s after the decision on some dev-box runs and not within 480 s on a fresh-clone
+# CI run. Still run (non-strict), so an XPASS shows when it does start in time. Issue 12 stays
+# open for it: a real fix needs the engines not to spin (no knob in NIXL or vLLM 0.32) or more
+# cores.
 @pytest.mark.xfail(
-    reason="added vLLM decode engine not routable within 480 s on a fresh-clone CI run",
+    len(os.sched_getaffinity(0)) <= 2,
+    reason="on 2 cores two idle NixlConnector engines spin ~0.9 core each, starving a third",
     strict=False,
 )
 async def test_autoscale_once_adds_a_vllm_decode_engine_that_serves_pd(

@@ -17,14 +17,21 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from pools.replica import ReplicaEndpoint
 from pools.roles import EngineRole
 from pools.sim.settings import SimEngineSettings
 from pools.vllm_spec import Dtype, EngineDevice, HashAlgo, VllmEngineSpec
 from transfer.transports import KvTransport
-from transfer.vllm_config import KvLoadFailurePolicy
+from transfer.vllm_config import KvLoadFailurePolicy, KvRole
 
 _ZMQ = re.compile(r"^(tcp|ipc|inproc)://.+")
 _HTTP = re.compile(r"^https?://[^/\s]+(/\S*)?$")
@@ -138,6 +145,7 @@ class VllmLaunchSpec(BaseModel):
     kv_transfer: bool = True
     kv_lease_s: int | None = Field(default=None, ge=1)
     kv_load_failure_policy: KvLoadFailurePolicy = "fail"
+    kv_role: KvRole = "kv_both"
     enable_prefix_caching: bool = True
     prefix_caching_hash_algo: HashAlgo = "sha256_cbor"
     max_model_len: int = Field(default=2048, ge=16)
@@ -152,6 +160,13 @@ class VllmLaunchSpec(BaseModel):
     gpu_ids: tuple[int, ...] | None = None
     host_ip: str | None = None
     extra_args: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _check_switchable(self) -> VllmLaunchSpec:
+        # a kv_producer cannot decode a remote prefill, a kv_consumer cannot serve one
+        if self.switchable and self.kv_role != "kv_both":
+            raise ValueError(f"switchable needs kv_role kv_both, got {self.kv_role}")
+        return self
 
     def engine_spec(
         self,

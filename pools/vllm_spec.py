@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pools.roles import EngineRole
 from transfer.vllm_config import (
     KvLoadFailurePolicy,
+    KvRole,
     nixl_engine_env,
     nixl_kv_transfer_config_json,
 )
@@ -44,10 +45,12 @@ _CORES = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 class VllmEngineSpec(BaseModel):
     """Everything needed to start one vLLM engine; `argv()`/`env()` turn it into a process.
 
-    Every engine gets NixlConnector with `kv_role` `kv_both` (unless `kv_transfer` is off):
-    the role is a routing decision per request, so a "decode" engine can still serve a
-    request colocated and a "prefill" engine can decode. `role` is kept for naming, logs and
-    pool membership.
+    Every engine gets NixlConnector with `kv_role` `kv_both` (unless `kv_transfer` is off, or
+    `kv_role` says otherwise): the role is a routing decision per request, so a "decode"
+    engine can still serve a request colocated and a "prefill" engine can decode. `role` is
+    kept for naming, logs and pool membership. `kv_producer`/`kv_consumer` (a prefill-only /
+    decode-only engine) are for fleets whose pools are fixed at deploy time
+    (`deploy/kubernetes/`); such an engine cannot move pools (`switchable`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -70,6 +73,9 @@ class VllmEngineSpec(BaseModel):
         default=None, ge=1, description="Seconds a prefill engine holds unpulled blocks (vLLM: 30)."
     )
     kv_load_failure_policy: KvLoadFailurePolicy = "fail"
+    kv_role: KvRole = Field(
+        default="kv_both", description="NixlConnector role: kv_both, kv_producer, kv_consumer."
+    )
     kv_events_endpoint: str | None = Field(
         default=None, description="ZMQ endpoint the engine publishes KV events on (None: off)."
     )
@@ -229,6 +235,7 @@ class VllmEngineSpec(BaseModel):
                     self.device,
                     lease_s=self.kv_lease_s,
                     load_failure_policy=self.kv_load_failure_policy,
+                    kv_role=self.kv_role,
                 ),
             ]
         events = self.kv_events_config()

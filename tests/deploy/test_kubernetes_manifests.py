@@ -4,10 +4,16 @@ the ConfigMaps, ports, alerts and the SLO policy agree with each other."""
 
 from __future__ import annotations
 
+import os
 import re
+import select
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -32,6 +38,7 @@ from tests.deploy.kustomize import (
     ports,
     render,
 )
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration  # runs kubectl
 
@@ -476,3 +483,65 @@ def test_engines_yaml_is_read_relative_to_the_overlay(tmp_path: Path) -> None:
     source = OVERLAYS_DIR / "vllm-gpu" / "engines.yaml"
     (tmp_path / "engines.yaml").write_text(source.read_text())
     assert load_engines(tmp_path) == load_engines(source)
+
+
+BUSY_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def _local(command: list[str], replace: dict[str, str]) -> list[str]:
+    """The pod's command for this machine: pdorch from this tree, the pod's values swapped."""
+    out = [replace.get(arg, arg).replace("$(POD_IP)", "127.0.0.1") for arg in command[1:]]
+    return [sys.executable, "-c", "from pdorch.cli import main; main()", *out]
+
+
+def test_the_rendered_sim_engine_command_starts_a_working_engine(tmp_path: Path) -> None:
+    """The sim-cpu pod's command line runs (ports swapped for free ones: tests share the
+    machine) and serves what the coordinator and the preStop hook read."""
+    c = container(one(render("sim-cpu"), "Deployment", "pdorch-decode"), "engine")
+    port, side, events, replay = (free_port() for _ in range(4))
+    command = _local(
+        c["command"],
+        {
+            "8000": str(port),
+            "5600": str(side),
+            "tcp://*:5557": f"tcp://127.0.0.1:{events}",
+            "tcp://*:5558": f"tcp://127.0.0.1:{replay}",
+        },
+    )
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=(tmp_path / "engine.log").open("wb"),
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 60)
+        assert ready, (tmp_path / "engine.log").read_text()
+        line = process.stdout.readline().decode().strip()
+        assert line == f"ready http://127.0.0.1:{port}", (tmp_path / "engine.log").read_text()
+        url = line.split()[1]
+        assert httpx.get(f"{url}/health", timeout=5).status_code == 200
+        models = httpx.get(f"{url}/v1/models", timeout=5).json()["data"]
+        assert [m["id"] for m in models] == [
+            load_engines(OVERLAYS_DIR / "sim-cpu").served_model_name
+        ]
+        metrics = httpx.get(f"{url}/metrics", timeout=5).text
+        for gauge in BUSY_GAUGES:  # what the preStop hook waits on
+            assert f"\n{gauge}" in metrics, gauge
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_the_prestop_hook_reads_gauges_vllm_exports() -> None:
+    capture = (REPO / "tests" / "fixtures" / "vllm" / "metrics_single.txt").read_text()
+    hook = (KUBERNETES / "base" / "engine-prestop.py").read_text()
+    for gauge in BUSY_GAUGES:
+        assert f'"{gauge}"' in hook
+        assert f"\n{gauge}" in capture, gauge

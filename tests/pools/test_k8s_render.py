@@ -1,0 +1,130 @@
+"""pools.k8s_render: engine containers for Kubernetes from the launcher's own launch specs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from pools.k8s_render import (
+    KubernetesEngines,
+    container_command,
+    container_env,
+    engine_patch,
+    main,
+    render_overlay,
+)
+from pools.launch_spec import VllmLaunchSpec
+from pools.roles import EngineRole
+
+VLLM = {"kind": "vllm", "model": "/models/m", "device": "cuda", "host": "0.0.0.0"}
+
+
+def engines(**pools: Any) -> KubernetesEngines:
+    return KubernetesEngines.model_validate(
+        {"served_model_name": "m", "block_size": 16, "prefill": VLLM, "decode": VLLM, **pools}
+    )
+
+
+def _config(argv: list[str], flag: str) -> dict[str, Any]:
+    parsed: dict[str, Any] = json.loads(argv[argv.index(flag) + 1])
+    return parsed
+
+
+def test_vllm_command_uses_the_pod_ports_and_bound_tcp_event_sockets() -> None:
+    spec = engines(
+        prefill={**VLLM, "kv_role": "kv_producer", "side_channel_host": "$(POD_IP)"},
+        pod={"http_port": 9000, "kv_events_port": 6001, "kv_events_replay_port": 6002},
+    )
+    argv = container_command(spec, EngineRole.PREFILL)
+    assert argv[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--port") + 1] == "9000"
+    assert _config(argv, "--kv-transfer-config")["kv_role"] == "kv_producer"
+    events = _config(argv, "--kv-events-config")
+    assert (events["endpoint"], events["replay_endpoint"]) == ("tcp://*:6001", "tcp://*:6002")
+    env = container_env(spec, EngineRole.PREFILL)
+    assert [e["name"] for e in env[:3]] == ["POD_IP", "POD_NAME", "PDORCH_POOL"]
+    values = {e["name"]: e.get("value") for e in env}
+    assert values["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "$(POD_IP)"
+    assert values["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5600"
+    assert values["PDORCH_POOL"] == "prefill"
+
+
+def test_kv_role_defaults_to_kv_both_and_events_can_be_off() -> None:
+    spec = engines(decode={**VLLM, "kv_events": False})
+    argv = container_command(spec, EngineRole.DECODE)
+    assert _config(argv, "--kv-transfer-config")["kv_role"] == "kv_both"
+    assert "--kv-events-config" not in argv
+
+
+def test_sim_command_gets_fixed_ports_instead_of_any_free_one() -> None:
+    sim = {"kind": "sim", "host": "0.0.0.0", "kv_transport": "tcp", "kv_host": "$(POD_IP)"}
+    spec = engines(prefill=sim, pdorch=["python", "-m", "pdorch.cli"])
+    argv = container_command(spec, EngineRole.PREFILL)
+    assert argv[:5] == ["python", "-m", "pdorch.cli", "engine", "sim"]
+    assert argv[argv.index("--port") + 1] == "8000"
+    assert argv[argv.index("--side-channel-port") + 1] == "5600"
+    assert argv[argv.index("--side-channel-host") + 1] == "$(POD_IP)"
+    assert argv[argv.index("--role") + 1] == "prefill"
+    assert argv.count("--port") == 1
+    assert [e["name"] for e in container_env(spec, EngineRole.PREFILL)] == [
+        "POD_IP",
+        "POD_NAME",
+        "PDORCH_POOL",
+    ]
+
+
+def test_patch_targets_the_pool_deployment_and_container() -> None:
+    patch = engine_patch(
+        engines(pod={"deployment_prefix": "x-", "container": "c"}), EngineRole.DECODE
+    )
+    assert patch["metadata"] == {"name": "x-decode"}
+    (c,) = patch["spec"]["template"]["spec"]["containers"]
+    assert c["name"] == "c"
+    assert set(c) == {"name", "command", "env"}
+
+
+def test_a_switchable_engine_must_be_kv_both() -> None:
+    with pytest.raises(ValidationError, match="switchable needs kv_role kv_both"):
+        VllmLaunchSpec.model_validate({**VLLM, "switchable": True, "kv_role": "kv_consumer"})
+    assert VllmLaunchSpec.model_validate({**VLLM, "switchable": True}).kv_role == "kv_both"
+
+
+def test_unknown_keys_and_bad_specs_are_refused() -> None:
+    with pytest.raises(ValidationError, match="replicas"):
+        engines(replicas=3)
+    with pytest.raises(ValidationError, match="kv_role"):
+        engines(prefill={**VLLM, "kv_role": "kv_sender"})
+
+
+def test_check_mode_finds_stale_patches_and_write_mode_fixes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overlay = tmp_path / "demo"
+    overlay.mkdir()
+    (overlay / "engines.yaml").write_text(
+        yaml.safe_dump(
+            {"served_model_name": "m", "block_size": 16, "prefill": VLLM, "decode": VLLM}
+        )
+    )
+    assert main([str(overlay), "--check"]) == 1  # nothing written yet
+    assert "stale:" in capsys.readouterr().err
+    assert main([str(overlay)]) == 0
+    assert main([str(overlay), "--check"]) == 0
+    written = render_overlay(overlay)
+    assert sorted(p.name for p in written) == [
+        "engine-decode.patch.yaml",
+        "engine-prefill.patch.yaml",
+    ]
+    for path, text in written.items():
+        assert path.read_text() == text
+        assert text.startswith("# Generated by `python -m pools.k8s_render deploy/kubernetes/")
+    # an edited spec makes the committed patches stale again
+    spec = yaml.safe_load((overlay / "engines.yaml").read_text())
+    spec["decode"]["max_model_len"] = 4096
+    (overlay / "engines.yaml").write_text(yaml.safe_dump(spec))
+    assert main([str(overlay), "--check"]) == 1

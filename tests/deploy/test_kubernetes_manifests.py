@@ -545,3 +545,45 @@ def test_the_prestop_hook_reads_gauges_vllm_exports() -> None:
     for gauge in BUSY_GAUGES:
         assert f'"{gauge}"' in hook
         assert f"\n{gauge}" in capture, gauge
+
+
+def _start_script(tmp_path: Path, token: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run the coordinator container's start script with its paths moved under `tmp_path` and
+    no `pdorch` on PATH (the script's last step, `exec pdorch serve`, then fails with 127)."""
+    objects = render("vllm-gpu")
+    c = container(one(objects, "StatefulSet", "pdorch-coordinator"), "coordinator")
+    assert c["command"] == ["/bin/sh", "-c"]
+    etc, run = tmp_path / "etc", tmp_path / "run"
+    etc.mkdir()
+    run.mkdir()
+    (etc / "fleet.yaml").write_text(_configmap_file(objects, "pdorch-fleet", "fleet.yaml"))
+    script = c["args"][0].replace("/etc/pdorch/fleet", str(etc)).replace("/run/pdorch", str(run))
+    done = subprocess.run(
+        ["/bin/sh", "-c", script],
+        env={"PATH": "/usr/bin:/bin", "PDORCH_ADMIN_TOKEN": token},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return done, run / "fleet.yaml"
+
+
+def test_coordinator_start_script_writes_the_token_into_a_private_fleet_file(
+    tmp_path: Path,
+) -> None:
+    done, fleet = _start_script(tmp_path, "0123abcdef.x_y-z")
+    assert done.returncode == 127, done.stderr  # got as far as `exec pdorch`
+    assert "pdorch" in done.stderr
+    assert yaml.safe_load(fleet.read_text())["coordinator"]["admin_token"] == "0123abcdef.x_y-z"
+    assert fleet.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("token", ["", "a/b", "a b", "x&y", "tok'en"])
+def test_coordinator_start_script_refuses_tokens_sed_would_mangle(
+    tmp_path: Path, token: str
+) -> None:
+    done, fleet = _start_script(tmp_path, token)
+    assert done.returncode == 1
+    assert "token must be" in done.stderr
+    assert not fleet.exists()

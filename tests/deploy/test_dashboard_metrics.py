@@ -15,6 +15,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -389,3 +391,63 @@ def test_prestop_hook_takes_the_replica_out_of_routing(
     again = _prestop({**env, "PDORCH_COORDINATORS": url})
     assert again.returncode == 0
     assert f"{url}: prefill-0 not in prefill (404)" in again.stderr
+
+
+def test_prestop_hook_waits_for_the_request_in_flight(
+    coordinator: str, coordinator_metrics: set[str]
+) -> None:
+    """A stream of 600 tokens (~3 s on the simulated H100) is running on the decode replica
+    when the hook starts: the hook takes the replica out of routing, and returns only once
+    the engine has finished it; the stream itself completes."""
+    del coordinator_metrics
+    url = coordinator
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "word " * 64}],
+        "max_tokens": 600,
+        "stream": True,
+    }
+    started = threading.Event()
+    result: dict[str, Any] = {}
+
+    def stream() -> None:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        with httpx.stream(
+            "POST", f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60
+        ) as answer:
+            result["decode"] = answer.headers["x-pdorch-decode"]
+            events = 0
+            for line in answer.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    events += 1
+                    if events == 20:
+                        started.set()
+            result["events"] = events
+            result["ended"] = time.monotonic()
+
+    thread = threading.Thread(target=stream)
+    thread.start()
+    try:
+        assert started.wait(30), "the stream did not start"
+        replica = result["decode"]
+        engine = _replica_url(url, "decode", replica)
+        assert engine is not None
+        hook_started = time.monotonic()
+        done = _prestop(
+            {
+                "PDORCH_COORDINATORS": url,
+                "PDORCH_POOL": "decode",
+                "POD_NAME": replica,
+                "PDORCH_ENGINE_URL": engine,
+                "PDORCH_DRAIN_TIMEOUT_S": "30",
+                "PDORCH_ADMIN_TOKEN": ADMIN_TOKEN,
+            }
+        )
+        hook_ended = time.monotonic()
+    finally:
+        thread.join(60)
+    assert done.returncode == 0 and f"{replica} drained" in done.stderr, done.stderr
+    assert _replica_url(url, "decode", replica) is None
+    assert result["events"] >= 600  # the request in flight was not cut
+    assert result["ended"] - hook_started > 1.0  # the hook began well before the stream ended
+    assert hook_ended >= result["ended"] - 0.5  # and returned only after (engine done first)

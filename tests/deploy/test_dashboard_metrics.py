@@ -25,6 +25,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.data import VLLM_FIXTURES, require_file
 from tests.deploy.kustomize import KUBERNETES, REPO
 from tests.deploy.promql import exposed_names, metric_names
 from tests.ports import free_port
@@ -36,8 +37,7 @@ PDORCH = [sys.executable, "-c", "from pdorch.cli import main; main()"]
 DASHBOARD = REPO / "deploy" / "grafana" / "pdorch.json"
 RULES = KUBERNETES / "components" / "monitoring" / "prometheusrule.yaml"
 VLLM_CAPTURES = [
-    REPO / "tests" / "fixtures" / "vllm" / name
-    for name in ("metrics_single.txt", "metrics_decode_after.txt")
+    VLLM_FIXTURES / name for name in ("metrics_single.txt", "metrics_decode_after.txt")
 ]
 PRESTOP = KUBERNETES / "base" / "engine-prestop.py"
 KEY = "client-key"
@@ -167,7 +167,7 @@ def coordinator_metrics(coordinator: str) -> set[str]:
 def _vllm_names() -> set[str]:
     names: set[str] = set()
     for capture in VLLM_CAPTURES:
-        names |= exposed_names(capture.read_text())
+        names |= exposed_names(require_file(capture).read_text())
     return names
 
 

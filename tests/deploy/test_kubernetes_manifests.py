@@ -24,6 +24,7 @@ from pools.k8s_render import load_engines, render_overlay
 from pools.launch import sim_cli_args
 from pools.launch_spec import SimLaunchSpec, VllmLaunchSpec
 from pools.roles import EngineRole
+from tests.data import VLLM_FIXTURES, require_file
 from tests.deploy.kustomize import (
     KUBERNETES,
     NAMESPACE,
@@ -540,7 +541,7 @@ def test_the_rendered_sim_engine_command_starts_a_working_engine(tmp_path: Path)
 
 
 def test_the_prestop_hook_reads_gauges_vllm_exports() -> None:
-    capture = (REPO / "tests" / "fixtures" / "vllm" / "metrics_single.txt").read_text()
+    capture = require_file(VLLM_FIXTURES / "metrics_single.txt").read_text()
     hook = (KUBERNETES / "base" / "engine-prestop.py").read_text()
     for gauge in BUSY_GAUGES:
         assert f'"{gauge}"' in hook

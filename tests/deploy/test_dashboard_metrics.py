@@ -216,6 +216,35 @@ def test_the_dashboard_covers_what_operators_look_for() -> None:
     }
 
 
+def test_dashboard_panels_are_well_formed() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = dashboard["panels"]
+    ids = [panel["id"] for panel in panels]
+    assert len(ids) == len(set(ids))
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert variables == {"datasource", "pool"}
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        area = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not area & cells, f"{panel['title']} overlaps another panel"
+        cells |= area
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert panel["description"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}"
+            # a per-pool query follows the dashboard's pool filter
+            if "by (pool" in target["expr"] or "by (le, pool" in target["expr"]:
+                assert 'pool=~"$pool"' in target["expr"], target["expr"]
+
+
 def _promtool() -> str:
     path = shutil.which("promtool")
     if path is None:

@@ -4,6 +4,7 @@ the ConfigMaps, ports, alerts and the SLO policy agree with each other."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -588,3 +589,60 @@ def test_coordinator_start_script_refuses_tokens_sed_would_mangle(
     assert done.returncode == 1
     assert "token must be" in done.stderr
     assert not fleet.exists()
+
+
+def _dropped(original: Any, loaded: Any, path: str = "") -> list[str]:
+    """Paths of `original` that did not survive a load into the client's models and back
+    (the models drop fields they do not know: a misspelt or misplaced field shows here)."""
+    if isinstance(original, dict):
+        if not isinstance(loaded, dict):
+            return [path or "/"]
+        out: list[str] = []
+        for key, value in original.items():
+            out += (
+                _dropped(value, loaded[key], f"{path}/{key}")
+                if key in loaded
+                else [f"{path}/{key}"]
+            )
+        return out
+    if isinstance(original, list):
+        if not isinstance(loaded, list) or len(loaded) != len(original):
+            return [path]
+        return [
+            p
+            for i, (a, b) in enumerate(zip(original, loaded, strict=True))
+            for p in _dropped(a, b, f"{path}[{i}]")
+        ]
+    return [] if str(original) == str(loaded) else [f"{path}: {original!r} -> {loaded!r}"]
+
+
+OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}  # CRDs: no model in the client
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_objects_load_into_the_official_clients_models(overlay: str) -> None:
+    kubernetes = pytest.importorskip(
+        "kubernetes", reason="the kubernetes client is not installed (issue 13 discovery adds it)"
+    )
+    api = kubernetes.client.ApiClient()
+    for o in render(overlay):
+        if o["kind"] in OPERATOR_KINDS:
+            assert o["apiVersion"] == "monitoring.coreos.com/v1"
+            continue
+        assert o["apiVersion"].endswith("v1"), o["apiVersion"]
+        model = api.deserialize(json.dumps(o), f"V1{o['kind']}", "application/json")
+        back = api.sanitize_for_serialization(model)
+        assert _dropped(o, back) == [], f"{o['kind']}/{o['metadata']['name']}"
+
+
+def test_the_model_check_catches_a_misspelt_field() -> None:
+    kubernetes = pytest.importorskip(
+        "kubernetes", reason="the kubernetes client is not installed (issue 13 discovery adds it)"
+    )
+    api = kubernetes.client.ApiClient()
+    deployment = one(render("sim-cpu"), "Deployment", "pdorch-decode")
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {"periodSeconds": 5}
+    back = api.sanitize_for_serialization(
+        api.deserialize(json.dumps(deployment), "V1Deployment", "application/json")
+    )
+    assert _dropped(deployment, back) == ["/spec/template/spec/containers[0]/readinesProbe"]

@@ -76,7 +76,6 @@ def test_every_overlay_renders_the_whole_fleet_in_one_namespace(overlay: str) ->
         ("PrometheusRule", "pdorch-slo"),
         ("Role", "pdorch-coordinator"),
         ("RoleBinding", "pdorch-coordinator"),
-        ("Secret", "pdorch-admin"),
         ("Service", "pdorch"),
         ("Service", "pdorch-coordinator-peers"),
         ("Service", "pdorch-engines"),
@@ -87,7 +86,7 @@ def test_every_overlay_renders_the_whole_fleet_in_one_namespace(overlay: str) ->
     ]
     if overlay.startswith("vllm-gpu"):
         expected.append(("PersistentVolumeClaim", "pdorch-models"))
-    assert kinds == sorted(expected)
+    assert kinds == sorted(expected)  # no Secret: the admin token is never in the repository
     for o in objects:
         if o["kind"] not in CLUSTER_SCOPED:
             assert o["metadata"].get("namespace") == NAMESPACE, o["metadata"]["name"]
@@ -646,3 +645,19 @@ def test_the_model_check_catches_a_misspelt_field() -> None:
         api.deserialize(json.dumps(deployment), "V1Deployment", "application/json")
     )
     assert _dropped(deployment, back) == ["/spec/template/spec/containers[0]/readinesProbe"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_pod_reads_the_admin_token_from_the_one_secret(overlay: str) -> None:
+    objects = render(overlay)
+    assert not find(objects, "Secret")
+    readers = set()
+    for name, spec in _pod_specs(objects).items():
+        for c in spec["containers"]:
+            for e in c.get("env", []):
+                ref = e.get("valueFrom", {}).get("secretKeyRef")
+                if ref is not None:
+                    assert e["name"] == "PDORCH_ADMIN_TOKEN"
+                    assert ref == {"name": "pdorch-admin", "key": "token"}
+                    readers.add(name)
+    assert readers == {"pdorch-coordinator", "pdorch-autoscaler", "pdorch-prefill", "pdorch-decode"}

@@ -1,4 +1,5 @@
-"""Render pdorch's kustomize overlays with the real `kubectl kustomize` (offline, no cluster)."""
+"""Render pdorch's kustomize overlays with the real `kubectl kustomize` (offline, no cluster), and
+read the objects and the alert rules the deploy tests share."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ KUBERNETES = REPO / "deploy" / "kubernetes"
 OVERLAYS_DIR = KUBERNETES / "overlays"
 OVERLAYS = sorted(p.name for p in OVERLAYS_DIR.iterdir() if (p / "kustomization.yaml").is_file())
 NAMESPACE = "pdorch"
+POOLS = ("prefill", "decode")
+RULES = KUBERNETES / "components" / "monitoring" / "prometheusrule.yaml"
+VLLM_OVERLAYS = [o for o in OVERLAYS if o.startswith("vllm-")]
 
 Object = dict[str, Any]
 
@@ -78,3 +82,20 @@ def ports(c: Object) -> dict[str, int]:
 
 def env_values(c: Object) -> dict[str, str]:
     return {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+
+
+def configmap_file(objects: list[Object], name: str, key: str) -> str:
+    """One file of a (generated) ConfigMap."""
+    text: str = one(objects, "ConfigMap", name)["data"][key]
+    return text
+
+
+def rule_groups() -> list[dict[str, Any]]:
+    """The PrometheusRule's `spec.groups` (a Prometheus rule file's `groups`)."""
+    groups: list[dict[str, Any]] = yaml.safe_load(RULES.read_text())["spec"]["groups"]
+    return groups
+
+
+def rule_exprs() -> list[tuple[str, str]]:
+    """(alert name, expr) of every alert rule."""
+    return [(rule["alert"], rule["expr"]) for group in rule_groups() for rule in group["rules"]]

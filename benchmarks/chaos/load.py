@@ -26,7 +26,7 @@ from pools.http_client import client_limits, http_client
 @dataclass(frozen=True, slots=True)
 class LoadSettings:
     concurrency: int = 32
-    max_tokens: int = 64
+    max_tokens: int = 128
     prompt_words: int = 80
     request_timeout_s: float = 120.0
 

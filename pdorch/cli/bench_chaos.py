@@ -34,7 +34,7 @@ def bench_chaos(
     concurrency: int = typer.Option(
         32, min=2, help="Concurrent clients (even ones stream, odd ones do not)."
     ),
-    max_tokens: int = typer.Option(64, min=1, help="Output tokens per request."),
+    max_tokens: int = typer.Option(128, min=1, help="Output tokens per request."),
     warmup_s: float = typer.Option(5.0, min=0.0, help="Seconds of load before the fault."),
     down_s: float = typer.Option(
         5.0, min=0.0, help="Seconds a killed engine stays down before it is restarted."

@@ -29,6 +29,7 @@ from benchmarks.chaos.scenarios import (
     Scenario,
     classify,
     first_errors,
+    hung_requests,
     load_is_zero,
     routing_times,
     token_load_left,
@@ -76,8 +77,7 @@ async def _fault(
         for replica in scenario.replicas:
             fleet.kill(replica)
         await asyncio.sleep(config.down_s)
-        for replica in scenario.replicas:
-            await fleet.restart(replica)
+        await asyncio.gather(*(fleet.restart(replica) for replica in scenario.replicas))
     elif scenario.fault == "stop":
         for replica in scenario.replicas:
             fleet.pause(replica)
@@ -85,8 +85,7 @@ async def _fault(
         for replica in scenario.replicas:
             fleet.resume(replica)
     else:
-        for replica in scenario.replicas:
-            await fleet.restart(replica)
+        await asyncio.gather(*(fleet.restart(replica) for replica in scenario.replicas))
     return fault_at, time.perf_counter() - origin
 
 
@@ -162,6 +161,7 @@ async def run_scenario(
         "tracked_requests_after": view.get("tracked_requests"),
         "token_load_after": token_load_left(view),
         "errors": first_errors(results),
+        "hung_requests": hung_requests(results),
         "polls": len(polls),
     }
 

@@ -103,6 +103,23 @@ def first_errors(results: Sequence[RequestResult], limit: int = 3) -> list[str]:
     return seen
 
 
+def hung_requests(results: Sequence[RequestResult], limit: int = 40) -> list[dict[str, Any]]:
+    """The hung requests (first `limit` by start): kind, start/end and TTFT (seconds from the
+    load's start), their largest gap, and the error if any: where in the timeline they hung."""
+    hung = sorted((r for r in results if largest_gap_s(r) > HUNG_S), key=lambda r: r.start_s)
+    return [
+        {
+            "kind": r.group,
+            "start_s": round(r.start_s, 3),
+            "end_s": round(r.end_s, 3),
+            "ttft_s": None if r.ttft_s is None else round(r.ttft_s, 3),
+            "largest_gap_s": round(largest_gap_s(r), 3),
+            "error": r.error,
+        }
+        for r in hung[:limit]
+    ]
+
+
 Poll = tuple[float, dict[str, str]]  # (seconds since the run started, replica id → state)
 
 

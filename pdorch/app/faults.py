@@ -15,7 +15,7 @@ replica that served the request, and it decides what reaches `Coordinator.report
   whole pool by repeating the request (issue 14, hole 1). So a 5xx is *held*, and counted only
   when **another replica then serves the same request** (`served`): the request was fine,
   the first replica was not. When no replica serves it (every attempt failed, or there was no
-  other replica to try), the held 5xx are dropped: the request is the common factor.
+  other replica to try), the held 5xx are dropped with the request: it is the common factor.
   An engine that is broken for *every* request is still caught: its `/health` (vLLM answers
   non-200 once its engine core is dead) ejects it through the health checker, and each other
   request it fails is retried elsewhere and so confirmed (3 confirmed in a row eject:
@@ -26,13 +26,10 @@ Parameters: none; pure bookkeeping (no clock, no I/O), the caller's `report` doe
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pools.fleet import FailureKind
-
-log = logging.getLogger(__name__)
 
 Report = Callable[[str, FailureKind, str], None]
 
@@ -59,13 +56,3 @@ class RequestFaults:
         for failed_on, detail in held:
             if failed_on != replica_id:
                 self.report(failed_on, FailureKind.HTTP_5XX, f"{detail} (served by {replica_id})")
-
-    def dropped(self) -> list[str]:
-        """The replicas whose held 5xx are forgiven (no replica served the request)."""
-        held, self.held = self.held, []
-        if held:
-            log.info(
-                "5xx from %s not counted: no replica served the request",
-                ", ".join(r for r, _ in held),
-            )
-        return [r for r, _ in held]

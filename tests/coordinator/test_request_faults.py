@@ -22,8 +22,16 @@ from pdorch.app.server import RunningCoordinator, run_coordinator
 from pools.fleet import FailureKind
 from pools.http_client import http_client
 from pools.inloop_server import InLoopHttpServer
+from pools.ports import free_port
 from pools.replica import ReplicaState
-from tests.coordinator.helpers import MODEL, assert_openai_error, fleet, long_prompt, sim
+from tests.coordinator.helpers import (
+    MODEL,
+    assert_openai_error,
+    fleet,
+    long_prompt,
+    sim,
+    sse_events,
+)
 
 OUT_OF_VOCABULARY = 99999999999
 
@@ -167,8 +175,77 @@ def test_request_faults_hold_5xx_until_another_replica_serves() -> None:
     ]
     assert all("served by d2" in d for _, _, d in reported[1:])
 
-    forgiven = RequestFaults(report)
-    forgiven.failed("d0", FailureKind.HTTP_5XX, "decode answered 500")
-    assert forgiven.dropped() == ["d0"]
-    forgiven.served("d1")  # nothing held any more
+    again = RequestFaults(report)
+    again.failed("d0", FailureKind.HTTP_5XX, "decode answered 500")
+    again.served("d0")  # the same replica served it after all: its 5xx is not confirmed
     assert len(reported) == 3
+
+
+def _poisoned_prefill_app(dead_port: int) -> Starlette:
+    """A prefill engine whose KV can never be pulled: its params name a side channel nobody
+    listens on (what a decode engine meets when the prefill engine died after answering)."""
+
+    async def health(_: Request) -> Response:
+        return Response(status_code=200)
+
+    async def prefill(request: Request) -> Response:
+        body = await request.json()
+        params = {
+            "do_remote_decode": False,
+            "do_remote_prefill": True,
+            "remote_engine_id": "gone",
+            "remote_host": "127.0.0.1",
+            "remote_port": dead_port,
+            "remote_block_ids": [[1, 2, 3]],
+            "remote_request_id": "gone-1",
+            "remote_num_tokens": 48,
+        }
+        choice = {"index": 0, "text": "x", "finish_reason": "length", "logprobs": None}
+        return JSONResponse(
+            {
+                "id": "cmpl-gone",
+                "object": "text_completion",
+                "model": body["model"],
+                "choices": [choice],
+                "usage": {"prompt_tokens": 48, "completion_tokens": 1, "total_tokens": 49},
+                "kv_transfer_params": params,
+            }
+        )
+
+    return Starlette(
+        routes=[Route("/health", health), Route("/v1/completions", prefill, methods=["POST"])]
+    )
+
+
+async def test_a_failed_kv_load_before_the_first_token_is_retried_and_not_counted() -> None:
+    server = InLoopHttpServer(_poisoned_prefill_app(free_port()), "127.0.0.1", 0)
+    await server.start()
+    try:
+        assert server.url is not None
+        config = fleet(
+            pools={
+                "prefill": {"endpoints": [{"url": server.url, "id": "prefill-poisoned"}]},
+                "decode": {"launch": [sim(2)]},
+            },
+        )
+        async with (
+            run_coordinator(config) as pd,
+            http_client(base_url=pd.url, timeout=30.0) as client,
+        ):
+            for stream in (True, False):
+                body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 4, "stream": stream}
+                response = await client.post("/v1/completions", json=body)
+                assert response.status_code == 200, response.text
+                if stream:  # one clean stream: no error event reached the client
+                    events = sse_events(response.text)
+                    assert events[-1] == "[DONE]", events
+                    assert not any("error" in e for e in events[:-1]), events
+                else:
+                    assert response.json()["usage"]["completion_tokens"] == 4
+            states = _states(pd)
+            for decode in ("decode-0", "decode-1"):
+                assert states[decode][0] is ReplicaState.HEALTHY, states
+            metrics = (await client.get("/metrics")).text
+            assert "pdorch_decode_retries_total 2.0" in metrics, metrics[:2000]
+    finally:
+        await server.stop()

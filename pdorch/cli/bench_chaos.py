@@ -116,7 +116,7 @@ def bench_chaos(
         title=f"pdorch bench chaos ({concurrency} clients, max_tokens {max_tokens}, "
         f"engines at time scale {time_scale})"
     )
-    columns = ("scenario", "sent", "ok", "failed<1st byte", "broken mid-stream", "hung >5s")
+    columns = ("scenario", "sent", "ok", "failed<1st byte", "broken mid-stream", "hung >5s s/w")
     for column in (*columns, "out of routing s", "back s", "token load 0"):
         table.add_column(column, justify="right")
     for row in result["rows"]:
@@ -126,7 +126,7 @@ def bench_chaos(
             str(row["succeeded"]),
             str(row["failed_before_first_byte"]),
             str(row["broken_mid_stream"]),
-            str(row["hung"]),
+            f"{row['by_kind']['stream']['hung']}/{row['by_kind']['whole']['hung']}",
             _worst(row["routing"], "out_s"),
             _worst(row["routing"], "back_s"),
             "yes" if row["token_load_zero"] else "NO",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -78,6 +79,8 @@ async def _fault(
             fleet.kill(replica)
         await asyncio.sleep(config.down_s)
         await asyncio.gather(*(fleet.restart(replica) for replica in scenario.replicas))
+    elif scenario.fault == "none":
+        await asyncio.sleep(config.down_s)
     elif scenario.fault == "stop":
         for replica in scenario.replicas:
             fleet.pause(replica)
@@ -100,6 +103,7 @@ async def run_scenario(
     status = on_status or (lambda _: None)
     fleet = ChaosFleet(config.fleet, log_dir)
     status(f"{scenario.name}: starting 2P+2D engines and pdorch serve")
+    load_before = os.getloadavg()
     try:
         await fleet.start()
         async with http_client(base_url=fleet.url, timeout=10.0) as admin:
@@ -163,6 +167,10 @@ async def run_scenario(
         "errors": first_errors(results),
         "hung_requests": hung_requests(results),
         "polls": len(polls),
+        # the machine's 1-minute load average before and after: a shared box starves the
+        # engines and the coordinator, and that shows up as slow or "hung" requests
+        "loadavg_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "cpus": os.cpu_count(),
     }
 
 

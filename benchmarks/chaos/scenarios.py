@@ -4,6 +4,7 @@ Scenarios (each on a fresh 2P+2D fleet, under the same steady load; `fault` at `
 
 | name | fault | recovery |
 |---|---|---|
+| `baseline` | none (what the load alone costs on this machine) | `down_s` later |
 | `kill-decode` | `kill -9` decode-0 | restart it on the same ports after `down_s` |
 | `kill-prefill` | `kill -9` prefill-0 | restart after `down_s` |
 | `kill-both-prefill` | `kill -9` prefill-0 and prefill-1 | restart both after `down_s` |
@@ -33,7 +34,7 @@ from benchmarks.live.client import RequestResult
 
 HUNG_S = 5.0
 
-Fault = Literal["kill", "stop", "restart"]
+Fault = Literal["none", "kill", "stop", "restart"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,7 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
+        Scenario("baseline", "none", (), "no fault: the same load and timeline"),
         Scenario("kill-decode", "kill", ("decode-0",), "kill -9 a decode engine"),
         Scenario("kill-prefill", "kill", ("prefill-0",), "kill -9 a prefill engine"),
         Scenario(

@@ -24,9 +24,10 @@ from pdorch.cli.options import split_list
 
 def bench_chaos(
     scenarios: list[str] = typer.Option(
-        ["kill-decode,kill-prefill,kill-both-prefill,stop-decode,restart-decode"],
+        ["baseline,kill-decode,kill-prefill,kill-both-prefill,stop-decode,restart-decode"],
         metavar="NAME,...",
-        help="Scenarios, comma-separated or repeated, each on a fresh fleet: kill-decode, "
+        help="Scenarios, comma-separated or repeated, each on a fresh fleet: baseline (no "
+        "fault: what the load alone costs on this machine), kill-decode, "
         "kill-prefill, kill-both-prefill (kill -9, restarted after --down-s), stop-decode "
         "(SIGSTOP for --stop-s, then SIGCONT), restart-decode (SIGTERM, start again on the "
         "same port).",
@@ -117,7 +118,7 @@ def bench_chaos(
         f"engines at time scale {time_scale})"
     )
     columns = ("scenario", "sent", "ok", "failed<1st byte", "broken mid-stream", "hung >5s s/w")
-    for column in (*columns, "out of routing s", "back s", "token load 0"):
+    for column in (*columns, "out of routing s", "back s", "token load 0", "load avg"):
         table.add_column(column, justify="right")
     for row in result["rows"]:
         table.add_row(
@@ -130,6 +131,7 @@ def bench_chaos(
             _worst(row["routing"], "out_s"),
             _worst(row["routing"], "back_s"),
             "yes" if row["token_load_zero"] else "NO",
+            "/".join(f"{v:.1f}" for v in row["loadavg_1m"]),
         )
     Console(stderr=as_json, width=160).print(table)
     for row in result["rows"]:
@@ -147,6 +149,8 @@ def bench_chaos(
 def _worst(routing: dict[str, dict[str, float | None]], key: str) -> str:
     """The slowest replica's time, "never" when one never got there."""
     values = [r[key] for r in routing.values()]
-    if not values or any(v is None for v in values):
+    if not values:
+        return "-"
+    if any(v is None for v in values):
         return "never"
     return f"{max(v for v in values if v is not None):.2f}"

@@ -386,7 +386,7 @@ def test_error_shapes(
     assert client.get(f"{pair.prefill.url}/health").status_code == 200
 
 
-@pytest.mark.parametrize("token_id", [99999999999, 2**40])
+@pytest.mark.parametrize("token_id", [99999999999, 1_000_000])
 def test_out_of_vocabulary_token_id_is_the_requests_fault(
     pair: Pair, client: httpx.Client, token_id: int
 ) -> None:

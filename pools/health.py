@@ -7,6 +7,17 @@ A stopped engine refuses the connection at once, so it leaves routing on the nex
 (≤ `interval_s` + a round's time); a hung one after `timeout_s`. Both stay well within the 1 s
 budget, and the replica returns as soon as `HealthPolicy.probe_successes_to_restore` probes
 pass. The ejection rules themselves live in `pools.fleet` (pure); this module only does the I/O.
+
+Engine faults vs request faults (issue 14): what the request path feeds `Fleet.report_failure`
+is filtered by the coordinator (`pdorch.app.faults.RequestFaults`), so one client cannot eject
+a replica by sending a request the engine refuses or cannot process:
+- a 4xx answer is the request's fault: passed to the client, never counted;
+- a refused/reset connection or a timeout is the engine's: counted at once;
+- a 5xx answer counts only when another replica then serves the same request (the request was
+  fine); a 5xx that no replica gets past is the request's and is forgiven. An engine broken for
+  every request is still ejected: by this checker (vLLM's `/health` is non-200 once its engine
+  core died) or by its confirmed 5xx (`http_failures_to_eject` in a row).
+Probes are the engine's own status and are never filtered.
 """
 
 from __future__ import annotations

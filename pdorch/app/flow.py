@@ -47,6 +47,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from pdorch.app.errors import ApiError, error_event
+from pdorch.app.faults import RequestFaults
 from pdorch.app.legs import (
     DecodeStream,
     LegFailure,
@@ -125,6 +126,7 @@ class RequestFlow:
         self._cut_cancel = False  # `cut` cancelled `_work`
         self._admitted = False
         self._admitted_to_lifecycle = False
+        self.faults = RequestFaults(coordinator.report_failure)  # whose fault a 5xx is
 
     # ---- entry -------------------------------------------------------------------------------
 
@@ -316,8 +318,7 @@ class RequestFlow:
         except LegFailure as exc:
             failure = exc
         c.metrics.prefill_failures.labels(failure.label).inc()
-        if failure.kind is not None:
-            c.report_failure(replica_id, failure.kind, failure.detail)
+        self.faults.failed(replica_id, failure.kind, failure.detail)
         log.info(
             "request %s: prefill on %s failed (%s); decode prefills locally",
             self.request_id,
@@ -367,13 +368,13 @@ class RequestFlow:
                 )
             except LegFailure as failure:
                 last = f"{decode}: {failure.detail}"
-                if failure.kind is not None:
-                    c.report_failure(decode, failure.kind, failure.detail)
+                self.faults.failed(decode, failure.kind, failure.detail)
                 # `reached`: the engine may have claimed the blocks, the next one prefills
                 lifecycle.decode_failed(self.request_id, c.now(), reached=failure.reached)
                 log.info("request %s: decode on %s failed: %s", self.request_id, decode, last)
                 continue
             c.report_success(decode)
+            self.faults.served(decode)
             # the decode engine answered: the KV is pulled, the prefill replica is free
             if self.prefill_replica is not None and self.prefill_replica != decode:
                 self.untrack(self.prefill_replica)

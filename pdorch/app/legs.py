@@ -8,7 +8,9 @@
 - `open_decode_stream`: POST the decode body and read up to the *first chunk* of the answer.
   Until that chunk, nothing was sent to the client, so a failure (`LegFailure`) can still be
   retried on another decode replica; a 4xx answer is the client's fault and comes back as
-  `UpstreamAnswer` to pass through unchanged.
+  `UpstreamAnswer` to pass through unchanged. A first chunk that is an SSE error event (vLLM
+  streams a failed KV load as 200 + `data: {"error": ...}`) is a `LegFailure` too, with no
+  health kind (the KV source failed, not this replica): the retry prefills locally.
 - `decode_whole`: the same for non-streamed requests, reading the whole body.
 
 `LegFailure.reached` says whether the engine may have seen the request: a refused or timed-out
@@ -172,10 +174,24 @@ async def open_decode_stream(
             raise LegFailure(FailureKind.HTTP_5XX, "decode answered 200 with no body") from None
         except UPSTREAM_ERRORS as exc:
             raise _failure(exc) from None
+        if _is_error_event(first):
+            # nothing reached the client yet: retried elsewhere, prefilling locally (no kind:
+            # the usual cause is the KV source, a dead prefill engine, not this replica)
+            raise LegFailure(
+                None, f"decode answered an error event first: {first[:300]!r}", status=200
+            )
     except BaseException:
         response.close()
         raise
     return DecodeStream(response, first, rest)
+
+
+def _is_error_event(chunk: bytes) -> bool:
+    """The chunk opens with an SSE `data: {"error": ...}` event (vLLM's in-stream error, e.g.
+    a failed KV load under `kv_load_failure_policy: fail`)."""
+    if not chunk.startswith(b"data:"):
+        return False
+    return chunk[5:].lstrip().startswith(b'{"error"')
 
 
 async def decode_whole(

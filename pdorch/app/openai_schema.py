@@ -7,7 +7,9 @@ A pydantic model of the whole OpenAI schema would re-validate every message on t
 for no routing benefit; at ~1.5k req/s that is a measurable share of a core.
 
 Rules (all failures are `ApiError`s, 400 unless noted; pdorch never answers 422):
-- body: a JSON object (not JSON → 400 `invalid_json`);
+- body: a JSON object (not JSON, invalid UTF-8, or nested deeper than msgspec's recursion
+  guard allows, ~1000 levels → 400 `invalid_json`, never the 500/502 a `RecursionError` would
+  give);
 - `model`: a string; not the served model → 404 `model_not_found`;
 - completions: `prompt` a non-empty string, a list of token ids, or a batch of exactly one of
   those (batches of several prompts are refused: each request is one P/D flow);
@@ -115,8 +117,10 @@ def parse_request(raw: bytes, kind: RequestKind, served_model: str) -> ParsedReq
     """Decode and check one request body (see the module docstring for the rules)."""
     try:
         body = _decode(raw)
-    except msgspec.DecodeError as exc:
+    except msgspec.DecodeError as exc:  # malformed, or invalid UTF-8
         raise _bad(f"The body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:  # msgspec's depth guard (the interpreter's recursion limit)
+        raise _bad("The body's JSON is nested too deeply.", code="invalid_json") from None
     if not isinstance(body, dict):
         raise _bad("The body must be a JSON object.", code="invalid_json")
     model = body.get("model")

@@ -8,8 +8,10 @@ Routes (as vLLM 0.32's `api_server`): `POST /v1/completions`, `POST /v1/chat/com
 Wire rules copied from vLLM's behaviour (read from its source, re-implemented):
 - errors are `{"error": {"message", "type", "param", "code"}}` with the HTTP status in `code`:
   unknown model 404 `NotFoundError` (param `model`); a prompt longer than `max_model_len` 400
-  `BadRequestError` (param `input_tokens`); invalid fields 400 `Bad Request` (FastAPI validation,
-  param = dotted field path); a failed KV load on a decode leg 500 `InternalServerError`.
+  `BadRequestError` (param `input_tokens`); a prompt token id outside the vocabulary 400
+  `BadRequestError` "Token id N is out of vocabulary" (param null); invalid fields 400
+  `Bad Request` (FastAPI validation, param = dotted field path); JSON nested too deep 400; a
+  failed KV load on a decode leg 500 `InternalServerError`.
 - SSE: every chunk is `data: <json>\\n\\n`; the stream ends with `data: [DONE]\\n\\n`; with
   `include_usage` a last chunk has `choices: []` and the usage; errors after the stream started
   are sent as a `data: {"error": ...}` chunk.
@@ -42,6 +44,7 @@ from pools.sim.api_errors import (
     JSON,
     ApiError,
     chat_messages,
+    check_token_ids,
     error_body,
     json_response,
     parse_body,
@@ -73,6 +76,8 @@ def create_app(engine: SimEngine) -> FastAPI:
     served = engine.served_model_names
     max_model_len = engine.max_model_len
     tokenizer = engine.tokenizer
+    # vLLM takes the larger of the tokenizer's and the model's vocabulary as the last valid id
+    max_token_id = max(tokenizer.vocab_size, engine.timing.model.vocab_size) - 1
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> Response:
@@ -207,6 +212,7 @@ def create_app(engine: SimEngine) -> FastAPI:
         tokens = prompt_tokens(req.prompt, tokenizer)
         if not tokens:
             raise ApiError("Prompt cannot be empty", HTTPStatus.BAD_REQUEST, param="prompt")
+        check_token_ids(tokens, max_token_id)
         max_tokens = check_length(len(tokens), req.max_tokens, "max_tokens")
         rid = request_id(raw, "cmpl")
         return await _run(raw, req, rid, model, tokens, max_tokens, chat=False, echo_text=None)

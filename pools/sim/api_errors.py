@@ -82,10 +82,10 @@ async def parse_body(request: Request, model: type[BaseModel]) -> Any:
     raw = await request.body()
     try:
         data = msgspec.json.decode(raw) if raw else {}
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise ApiError(
             f"JSON decode error: {exc}", HTTPStatus.BAD_REQUEST, HTTPStatus.BAD_REQUEST.phrase
-        ) from exc
+        ) from None
     if not isinstance(data, dict):
         raise ApiError(
             "Input should be a valid dictionary", HTTPStatus.BAD_REQUEST, "Bad Request", "body"
@@ -123,6 +123,16 @@ def prompt_tokens(
     if isinstance(prompt, str):
         return tokenizer.encode_prompt(prompt, add_special_tokens=True)
     return [int(t) for t in prompt]  # type: ignore[arg-type]
+
+
+def check_token_ids(tokens: list[int], max_token_id: int) -> None:
+    """vLLM's out-of-vocabulary check (`BaseRenderer.validate_token_ids`): a prompt id below 0
+    or above `max_token_id` (the larger of the tokenizer's and the model's last id) is the
+    client's fault, 400 `BadRequestError` "Token id N is out of vocabulary", param null."""
+    low, high = min(tokens), max(tokens)
+    bad = low if low < 0 else high if high > max_token_id else None
+    if bad is not None:
+        raise ApiError(f"Token id {bad} is out of vocabulary", HTTPStatus.BAD_REQUEST)
 
 
 def usage_info(prompt: int, completion: int, streaming: bool = False) -> dict[str, Any]:

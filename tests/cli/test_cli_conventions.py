@@ -63,6 +63,7 @@ def test_the_walk_sees_every_command() -> None:
         "bench live",
         "bench proxy",
         "bench autoscale",
+        "bench chaos",
         "plan",
         "autoscale",
         "scale status",

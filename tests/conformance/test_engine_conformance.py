@@ -386,6 +386,21 @@ def test_error_shapes(
     assert client.get(f"{pair.prefill.url}/health").status_code == 200
 
 
+@pytest.mark.parametrize("token_id", [99999999999, 1_000_000])
+def test_out_of_vocabulary_token_id_is_the_requests_fault(
+    pair: Pair, client: httpx.Client, token_id: int
+) -> None:
+    # vLLM's renderer check: 400 BadRequestError naming the id, and the engine stays healthy
+    for engine in (pair.prefill, pair.decode):
+        body = {"model": SERVED_NAME, "prompt": [token_id], "max_tokens": 2}
+        r = client.post(f"{engine.url}/v1/completions", json=body)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["type"] == "BadRequestError" and error["code"] == 400
+        assert f"Token id {token_id} is out of vocabulary" in error["message"]
+        assert client.get(f"{engine.url}/health").status_code == 200
+
+
 # --------------------------------------------------------------------------- metrics
 COUNTERS = (
     "vllm:prefix_cache_queries_total",

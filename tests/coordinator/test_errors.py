@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +202,87 @@ def test_coordinator_limits_default_and_validation() -> None:
     assert CoordinatorLimits.from_settings(config.coordinator) == CoordinatorLimits()
     with pytest.raises(FleetConfigError, match=r"coordinator\.max_concurrent_requests"):
         fleet(coordinator={"max_concurrent_requests": 0})
+
+
+def _nested(depth: int) -> bytes:
+    return b'{"model": "sim-8b", "prompt": "hi", "x": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+@pytest.mark.parametrize(
+    ("path", "content", "status", "code"),
+    [
+        ("/v1/completions", _nested(100_000), 400, "invalid_json"),
+        ("/v1/chat/completions", b'{"messages": ' + b"[" * 100_000, 400, "invalid_json"),
+        ("/v1/completions", b'{"model": "sim-8b", "prompt": "\xff\xfe"}', 400, "invalid_json"),
+        ("/v1/completions", b'\xef\xbb\xbf{"model": "sim-8b"}', 400, "invalid_json"),
+        ("/v1/completions", b'{"model": 7, "prompt": "hi"}', 400, None),
+        ("/v1/completions", b'{"model": "sim-8b", "prompt": 7}', 400, None),
+        ("/v1/completions", b'{"model": "sim-8b", "prompt": [1, "a"]}', 400, None),
+        ("/v1/completions", b'{"model": "sim-8b", "prompt": [true]}', 400, None),
+        ("/v1/completions", b'{"model": "sim-8b", "prompt": "hi", "max_tokens": "3"}', 400, None),
+        ("/v1/completions", b'{"model": "sim-8b", "prompt": "hi", "max_tokens": 1.5}', 400, None),
+        ("/v1/completions", b'{"model": "sim-8b", "prompt": "hi", "stream_options": 1}', 400, None),
+        ("/v1/chat/completions", b'{"model": "sim-8b", "messages": "hi"}', 400, None),
+        (
+            "/v1/chat/completions",
+            b'{"model": "sim-8b", "messages": [{"role": "user", "content": 5}]}',
+            400,
+            None,
+        ),
+    ],
+    ids=[
+        "nested-100k",
+        "nested-unterminated",
+        "invalid-utf8",
+        "bom",
+        "model-int",
+        "prompt-int",
+        "prompt-mixed-list",
+        "prompt-bool-ids",
+        "max-tokens-str",
+        "max-tokens-float",
+        "stream-options-int",
+        "messages-str",
+        "content-int",
+    ],
+)
+async def test_hostile_bodies_are_openai_4xx(
+    client: httpx.AsyncClient, path: str, content: bytes, status: int, code: str | None
+) -> None:
+    response = await client.post(path, content=content)
+    error = assert_openai_error(response, status)
+    if code is not None:
+        assert error["code"] == code
+    # the coordinator still serves
+    ok = await client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    )
+    assert ok.status_code == 200, ok.text
+
+
+async def test_nesting_just_under_the_guard_never_gives_5xx(client: httpx.AsyncClient) -> None:
+    # decodes in the coordinator; whatever the depth, the answer is a 2xx or an OpenAI 4xx
+    for depth in (100, 900, 980, 995, 999):
+        response = await client.post("/v1/completions", content=_nested(depth))
+        assert response.status_code < 500, (depth, response.status_code, response.text[:200])
+        if response.status_code != 200:
+            assert_openai_error(response, response.status_code)
+
+
+async def test_body_over_the_limit_while_streaming_in_is_413() -> None:
+    # no Content-Length (chunked): the limit is checked while reading
+    limits = CoordinatorLimits(max_body_bytes=4096, max_concurrent_requests=None)
+    async with (
+        run_coordinator(fleet(), limits=limits) as pd,
+        http_client(base_url=pd.url, timeout=30.0) as client,
+    ):
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b'{"model": "sim-8b", "prompt": "'
+            for _ in range(10):
+                yield b"x" * 1000
+            yield b'"}'
+
+        response = await client.post("/v1/completions", content=chunks())
+        error = assert_openai_error(response, 413)
+        assert error["code"] == "request_too_large"

@@ -1,0 +1,1 @@
+"""`pdorch bench chaos`: engine faults under load against a simulated P/D fleet."""

@@ -1,0 +1,201 @@
+"""The fleet a chaos scenario breaks: 2 prefill + 2 decode `pdorch engine sim` processes behind
+one `pdorch serve`, every engine on a port fixed at start so it can be restarted on the same one.
+
+Each engine is its own OS process (as in production: `kill -9` takes exactly one engine down),
+with its HTTP port, KV-event PUB port and replay ROUTER port chosen once (`free_port`); the
+coordinator is `pdorch serve --config` over a fleet file of static endpoints naming them
+(`benchmarks.proxy.processes.start_pdorch`). Faults are signals to the engine's pid:
+`kill` (SIGKILL), `pause` (SIGSTOP: no reset, no FIN, the socket stays open), `resume`
+(SIGCONT), `restart` (SIGTERM, then the same command on the same ports). `close` stops
+everything, whatever state the engines are in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.proxy.processes import (
+    ProcessStartError,
+    RunningProcess,
+    start_pdorch,
+    stop_process,
+    venv_bin,
+)
+from pools.ports import free_port
+
+ROLES = ("prefill", "prefill", "decode", "decode")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    """One engine's fixed identity: replica id, role and ports."""
+
+    replica_id: str
+    role: str
+    port: int
+    kv_events_port: int
+    replay_port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSettings:
+    """The simulated engines' timing and size, and the coordinator's P/D threshold."""
+
+    model_profile: str = "llama-3.1-8b"
+    gpu: str = "h100"
+    time_scale: float = 1.0
+    num_blocks: int = 8192
+    served_model_name: str = "chaos-model"
+    min_uncached_tokens: int = 32
+    start_timeout_s: float = 90.0
+
+
+@dataclass
+class ChaosFleet:
+    """Running engines by replica id, and the coordinator over them."""
+
+    settings: FleetSettings
+    log_dir: Path
+    specs: dict[str, EngineSpec] = field(default_factory=dict)
+    engines: dict[str, RunningProcess] = field(default_factory=dict)
+    coordinator: RunningProcess | None = None
+    restarts: int = 0
+
+    @property
+    def url(self) -> str:
+        assert self.coordinator is not None, "the coordinator is not started"
+        return self.coordinator.url
+
+    async def start(self) -> None:
+        counts: dict[str, int] = {}
+        for role in ROLES:
+            index = counts.get(role, 0)
+            counts[role] = index + 1
+            spec = EngineSpec(f"{role}-{index}", role, free_port(), free_port(), free_port())
+            self.specs[spec.replica_id] = spec
+        for spec in self.specs.values():
+            self.engines[spec.replica_id] = await self._start_engine(spec)
+        fleet_file = self.log_dir / "fleet.yaml"
+        fleet_file.write_text(self.fleet_yaml())
+        self.coordinator = await start_pdorch(
+            fleet_file, free_port(), self.log_dir, start_timeout_s=self.settings.start_timeout_s
+        )
+
+    def fleet_yaml(self) -> str:
+        """The coordinator's fleet file: the engines as static endpoints, default health rules."""
+        pools: dict[str, list[str]] = {"prefill": [], "decode": []}
+        for spec in self.specs.values():
+            pools[spec.role].append(
+                f"      - id: {spec.replica_id}\n"
+                f"        url: {spec.url}\n"
+                f"        kv_events_endpoint: tcp://127.0.0.1:{spec.kv_events_port}\n"
+                f"        kv_events_replay_endpoint: tcp://127.0.0.1:{spec.replay_port}\n"
+                f"        kv_events_topic: {spec.replica_id}\n"
+            )
+        s = self.settings
+        return (
+            f"served_model_name: {s.served_model_name}\n"
+            "block_size: 16\n"
+            "pools:\n"
+            "  prefill:\n    endpoints:\n" + "".join(pools["prefill"]) + "  decode:\n"
+            "    endpoints:\n" + "".join(pools["decode"]) + "pd: {min_uncached_tokens: "
+            f"{s.min_uncached_tokens}}}\n"
+            "tokenizer: {mode: engine}\n"
+            "coordinator: {host: 127.0.0.1}\n"
+        )
+
+    def _command(self, spec: EngineSpec) -> list[str]:
+        s = self.settings
+        return [
+            venv_bin("pdorch"),
+            "engine",
+            "sim",
+            "--role",
+            spec.role,
+            "--port",
+            str(spec.port),
+            "--time-scale",
+            str(s.time_scale),
+            "--model-profile",
+            s.model_profile,
+            "--gpu",
+            s.gpu,
+            "--served-model-name",
+            s.served_model_name,
+            "--kv-transport",
+            "tcp",
+            "--num-blocks",  # a small pool starts in a second (the profile's takes longer)
+            str(s.num_blocks),
+            "--kv-events-endpoint",
+            f"tcp://127.0.0.1:{spec.kv_events_port}",
+            "--kv-events-replay-endpoint",
+            f"tcp://127.0.0.1:{spec.replay_port}",
+            "--kv-events-topic",
+            spec.replica_id,
+            "--engine-id",
+            spec.replica_id,
+        ]
+
+    async def _start_engine(self, spec: EngineSpec) -> RunningProcess:
+        log_path = self.log_dir / f"{spec.replica_id}.{self.restarts}.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(  # noqa: ASYNC220  (start-up, not a timed path)
+                self._command(spec), stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL
+            )
+        assert process.stdout is not None
+        proc = RunningProcess(spec.replica_id, spec.url, process, log_path)
+        loop = asyncio.get_running_loop()
+        try:
+            line = await asyncio.wait_for(
+                loop.run_in_executor(None, process.stdout.readline), self.settings.start_timeout_s
+            )
+        except TimeoutError:
+            stop_process(proc)
+            raise ProcessStartError(f"{spec.replica_id}: no ready line ({log_path})") from None
+        if not line.startswith(b"ready "):
+            stop_process(proc)
+            raise ProcessStartError(f"{spec.replica_id}: {line!r} ({log_path})")
+        return proc
+
+    # ---- faults ------------------------------------------------------------------------------
+
+    def signal(self, replica_id: str, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.engines[replica_id].pid, sig)
+
+    def kill(self, replica_id: str) -> None:
+        """`kill -9`: the process is gone, its sockets reset, connections are refused."""
+        self.signal(replica_id, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.engines[replica_id].process.wait(10.0)
+
+    def pause(self, replica_id: str) -> None:
+        """SIGSTOP: a hung engine (connections open, nothing answers)."""
+        self.signal(replica_id, signal.SIGSTOP)
+
+    def resume(self, replica_id: str) -> None:
+        self.signal(replica_id, signal.SIGCONT)
+
+    async def restart(self, replica_id: str) -> None:
+        """Stop the engine if it still runs (SIGTERM), start it again on the same ports."""
+        stop_process(self.engines[replica_id], grace_s=5.0)
+        self.restarts += 1
+        self.engines[replica_id] = await self._start_engine(self.specs[replica_id])
+
+    def close(self) -> None:
+        for replica_id in self.engines:
+            self.resume(replica_id)  # a stopped process cannot act on SIGTERM
+        if self.coordinator is not None:
+            stop_process(self.coordinator)
+        for proc in self.engines.values():
+            stop_process(proc)

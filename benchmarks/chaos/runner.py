@@ -1,0 +1,213 @@
+"""Run chaos scenarios: fresh fleet, steady load, the fault, recovery, then the figures.
+
+Timeline of one scenario (seconds from the load's start): load from 0; the fault at
+`warmup_s`; the recovery `down_s` later for a kill (restart on the same ports), `stop_s` later
+for a SIGSTOP (SIGCONT), at once for a restart; load until `settle_s` after the recovery; then
+no new request starts, every one in flight is awaited, and the coordinator's token load is read
+(polled up to `drain_wait_s` for exactly 0 on every replica). `/admin/pools` is polled every
+`poll_s` throughout for the replicas' states. What the figures mean: `scenarios.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.chaos.fleet import ChaosFleet, FleetSettings
+from benchmarks.chaos.load import LoadSettings, run_load
+from benchmarks.chaos.scenarios import (
+    SCENARIOS,
+    Poll,
+    Scenario,
+    classify,
+    first_errors,
+    hung_requests,
+    load_is_zero,
+    routing_times,
+    token_load_left,
+)
+from benchmarks.live.client import RequestResult
+from pools.http_client import http_client
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosConfig:
+    scenarios: tuple[str, ...] = tuple(SCENARIOS)
+    load: LoadSettings = field(default_factory=LoadSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
+    warmup_s: float = 5.0
+    down_s: float = 5.0
+    stop_s: float = 10.0
+    settle_s: float = 5.0
+    poll_s: float = 0.05
+    drain_wait_s: float = 5.0
+    log_dir: Path | None = None
+
+
+Status = Callable[[str], None]
+
+
+async def _poll_states(
+    client: httpx.AsyncClient, origin: float, polls: list[Poll], poll_s: float
+) -> None:
+    while True:
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+            view = (await client.get("/admin/pools", timeout=2.0)).json()
+            states = {
+                r["id"]: r["state"] for pool in view["pools"].values() for r in pool["replicas"]
+            }
+            polls.append((time.perf_counter() - origin, states))
+        await asyncio.sleep(poll_s)
+
+
+async def _fault(
+    fleet: ChaosFleet, scenario: Scenario, config: ChaosConfig, origin: float
+) -> tuple[float, float | None]:
+    """Break the replicas, recover them; (fault time, recovery time) from `origin`."""
+    fault_at = time.perf_counter() - origin
+    if scenario.fault == "kill":
+        for replica in scenario.replicas:
+            fleet.kill(replica)
+        await asyncio.sleep(config.down_s)
+        await asyncio.gather(*(fleet.restart(replica) for replica in scenario.replicas))
+    elif scenario.fault == "none":
+        await asyncio.sleep(config.down_s)
+    elif scenario.fault == "stop":
+        for replica in scenario.replicas:
+            fleet.pause(replica)
+        await asyncio.sleep(config.stop_s)
+        for replica in scenario.replicas:
+            fleet.resume(replica)
+    else:
+        await asyncio.gather(*(fleet.restart(replica) for replica in scenario.replicas))
+    return fault_at, time.perf_counter() - origin
+
+
+async def run_scenario(
+    scenario: Scenario,
+    config: ChaosConfig,
+    log_dir: Path,
+    on_request: Callable[[RequestResult], None] | None = None,
+    on_status: Status | None = None,
+) -> dict[str, Any]:
+    """One scenario on a fresh fleet; its figures (the JSON row)."""
+    status = on_status or (lambda _: None)
+    fleet = ChaosFleet(config.fleet, log_dir)
+    status(f"{scenario.name}: starting 2P+2D engines and pdorch serve")
+    load_before = os.getloadavg()
+    try:
+        await fleet.start()
+        async with http_client(base_url=fleet.url, timeout=10.0) as admin:
+            origin = time.perf_counter()
+            stop = asyncio.Event()
+            polls: list[Poll] = []
+            poller = asyncio.create_task(_poll_states(admin, origin, polls, config.poll_s))
+            load = asyncio.create_task(
+                run_load(
+                    fleet.url,
+                    config.fleet.served_model_name,
+                    config.load,
+                    stop,
+                    origin,
+                    on_request,
+                )
+            )
+            status(f"{scenario.name}: load for {config.warmup_s:g}s")
+            await asyncio.sleep(config.warmup_s)
+            status(f"{scenario.name}: {scenario.description}")
+            fault_at, recovered_at = await _fault(fleet, scenario, config, origin)
+            status(f"{scenario.name}: recovered; load for {config.settle_s:g}s more")
+            await asyncio.sleep(config.settle_s)
+            stop.set()
+            status(f"{scenario.name}: load stopped, waiting for requests in flight")
+            results = await load
+            load_stopped_at = time.perf_counter() - origin
+            deadline = time.monotonic() + config.drain_wait_s
+            view = (await admin.get("/admin/pools")).json()
+            while not load_is_zero(view) and time.monotonic() < deadline:
+                await asyncio.sleep(config.poll_s)
+                view = (await admin.get("/admin/pools")).json()
+            zero_after_s = time.perf_counter() - origin - load_stopped_at
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+    finally:
+        fleet.close()
+    routing: dict[str, dict[str, float | None]] = {}
+    for replica in scenario.replicas:
+        out_s, back_s = routing_times(polls, replica, fault_at, recovered_at)
+        routing[replica] = {"out_s": _round(out_s), "back_s": _round(back_s)}
+    by_kind = {
+        kind: classify([r for r in results if r.group == kind]) for kind in ("stream", "whole")
+    }
+    zero = load_is_zero(view)
+    return {
+        "scenario": scenario.name,
+        "description": scenario.description,
+        "replicas": list(scenario.replicas),
+        **classify(results),
+        "by_kind": by_kind,
+        "routing": routing,
+        "fault_at_s": round(fault_at, 3),
+        "recovered_at_s": None if recovered_at is None else round(recovered_at, 3),
+        "load_stopped_at_s": round(load_stopped_at, 3),
+        "token_load_zero": zero,
+        "token_load_zero_after_s": round(zero_after_s, 3) if zero else None,
+        "tracked_requests_after": view.get("tracked_requests"),
+        "token_load_after": token_load_left(view),
+        "errors": first_errors(results),
+        "hung_requests": hung_requests(results),
+        "polls": len(polls),
+        # the machine's 1-minute load average before and after: a shared box starves the
+        # engines and the coordinator, and that shows up as slow or "hung" requests
+        "loadavg_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "cpus": os.cpu_count(),
+    }
+
+
+async def run_chaos(
+    config: ChaosConfig,
+    on_request: Callable[[RequestResult], None] | None = None,
+    on_status: Status | None = None,
+) -> dict[str, Any]:
+    """Every chosen scenario, one after the other; `{"rows": [...], "config": {...}}`."""
+    rows: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        log_dir = config.log_dir
+        if log_dir is None:
+            log_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-")))
+        for name in config.scenarios:
+            scenario_dir = log_dir / name
+            scenario_dir.mkdir(parents=True, exist_ok=True)
+            rows.append(
+                await run_scenario(SCENARIOS[name], config, scenario_dir, on_request, on_status)
+            )
+    return {"rows": rows, "config": _config_view(config)}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _config_view(config: ChaosConfig) -> dict[str, Any]:
+    view = asdict(config)
+    view["log_dir"] = None if config.log_dir is None else str(config.log_dir)
+    view["scenarios"] = list(config.scenarios)
+    return view
+
+
+def scenario_names(names: Sequence[str]) -> tuple[str, ...]:
+    """The chosen names, checked; ValueError names the unknown ones."""
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}")
+    return tuple(names)

@@ -1,0 +1,156 @@
+"""`pdorch bench chaos`: engine faults under steady load against `pdorch serve` (issue 14).
+
+Each scenario starts a fresh fleet (2 prefill + 2 decode `pdorch engine sim` processes, fixed
+ports, behind `pdorch serve`), drives 32 concurrent clients (half streaming), breaks engines
+(`kill -9`, SIGSTOP, restart on the same port), and reports per scenario: requests sent /
+succeeded / failed before the first byte / broken mid-stream / hung (> 5 s with no byte), how
+long until the broken replica left routing and was back (`/admin/pools`), and the token load
+left after the load stopped (it must be 0). Definitions: `benchmarks/chaos/scenarios.py`.
+Progress goes to stderr; `--json` prints exactly one JSON object on stdout:
+`{"rows": [{"scenario", "sent", "succeeded", "failed_before_first_byte", "broken_mid_stream",
+"hung", "routing": {replica: {"out_s", "back_s"}}, "token_load_zero", ...}], "config": {...}}`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from pdorch.cli.options import split_list
+
+
+def bench_chaos(
+    scenarios: list[str] = typer.Option(
+        ["baseline,kill-decode,kill-prefill,kill-both-prefill,stop-decode,restart-decode"],
+        metavar="NAME,...",
+        help="Scenarios, comma-separated or repeated, each on a fresh fleet: baseline (no "
+        "fault: what the load alone costs on this machine), kill-decode, "
+        "kill-prefill, kill-both-prefill (kill -9, restarted after --down-s), stop-decode "
+        "(SIGSTOP for --stop-s, then SIGCONT), restart-decode (SIGTERM, start again on the "
+        "same port).",
+    ),
+    concurrency: int = typer.Option(
+        32, min=2, help="Concurrent clients (even ones stream, odd ones do not)."
+    ),
+    max_tokens: int = typer.Option(128, min=1, help="Output tokens per request."),
+    warmup_s: float = typer.Option(5.0, min=0.0, help="Seconds of load before the fault."),
+    down_s: float = typer.Option(
+        5.0, min=0.0, help="Seconds a killed engine stays down before it is restarted."
+    ),
+    stop_s: float = typer.Option(10.0, min=0.0, help="Seconds a SIGSTOPped engine stays stopped."),
+    settle_s: float = typer.Option(
+        5.0, min=0.0, help="Seconds of load after the recovery, before the load stops."
+    ),
+    time_scale: float = typer.Option(
+        1.0, min=0.0, help="Engines' real seconds per simulated second (1.0 = real time)."
+    ),
+    model_profile: str = typer.Option(
+        "llama-3.1-8b", help="Simulated engines' model profile (timing model; `pdorch profile`)."
+    ),
+    log_dir: Path | None = typer.Option(
+        None,
+        help="Where engine and coordinator logs go, one folder per scenario (default: a "
+        "temporary directory, removed at the end).",
+        file_okay=False,
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="File to also write the JSON object to (e.g. benchmarks/results/reliability.json). "
+        "Default: write no file.",
+        dir_okay=False,
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object on stdout; table and progress on stderr."
+    ),
+) -> None:
+    """Break engines of a simulated 2P+2D fleet under load and measure what clients saw.
+
+    Example: `pdorch bench chaos --scenarios kill-decode,stop-decode --json --out chaos.json`
+    """
+    import asyncio
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn
+    from rich.table import Table
+
+    from benchmarks.chaos.fleet import FleetSettings
+    from benchmarks.chaos.load import LoadSettings
+    from benchmarks.chaos.runner import ChaosConfig, run_chaos, scenario_names
+
+    try:
+        chosen = scenario_names(split_list(scenarios, "--scenarios"))
+    except ValueError as bad:
+        raise typer.BadParameter(str(bad), param_hint="--scenarios") from None
+    config = ChaosConfig(
+        scenarios=chosen,
+        load=LoadSettings(concurrency=concurrency, max_tokens=max_tokens),
+        fleet=FleetSettings(model_profile=model_profile, time_scale=time_scale),
+        warmup_s=warmup_s,
+        down_s=down_s,
+        stop_s=stop_s,
+        settle_s=settle_s,
+        log_dir=log_dir,
+    )
+
+    err = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed} requests"),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=None)
+        result = asyncio.run(
+            run_chaos(
+                config,
+                on_request=lambda _: bar.advance(task),
+                on_status=lambda msg: bar.update(task, description=msg),
+            )
+        )
+
+    table = Table(
+        title=f"pdorch bench chaos ({concurrency} clients, max_tokens {max_tokens}, "
+        f"engines at time scale {time_scale})"
+    )
+    columns = ("scenario", "sent", "ok", "failed<1st byte", "broken mid-stream", "hung >5s s/w")
+    for column in (*columns, "out of routing s", "back s", "token load 0", "load avg"):
+        table.add_column(column, justify="right")
+    for row in result["rows"]:
+        table.add_row(
+            row["scenario"],
+            str(row["sent"]),
+            str(row["succeeded"]),
+            str(row["failed_before_first_byte"]),
+            str(row["broken_mid_stream"]),
+            f"{row['by_kind']['stream']['hung']}/{row['by_kind']['whole']['hung']}",
+            _worst(row["routing"], "out_s"),
+            _worst(row["routing"], "back_s"),
+            "yes" if row["token_load_zero"] else "NO",
+            "/".join(f"{v:.1f}" for v in row["loadavg_1m"]),
+        )
+    Console(stderr=as_json, width=160).print(table)
+    for row in result["rows"]:
+        for message in row["errors"]:
+            err.print(f"[red]{row['scenario']}: {message}")
+
+    text = json.dumps(result, indent=2)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    if as_json:
+        sys.stdout.write(text + "\n")
+
+
+def _worst(routing: dict[str, dict[str, float | None]], key: str) -> str:
+    """The slowest replica's time, "never" when one never got there."""
+    values = [r[key] for r in routing.values()]
+    if not values:
+        return "-"
+    if any(v is None for v in values):
+        return "never"
+    return f"{max(v for v in values if v is not None):.2f}"

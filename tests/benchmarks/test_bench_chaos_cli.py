@@ -1,0 +1,76 @@
+"""`pdorch bench chaos` on a CI-sized run: one scenario (kill -9 a decode engine), a few seconds
+of load, real processes (four `pdorch engine sim`, `pdorch serve`); one JSON object on stdout
+with the promised figures, and the behaviour the figures must show."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.chaos.scenarios import classify, largest_gap_s, routing_times
+from benchmarks.live.client import RequestResult
+
+PDORCH = Path(sys.executable).with_name("pdorch")
+
+
+def test_kill_decode_on_a_short_run(tmp_path: Path) -> None:
+    out = tmp_path / "chaos.json"
+    cmd = [str(PDORCH), "bench", "chaos", "--json", "--scenarios", "kill-decode"]
+    cmd += ["--concurrency", "6", "--max-tokens", "32", "--warmup-s", "2", "--down-s", "1"]
+    cmd += ["--settle-s", "2", "--log-dir", str(tmp_path / "logs"), "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)  # exactly one JSON object, nothing else on stdout
+    assert json.loads(out.read_text()) == result
+    (row,) = result["rows"]
+    assert row["scenario"] == "kill-decode"
+    assert row["sent"] > 0 and row["succeeded"] > 0
+    parts = ("succeeded", "failed_before_first_byte", "broken_mid_stream")
+    assert sum(row[k] for k in parts) == row["sent"]
+    # a request the dead engine had not started streaming is retried on the other replica
+    assert row["failed_before_first_byte"] == 0, row["errors"]
+    assert row["hung"] == 0, row["errors"]
+    routing = row["routing"]["decode-0"]
+    assert routing["out_s"] is not None and routing["out_s"] < 1.0, routing
+    assert routing["back_s"] is not None, routing
+    assert row["token_load_zero"], row["token_load_after"]
+    assert set(row["token_load_after"]) == {"prefill-0", "prefill-1", "decode-0", "decode-1"}
+
+
+def _result(ttft: float | None, itl: list[float], end: float, error: str | None) -> RequestResult:
+    r = RequestResult(session_id="s", turn=0, group="stream", start_s=1.0, end_s=1.0 + end)
+    r.ttft_s, r.itl_s, r.error = ttft, itl, error
+    return r
+
+
+def test_outcomes_and_gaps() -> None:
+    ok = _result(0.2, [0.1, 0.1], 0.45, None)
+    broken = _result(0.2, [0.1], 0.4, "stream error: decode failed")
+    early = _result(None, [], 0.3, "HTTP 502: every decode attempt failed")
+    stalled = _result(0.2, [0.1, 6.0, 0.1], 6.5, None)  # SIGSTOP mid-stream, then SIGCONT
+    silent_end = _result(0.2, [], 5.9, "timed out")  # no byte after the first for 5.7 s
+    assert largest_gap_s(ok) < 0.3 and largest_gap_s(stalled) == 6.0
+    assert abs(largest_gap_s(silent_end) - 5.7) < 1e-9
+    assert classify([ok, broken, early, stalled, silent_end]) == {
+        "sent": 5,
+        "succeeded": 2,
+        "failed_before_first_byte": 1,
+        "broken_mid_stream": 2,
+        "hung": 2,
+    }
+
+
+def test_routing_times_from_polls() -> None:
+    polls = [
+        (0.9, {"d0": "healthy"}),
+        (1.1, {"d0": "healthy"}),
+        (1.3, {"d0": "unhealthy"}),
+        (4.2, {"d0": "unhealthy"}),
+        (4.6, {"d0": "healthy"}),
+    ]
+    out_s, back_s = routing_times(polls, "d0", fault_at=1.0, recovered_at=4.0)
+    assert out_s is not None and abs(out_s - 0.3) < 1e-9
+    assert back_s is not None and abs(back_s - 0.6) < 1e-9
+    assert routing_times(polls[:3], "d0", 1.0, 4.0) == (out_s, None)

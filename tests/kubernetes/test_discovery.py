@@ -1,0 +1,141 @@
+"""Discovery against the fake API server: pods appear → routed, not Ready → removed, 410 →
+relist without losing state, API server restart → recovers. A real coordinator (in process,
+real HTTP) routes to simulated engines running as processes standing in for the pods."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pdorch.app.server import RunningCoordinator, run_coordinator
+from pdorch.config.fleet import parse_fleet_config
+from pools.http_client import http_client
+from pools.replica import ReplicaState
+from tests.kube_apiserver import FakeKubeApiServer
+from tests.kubernetes.conftest import NAMESPACE
+from tests.kubernetes.sim_engines import MODEL, TOPIC, SimPodEngine
+from tests.waiting import async_wait_until
+
+pytestmark = pytest.mark.integration
+
+PREFILL = {"app": "engine", "pdorch.io/pool": "prefill", "pdorch.io/kv-role": "both"}
+DECODE = {"app": "engine", "pdorch.io/pool": "decode", "pdorch.io/kv-role": "both"}
+
+
+def discovery_fleet(kube: FakeKubeApiServer, token_file: Path, **extra: Any) -> Any:
+    return parse_fleet_config(
+        {
+            "served_model_name": MODEL,
+            "block_size": 16,
+            "pools": {"prefill": {}, "decode": {}},
+            "discovery": {
+                "kind": "kubernetes",
+                "namespace": NAMESPACE,
+                "api_url": kube.url,
+                "token_file": str(token_file),
+                "kv_events_topic": TOPIC,
+                "watch_timeout_s": 30,
+                "backoff_initial_s": 0.05,
+                "backoff_max_s": 0.5,
+                "drain_timeout_s": 5,
+                "pools": {
+                    "prefill": {"label_selector": "app=engine,pdorch.io/pool=prefill"},
+                    "decode": {"label_selector": "app=engine,pdorch.io/pool=decode"},
+                },
+                **extra,
+            },
+        }
+    )
+
+
+def state(pd: RunningCoordinator, name: str) -> ReplicaState | None:
+    replica = pd.coordinator.fleet.get(name)
+    return replica.state if replica is not None else None
+
+
+async def wait_state(pd: RunningCoordinator, name: str, want: ReplicaState | None) -> None:
+    async def reached() -> bool:
+        return state(pd, name) is want
+
+    await async_wait_until(reached, timeout=20.0, interval=0.05, message=f"{name} {want}")
+
+
+async def test_pods_are_routed_removed_and_survive_expiry_and_restarts(
+    kube: FakeKubeApiServer, token_file: Path, sim_pods: list[SimPodEngine]
+) -> None:
+    a, b, c = sim_pods
+    kube.add_pod("prefill-a", PREFILL, ready=True, pod_ip="127.0.0.1", annotations=a.annotations)
+    kube.add_pod("decode-b", DECODE, ready=True, pod_ip="127.0.0.1", annotations=b.annotations)
+    kube.add_pod("other", {"app": "unrelated"}, ready=True, pod_ip="127.0.0.1")
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    async with (
+        run_coordinator(discovery_fleet(kube, token_file), port=0) as pd,
+        http_client(base_url=pd.url, timeout=30.0) as client,
+    ):
+        discovery = pd.coordinator.discovery
+        # listed pods are admitted (health + KV events followed) and serve requests
+        await wait_state(pd, "prefill-a", ReplicaState.HEALTHY)
+        await wait_state(pd, "decode-b", ReplicaState.HEALTHY)
+        assert "other" not in pd.coordinator.fleet
+        decode = pd.coordinator.fleet.get("decode-b")
+        assert decode is not None
+        assert decode.url == b.url
+        assert decode.endpoint.kv_events_endpoint == f"tcp://127.0.0.1:{b.kv_events_port}"
+        assert decode.endpoint.switchable
+        assert pd.coordinator.kv_events_live("decode-b")
+        answer = await client.post("/v1/chat/completions", json=body)
+        assert answer.status_code == 200, answer.text
+
+        # a pod that appears later (scheduled, then Ready) joins only once Ready
+        kube.add_pod("decode-c", DECODE, annotations=c.annotations)
+
+        async def listed() -> bool:
+            return "decode-c" in discovery.pods["decode"]
+
+        await async_wait_until(listed, timeout=10.0, message="decode-c seen")
+        assert "decode-c" not in pd.coordinator.fleet
+        kube.set_ready("decode-c", True, pod_ip="127.0.0.1")
+        await wait_state(pd, "decode-c", ReplicaState.HEALTHY)
+
+        # not Ready → drained and removed; Ready again → back
+        kube.set_ready("decode-c", False)
+        await wait_state(pd, "decode-c", None)
+        kube.set_ready("decode-c", True, pod_ip="127.0.0.1")
+        await wait_state(pd, "decode-c", ReplicaState.HEALTHY)
+
+        # watch expiry: history compacted, open watches cut → 410 on re-watch → relist;
+        # a change made meanwhile is seen, the replicas that did not change are kept as they are
+        kept = pd.coordinator.fleet.get("prefill-a")
+        added_before, lists_before = discovery.stats.added, discovery.stats.lists
+        kube.expire_watches()
+        kube.delete_pod("decode-c")
+        await wait_state(pd, "decode-c", None)
+        assert discovery.stats.expired >= 1
+        assert discovery.stats.lists > lists_before
+        assert pd.coordinator.fleet.get("prefill-a") is kept  # same replica, not re-added
+        assert discovery.stats.added == added_before
+        assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+
+        # API server restart (same port, history kept): errors, backoff, watch resumes from
+        # its resourceVersion and sees what changed while the server was down
+        errors_before = discovery.stats.errors
+        kube.stop()
+        kube.set_ready("decode-b", False)
+        kube.add_pod("decode-c", DECODE, ready=True, pod_ip="127.0.0.1", annotations=c.annotations)
+        kube.start()
+        await wait_state(pd, "decode-b", None)
+        await wait_state(pd, "decode-c", ReplicaState.HEALTHY)
+        assert discovery.stats.errors > errors_before
+
+        # a restart that lost the history (a new etcd, a compaction): 410 → relist
+        expired_before = discovery.stats.expired
+        kube.stop()
+        kube.set_ready("decode-b", True, pod_ip="127.0.0.1")
+        kube.restart(compact=True)
+        await wait_state(pd, "decode-b", ReplicaState.HEALTHY)
+        assert discovery.stats.expired > expired_before
+        assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+        # every request to the API server carried the service-account token
+        assert all(r.path.startswith("/api/v1/namespaces/pdorch/pods") for r in kube.requests)

@@ -289,6 +289,9 @@ class FakeKubeApiServer:
         """The kubelet's report: Ready condition (and Running with a podIP when ready)."""
         return self._modify_pod(name, lambda p: _set_status(p, ready, pod_ip))
 
+    def annotate(self, name: str, annotations: dict[str, str]) -> Obj:
+        return self._modify_pod(name, lambda p: p["metadata"]["annotations"].update(annotations))
+
     def set_labels(self, name: str, labels: dict[str, str]) -> Obj:
         return self._modify_pod(name, lambda p: p["metadata"].__setitem__("labels", dict(labels)))
 
@@ -350,10 +353,13 @@ class FakeKubeApiServer:
             dep = self._deployments[(self.namespace, name)]
             dep["spec"]["replicas"] = replicas
             dep["metadata"]["resourceVersion"] = str(self._bump())
+            # a pod relabelled out of the selector is released (no longer counted), as the
+            # ReplicaSet controller releases it
             owned = [
                 p
                 for p in self._pods.values()
                 if p["metadata"]["annotations"].get("fake.pdorch/owner") == name
+                and selector_matches(_selector_text(dep), p["metadata"].get("labels") or {})
                 and not p["metadata"].get("deletionTimestamp")
             ]
             labels = dep["spec"]["template"]["metadata"]["labels"]

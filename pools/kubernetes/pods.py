@@ -45,6 +45,7 @@ class PodView:
     labels: dict[str, str]
     annotations: dict[str, str]
     resource_version: str
+    created: str = ""  # metadata.creationTimestamp (RFC 3339: sorts in time order)
 
 
 def pod_view(pod: Obj) -> PodView:
@@ -62,6 +63,7 @@ def pod_view(pod: Obj) -> PodView:
         labels=dict(meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
         resource_version=str(meta.get("resourceVersion") or ""),
+        created=str(meta.get("creationTimestamp") or ""),
     )
 
 

@@ -27,9 +27,9 @@ def token_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sim_pods(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[SimPodEngine]]:
-    """Three simulated engines (role both) shared by a module's tests: the pods' containers."""
+    """Three simulated engines (role both) shared by every test here: the pods' containers."""
     logs = tmp_path_factory.mktemp("sim-pods")
     engines = [SimPodEngine(logs / f"engine-{i}.log") for i in range(3)]
     try:

@@ -5,61 +5,18 @@ real HTTP) routes to simulated engines running as processes standing in for the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from pdorch.app.server import RunningCoordinator, run_coordinator
-from pdorch.config.fleet import parse_fleet_config
+from pdorch.app.server import run_coordinator
 from pools.http_client import http_client
 from pools.replica import ReplicaState
 from tests.kube_apiserver import FakeKubeApiServer
-from tests.kubernetes.conftest import NAMESPACE
-from tests.kubernetes.sim_engines import MODEL, TOPIC, SimPodEngine
+from tests.kubernetes.helpers import DECODE, PREFILL, discovery_fleet, wait_state
+from tests.kubernetes.sim_engines import MODEL, SimPodEngine
 from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
-
-PREFILL = {"app": "engine", "pdorch.io/pool": "prefill", "pdorch.io/kv-role": "both"}
-DECODE = {"app": "engine", "pdorch.io/pool": "decode", "pdorch.io/kv-role": "both"}
-
-
-def discovery_fleet(kube: FakeKubeApiServer, token_file: Path, **extra: Any) -> Any:
-    return parse_fleet_config(
-        {
-            "served_model_name": MODEL,
-            "block_size": 16,
-            "pools": {"prefill": {}, "decode": {}},
-            "discovery": {
-                "kind": "kubernetes",
-                "namespace": NAMESPACE,
-                "api_url": kube.url,
-                "token_file": str(token_file),
-                "kv_events_topic": TOPIC,
-                "watch_timeout_s": 30,
-                "backoff_initial_s": 0.05,
-                "backoff_max_s": 0.5,
-                "drain_timeout_s": 5,
-                "pools": {
-                    "prefill": {"label_selector": "app=engine,pdorch.io/pool=prefill"},
-                    "decode": {"label_selector": "app=engine,pdorch.io/pool=decode"},
-                },
-                **extra,
-            },
-        }
-    )
-
-
-def state(pd: RunningCoordinator, name: str) -> ReplicaState | None:
-    replica = pd.coordinator.fleet.get(name)
-    return replica.state if replica is not None else None
-
-
-async def wait_state(pd: RunningCoordinator, name: str, want: ReplicaState | None) -> None:
-    async def reached() -> bool:
-        return state(pd, name) is want
-
-    await async_wait_until(reached, timeout=20.0, interval=0.05, message=f"{name} {want}")
 
 
 async def test_pods_are_routed_removed_and_survive_expiry_and_restarts(

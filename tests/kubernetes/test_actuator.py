@@ -1,0 +1,168 @@
+"""The Kubernetes actuator against the fake API server, with a real coordinator (discovery on)
+in front of simulated engines standing in for the pods: scale up → the scale subresource
+patched, new pods pending until Ready; scale down → drained through the coordinator, then the
+pod's deletion cost, then the PATCH, and the drained pod is the one removed; limits and the GPU
+budget refused; role switch only for role-agnostic pods."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from autoscale.actuators.base import ActuatorError
+from autoscale.actuators.kubernetes import (
+    DELETION_COST,
+    DRAINED_DELETION_COST,
+    CoordinatorDrainer,
+    KubernetesActuator,
+)
+from autoscale.policy import parse_policy
+from autoscale.signals import PoolStatus
+from pdorch.app.server import RunningCoordinator, run_coordinator
+from pools.replica import ReplicaState
+from tests.kube_apiserver import FakeKubeApiServer, RecordedRequest
+from tests.kubernetes.helpers import DECODE, PREFILL, SELECTORS, discovery_fleet, wait_state
+from tests.kubernetes.sim_engines import SimPodEngine
+
+pytestmark = pytest.mark.integration
+
+POLICY = {
+    "pools": {
+        "prefill": {"min": 0, "max": 4, "drain_timeout_s": 5},
+        "decode": {"min": 1, "max": 4, "drain_timeout_s": 5},
+    },
+    "gpu_budget": 3,
+}
+
+
+class RecordingDrainer(CoordinatorDrainer):
+    """The real HTTP drainer, noting when each drain came back and the replica's state then."""
+
+    def __init__(self, pd: RunningCoordinator) -> None:
+        super().__init__([pd.url])
+        self.pd = pd
+        self.drained: list[tuple[float, str, ReplicaState | None]] = []
+
+    async def drain(self, replica_id: str, timeout_s: float) -> None:
+        await super().drain(replica_id, timeout_s)
+        replica = self.pd.coordinator.fleet.get(replica_id)
+        self.drained.append((time.monotonic(), replica_id, replica.state if replica else None))
+
+
+def patches(kube: FakeKubeApiServer, suffix: str) -> list[RecordedRequest]:
+    return [r for r in kube.requests if r.method == "PATCH" and r.path.endswith(suffix)]
+
+
+def bring_up(kube: FakeKubeApiServer, name: str, engine: SimPodEngine) -> None:
+    """The kubelet's part: the pod's container is `engine`; it turns Ready."""
+    kube.annotate(name, engine.annotations)
+    kube.set_ready(name, True, pod_ip="127.0.0.1")
+
+
+async def test_scale_up_pending_then_scale_down_drains_before_the_patch(
+    kube: FakeKubeApiServer, token_file: Path, sim_pods: list[SimPodEngine]
+) -> None:
+    a, b, c = sim_pods
+    kube.add_deployment("vllm-prefill", PREFILL, replicas=0)
+    kube.add_deployment("vllm-decode", DECODE, replicas=2)
+    first = [p["metadata"]["name"] for p in kube.pods(SELECTORS["decode"])]
+    for name, engine in zip(first, (a, b), strict=True):
+        bring_up(kube, name, engine)
+    config = discovery_fleet(kube, token_file, deployments=True)
+    assert config.discovery is not None
+    async with run_coordinator(config, port=0) as pd:
+        for name in first:
+            await wait_state(pd, name, ReplicaState.HEALTHY)
+        drainer = RecordingDrainer(pd)
+        actuator = KubernetesActuator(
+            config.discovery, drainer, policy=parse_policy(POLICY), settle_s=20, poll_s=0.05
+        )
+        try:
+            await actuator.refresh()
+            assert actuator.status("decode") == PoolStatus(ready=2)
+            assert actuator.status("prefill") == PoolStatus()
+
+            # scale up: the scale subresource is patched; the new pod is pending until Ready
+            actuator.scale("decode", 3, now=0.0)
+            assert actuator.status("decode") == PoolStatus(ready=2, pending=1)
+            await actuator.idle()
+            assert kube.deployment_replicas("vllm-decode") == 3
+            (up,) = patches(kube, "/deployments/vllm-decode/scale")
+            assert up.body == {"spec": {"replicas": 3}}
+            assert up.content_type == "application/merge-patch+json"
+            await actuator.refresh()
+            assert actuator.status("decode") == PoolStatus(ready=2, pending=1)
+            (new,) = {p["metadata"]["name"] for p in kube.pods(SELECTORS["decode"])} - set(first)
+            bring_up(kube, new, c)
+            await actuator.refresh()
+            assert actuator.status("decode") == PoolStatus(ready=3)
+            await wait_state(pd, new, ReplicaState.HEALTHY)
+
+            # refused: over the GPU budget (3 decode + 1 prefill > 3), below min, unknown pool
+            with pytest.raises(ActuatorError, match="gpu_budget of 3"):
+                actuator.scale("prefill", 1, now=0.0)
+            with pytest.raises(ActuatorError, match="below its min of 1"):
+                actuator.scale("decode", 0, now=0.0)
+            with pytest.raises(ActuatorError, match="unknown pool 'colocated'"):
+                actuator.scale("colocated", 1, now=0.0)
+            assert len(patches(kube, "/scale")) == 1
+
+            # scale down: the newest Ready pod is drained through the coordinator, gets the
+            # lowest deletion cost, and only then the count is lowered; it is the pod removed
+            actuator.scale("decode", 2, now=0.0)
+            assert actuator.status("decode") == PoolStatus(ready=2, draining=1)
+            await actuator.idle()
+            ((drained_at, victim, seen),) = drainer.drained
+            assert victim == new
+            assert seen is ReplicaState.DRAINING  # out of routing when the drain answered
+            (cost,) = patches(kube, f"/pods/{victim}")
+            assert cost.body == {
+                "metadata": {"annotations": {DELETION_COST: str(DRAINED_DELETION_COST)}}
+            }
+            down = patches(kube, "/deployments/vllm-decode/scale")[-1]
+            assert down.body == {"spec": {"replicas": 2}}
+            assert drained_at < cost.at < down.at
+            assert kube.pod(victim) is None
+            assert {p["metadata"]["name"] for p in kube.pods(SELECTORS["decode"])} == set(first)
+            await wait_state(pd, victim, None)
+            assert actuator.status("decode") == PoolStatus(ready=2)
+            assert actuator.stats.cancelled == []
+        finally:
+            await actuator.aclose()
+            await drainer.aclose()
+
+
+async def test_switch_role_only_for_role_agnostic_pods(
+    kube: FakeKubeApiServer, token_file: Path, sim_pods: list[SimPodEngine]
+) -> None:
+    a, b, _ = sim_pods
+    kube.add_deployment("vllm-prefill", PREFILL, replicas=0)
+    kube.add_deployment("vllm-decode", DECODE, replicas=1)
+    (both,) = [p["metadata"]["name"] for p in kube.pods(SELECTORS["decode"])]
+    bring_up(kube, both, a)
+    fixed = {**DECODE, "pdorch.io/kv-role": "kv_consumer"}
+    kube.add_pod("decode-fixed", fixed, ready=True, pod_ip="127.0.0.1", annotations=b.annotations)
+    config = discovery_fleet(kube, token_file, deployments=True)
+    assert config.discovery is not None
+    async with run_coordinator(config, port=0) as pd:
+        await wait_state(pd, both, ReplicaState.HEALTHY, pool="decode")
+        drainer = CoordinatorDrainer([pd.url])
+        actuator = KubernetesActuator(config.discovery, drainer, policy=parse_policy(POLICY))
+        try:
+            await actuator.refresh()
+            assert actuator.switchable("decode") == [both]
+            with pytest.raises(ActuatorError, match=r"kv_consumer.*is not kv_both"):
+                actuator.switch_role("decode-fixed", "prefill", now=0.0)
+            actuator.switch_role(both, "prefill", now=0.0)
+            await actuator.idle()
+            (relabel,) = patches(kube, f"/pods/{both}")
+            assert relabel.body == {"metadata": {"labels": {"pdorch.io/pool": "prefill"}}}
+            # the coordinator's discovery moved the replica: same id, new pool, routable
+            await wait_state(pd, both, ReplicaState.HEALTHY, pool="prefill")
+            assert kube.deployment_replicas("vllm-decode") == 0  # no replacement started
+            assert actuator.status("prefill").ready == 1
+        finally:
+            await actuator.aclose()
+            await drainer.aclose()

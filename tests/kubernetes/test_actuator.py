@@ -6,10 +6,13 @@ budget refused; role switch only for role-agnostic pods."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from autoscale.actuators.base import ActuatorError
 from autoscale.actuators.kubernetes import (
@@ -21,10 +24,18 @@ from autoscale.actuators.kubernetes import (
 from autoscale.policy import parse_policy
 from autoscale.signals import PoolStatus
 from pdorch.app.server import RunningCoordinator, run_coordinator
+from pdorch.cli import app
 from pools.replica import ReplicaState
 from tests.kube_apiserver import FakeKubeApiServer, RecordedRequest
-from tests.kubernetes.helpers import DECODE, PREFILL, SELECTORS, discovery_fleet, wait_state
-from tests.kubernetes.sim_engines import SimPodEngine
+from tests.kubernetes.helpers import (
+    DECODE,
+    PREFILL,
+    SELECTORS,
+    discovery_fleet,
+    discovery_section,
+    wait_state,
+)
+from tests.kubernetes.sim_engines import MODEL, SimPodEngine
 
 pytestmark = pytest.mark.integration
 
@@ -166,3 +177,44 @@ async def test_switch_role_only_for_role_agnostic_pods(
         finally:
             await actuator.aclose()
             await drainer.aclose()
+
+
+async def test_pdorch_autoscale_with_the_kubernetes_actuator(
+    kube: FakeKubeApiServer, token_file: Path, sim_pods: list[SimPodEngine], tmp_path: Path
+) -> None:
+    a = sim_pods[0]
+    kube.add_deployment("vllm-prefill", PREFILL, replicas=0)
+    kube.add_deployment("vllm-decode", DECODE, replicas=1)
+    (pod,) = [p["metadata"]["name"] for p in kube.pods(SELECTORS["decode"])]
+    bring_up(kube, pod, a)
+    fleet_file = tmp_path / "fleet.yaml"
+    section = discovery_section(kube, token_file, deployments=True)
+    fleet_file.write_text(
+        json.dumps(
+            {
+                "served_model_name": MODEL,
+                "pools": {"prefill": {}, "decode": {}},
+                "discovery": section,
+            }
+        )
+    )
+    policy = tmp_path / "slo.yaml"  # decode must have 2: one tick scales it up
+    policy.write_text(json.dumps({"pools": {"prefill": {"min": 0}, "decode": {"min": 2}}}))
+    runner = CliRunner()
+    async with run_coordinator(discovery_fleet(kube, token_file, True), port=0) as pd:
+        await wait_state(pd, pod, ReplicaState.HEALTHY)
+        args = ["autoscale", "--policy", str(policy), "--url", pd.url, "--once"]
+        missing = await asyncio.to_thread(runner.invoke, app, [*args, "--actuator", "kubernetes"])
+        assert missing.exit_code == 2
+        assert "--actuator kubernetes needs --config" in missing.output
+        result = await asyncio.to_thread(
+            runner.invoke,
+            app,
+            [*args, "--interval-s", "0.5", "--actuator", "kubernetes", "--config", str(fleet_file)],
+        )
+        assert result.exit_code == 0, result.output
+        assert "decode: 2" in result.output
+        assert [r.body for r in patches(kube, "/deployments/vllm-decode/scale")] == [
+            {"spec": {"replicas": 2}}
+        ]
+        assert kube.deployment_replicas("vllm-decode") == 2

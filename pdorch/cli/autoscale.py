@@ -89,7 +89,7 @@ def autoscale(
         "--drain-url",
         metavar="URL,...",
         help="With `--actuator kubernetes`: every coordinator that routes to the engines "
-        "(each drains a pod before it goes). Default: --url.",
+        "(each drains a pod before it goes), comma-separated or repeated. Default: --url.",
     ),
     log_level: str = typer.Option("warning", help="Log level (stderr): debug, info, warning."),
 ) -> None:

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import asyncio
 
-from pdorch.app.server import run_coordinator
+from pdorch.app.server import RunningCoordinator, run_coordinator
 from pools.http_client import http_client
 from pools.replica import ReplicaState
 from tests.coordinator.helpers import MODEL, assert_openai_error, fleet, sim
 from tests.waiting import async_wait_until
 
 ADMIN = {"Authorization": "Bearer root"}
+
+
+def state(pd: RunningCoordinator, replica_id: str) -> ReplicaState | None:
+    replica = pd.coordinator.fleet.get(replica_id)
+    return replica.state if replica is not None else None
 
 
 async def test_drain_waits_for_in_flight_work_cuts_at_the_timeout_and_cancels() -> None:
@@ -31,13 +36,12 @@ async def test_drain_waits_for_in_flight_work_cuts_at_the_timeout_and_cancels() 
         done = await client.post("/admin/replicas/decode-0/drain", headers=ADMIN, json={})
         assert done.status_code == 200, done.text
         assert done.json()["timed_out"] is False and done.json()["pool"] == "decode"
-        replica = pd.coordinator.fleet.get("decode-0")
-        assert replica is not None and replica.state is ReplicaState.DRAINING
+        assert state(pd, "decode-0") is ReplicaState.DRAINING
         cancelled = await client.post(
             "/admin/replicas/decode-0/drain", headers=ADMIN, json={"cancel": True}
         )
         assert cancelled.json() == {"replica": "decode-0", "pool": "decode", "cancelled": True}
-        assert replica.state is ReplicaState.HEALTHY
+        assert state(pd, "decode-0") is ReplicaState.HEALTHY
 
         # a long stream on decode-1 past a short timeout: cut with an error event, not dropped
         await client.post("/admin/replicas/decode-0/drain", headers=ADMIN, json={})

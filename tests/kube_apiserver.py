@@ -27,6 +27,7 @@ Test helpers change the store as the cluster would (`add_pod`, `set_ready`, `set
 `delete_pod`, `add_deployment`), read it (`pod`, `pods`, `deployment_replicas`), record every
 request (`requests`: method, path, query, body) and `restart()` the server on the same port
 (open watches are cut; the store survives, its history optionally compacted).
+The HTTP side is `tests/kube_http.py`; object helpers (selectors, `Status`) `tests/kube_objects.py`.
 """
 
 from __future__ import annotations
@@ -34,110 +35,30 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import re
 import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
-PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
-
-Obj = dict[str, Any]
-
-
-class ApiStatusError(Exception):
-    """Answered as a `Status` object with `code`."""
-
-    def __init__(self, code: int, reason: str, message: str, details: Obj | None = None) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message, self.details = code, reason, message, details
-
-
-def status_body(code: int, reason: str, message: str, details: Obj | None = None) -> Obj:
-    body: Obj = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if details:
-        body["details"] = details
-    return body
-
-
-# ---- label selectors (equality- and set-based, as `kubectl -l` writes them) -------------------
-
-_TERM = re.compile(
-    r"^\s*(?P<neg>!)?(?P<key>[A-Za-z0-9_./-]+)\s*"
-    r"(?:(?P<op>==|=|!=)\s*(?P<val>[A-Za-z0-9_.-]*)|\s+(?P<setop>in|notin)\s*\((?P<set>[^)]*)\))?\s*$"
+from tests.kube_http import KubeApiHandler
+from tests.kube_objects import (
+    DELETION_COST,
+    ApiStatusError,
+    Obj,
+    RecordedRequest,
+    StoredEvent,
+    deletion_rank,
+    event_line,
+    filtered_type,
+    selector_matches,
+    selector_text,
+    set_status,
+    status_body,
 )
 
-
-def _split_terms(selector: str) -> list[str]:
-    terms, depth, cur = [], 0, ""
-    for ch in selector:
-        depth += ch == "("
-        depth -= ch == ")"
-        if ch == "," and depth == 0:
-            terms.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        terms.append(cur)
-    return terms
-
-
-def selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
-    """Does `labels` satisfy `selector`? ApiStatusError 400 for a selector we cannot parse."""
-    for term in _split_terms(selector or ""):
-        m = _TERM.match(term)
-        if m is None:
-            raise ApiStatusError(400, "BadRequest", f"unable to parse requirement: {term!r}")
-        key, has = m["key"], m["key"] in labels
-        if m["neg"]:
-            ok = not has
-        elif m["op"] in ("=", "=="):
-            ok = labels.get(key) == m["val"]
-        elif m["op"] == "!=":
-            ok = labels.get(key) != m["val"]
-        elif m["setop"]:
-            values = {v.strip() for v in m["set"].split(",")}
-            ok = (
-                (labels.get(key) in values) if m["setop"] == "in" else labels.get(key) not in values
-            )
-        else:
-            ok = has
-        if not ok:
-            return False
-    return True
-
-
-@dataclass
-class _Event:
-    rv: int
-    kind: str  # "pods" | "deployments"
-    type: str  # ADDED | MODIFIED | DELETED
-    old: Obj | None
-    new: Obj
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    method: str
-    path: str
-    query: dict[str, str]
-    body: Any
-    content_type: str | None
-    at: float
+__all__ = ["DELETION_COST", "ApiStatusError", "FakeKubeApiServer", "RecordedRequest"]
 
 
 class FakeKubeApiServer:
@@ -153,7 +74,7 @@ class FakeKubeApiServer:
         self._rv = 100
         self._pods: dict[tuple[str, str], Obj] = {}
         self._deployments: dict[tuple[str, str], Obj] = {}
-        self._events: list[_Event] = []
+        self._events: list[StoredEvent] = []
         self._oldest_rv = self._rv  # watches from before this get 410
         self.requests: list[RecordedRequest] = []
         self.port = 0
@@ -171,7 +92,7 @@ class FakeKubeApiServer:
     def start(self) -> FakeKubeApiServer:
         fake = self
 
-        class Handler(_Handler):
+        class Handler(KubeApiHandler):
             server_fake = fake
 
         server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
@@ -217,7 +138,9 @@ class FakeKubeApiServer:
         return self._rv
 
     def _record(self, kind: str, type_: str, old: Obj | None, new: Obj) -> None:
-        self._events.append(_Event(int(new["metadata"]["resourceVersion"]), kind, type_, old, new))
+        self._events.append(
+            StoredEvent(int(new["metadata"]["resourceVersion"]), kind, type_, old, new)
+        )
         self._lock.notify_all()
 
     def compact(self) -> None:
@@ -265,7 +188,7 @@ class FakeKubeApiServer:
             }
             if owner is not None:
                 pod["metadata"]["annotations"]["fake.pdorch/owner"] = owner
-            _set_status(pod, ready, pod_ip)
+            set_status(pod, ready, pod_ip)
             self._pods[(ns, name)] = pod
             self._record("pods", "ADDED", None, pod)
             return copy.deepcopy(pod)
@@ -287,7 +210,7 @@ class FakeKubeApiServer:
 
     def set_ready(self, name: str, ready: bool = True, pod_ip: str | None = "127.0.0.1") -> Obj:
         """The kubelet's report: Ready condition (and Running with a podIP when ready)."""
-        return self._modify_pod(name, lambda p: _set_status(p, ready, pod_ip))
+        return self._modify_pod(name, lambda p: set_status(p, ready, pod_ip))
 
     def annotate(self, name: str, annotations: dict[str, str]) -> Obj:
         return self._modify_pod(name, lambda p: p["metadata"]["annotations"].update(annotations))
@@ -359,14 +282,14 @@ class FakeKubeApiServer:
                 p
                 for p in self._pods.values()
                 if p["metadata"]["annotations"].get("fake.pdorch/owner") == name
-                and selector_matches(_selector_text(dep), p["metadata"].get("labels") or {})
+                and selector_matches(selector_text(dep), p["metadata"].get("labels") or {})
                 and not p["metadata"].get("deletionTimestamp")
             ]
             labels = dep["spec"]["template"]["metadata"]["labels"]
             for _ in range(replicas - len(owned)):
                 self.add_pod(f"{name}-{uuid.uuid4().hex[:5]}", labels, owner=name)
             if len(owned) > replicas:
-                owned.sort(key=_deletion_rank)
+                owned.sort(key=deletion_rank)
                 for pod in owned[: len(owned) - replicas]:
                     self.delete_pod(pod["metadata"]["name"])
             dep["status"]["replicas"] = replicas
@@ -400,7 +323,7 @@ class FakeKubeApiServer:
                     "Expired",
                     f"too old resource version: {start_rv} ({self._oldest_rv})",
                 )
-                yield _line({"type": "ERROR", "object": gone})
+                yield event_line({"type": "ERROR", "object": gone})
                 return
         deadline = time.monotonic() + timeout_s
         next_bookmark = time.monotonic() + self.bookmark_interval_s
@@ -413,9 +336,9 @@ class FakeKubeApiServer:
                 for ev in self._events:
                     if ev.rv <= sent or ev.kind != "pods" or ev.new["metadata"]["namespace"] != ns:
                         continue
-                    typ = _filtered_type(ev, selector)
+                    typ = filtered_type(ev, selector)
                     if typ is not None:
-                        out.append(_line({"type": typ, "object": ev.new}))
+                        out.append(event_line({"type": typ, "object": ev.new}))
                 sent = max(sent, self._rv)  # every event up to now was looked at
                 now = time.monotonic()
                 if not out:
@@ -428,7 +351,7 @@ class FakeKubeApiServer:
                             "apiVersion": "v1",
                             "metadata": {"resourceVersion": str(self._rv)},
                         }
-                        out.append(_line({"type": "BOOKMARK", "object": bm}))
+                        out.append(event_line({"type": "BOOKMARK", "object": bm}))
                     else:
                         self._lock.wait(min(0.1, max(0.0, deadline - now)))
             yield from out
@@ -479,7 +402,7 @@ class FakeKubeApiServer:
                 "resourceVersion": dep["metadata"]["resourceVersion"],
             },
             "spec": {"replicas": dep["spec"]["replicas"]},
-            "status": {"replicas": dep["status"]["replicas"], "selector": _selector_text(dep)},
+            "status": {"replicas": dep["status"]["replicas"], "selector": selector_text(dep)},
         }
 
     def patch_scale(self, ns: str, name: str, patch: Obj) -> Obj:
@@ -505,180 +428,3 @@ class FakeKubeApiServer:
                 )
             self._set_replicas(name, replicas)
             return self.scale_of(ns, name)
-
-
-def _line(obj: Obj) -> bytes:
-    return json.dumps(obj).encode() + b"\n"
-
-
-def _filtered_type(ev: _Event, selector: str | None) -> str | None:
-    new_ok = selector_matches(selector, ev.new["metadata"].get("labels") or {})
-    if ev.type == "ADDED":
-        return "ADDED" if new_ok else None
-    old_ok = ev.old is not None and selector_matches(
-        selector, ev.old["metadata"].get("labels") or {}
-    )
-    if ev.type == "DELETED":
-        return "DELETED" if old_ok else None
-    if old_ok and new_ok:
-        return "MODIFIED"
-    if new_ok:
-        return "ADDED"
-    return "DELETED" if old_ok else None
-
-
-def _set_status(pod: Obj, ready: bool, pod_ip: str | None) -> None:
-    status = pod["status"]
-    status["phase"] = "Running" if pod_ip else "Pending"
-    if pod_ip:
-        status["podIP"] = pod_ip
-        status["podIPs"] = [{"ip": pod_ip}]
-    else:
-        status.pop("podIP", None)
-        status.pop("podIPs", None)
-    status["conditions"] = [
-        {"type": "PodScheduled", "status": "True"},
-        {"type": "Ready", "status": "True" if ready else "False"},
-    ]
-
-
-def _is_ready(pod: Obj) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in pod["status"].get("conditions") or []
-    )
-
-
-def _deletion_rank(pod: Obj) -> tuple[int, int, str]:
-    """ReplicaSet's order of deletion, as far as these pods differ: not Ready first, then the
-    lower pod-deletion-cost, then the newer pod (higher resourceVersion at creation)."""
-    cost = int(pod["metadata"].get("annotations", {}).get(DELETION_COST, "0"))
-    return (1 if _is_ready(pod) else 0, cost, pod["metadata"]["creationTimestamp"])
-
-
-def _selector_text(dep: Obj) -> str:
-    return ",".join(f"{k}={v}" for k, v in dep["spec"]["selector"]["matchLabels"].items())
-
-
-_POD = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+))?$")
-_DEP = re.compile(
-    r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/deployments/(?P<name>[^/]+)(?P<scale>/scale)?$"
-)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server_fake: FakeKubeApiServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        del format, args  # quiet: tests read `requests`
-
-    def _send_json(self, code: int, body: Obj) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _handle(self, method: str) -> None:
-        fake = self.server_fake
-        split = urlsplit(self.path)
-        query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip() or None
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        with fake._lock:
-            fake.requests.append(
-                RecordedRequest(method, split.path, query, body, content_type, time.monotonic())
-            )
-        try:
-            if self.headers.get("Authorization") != f"Bearer {fake.token}":
-                raise ApiStatusError(401, "Unauthorized", "Unauthorized")
-            if method == "PATCH" and content_type not in PATCH_TYPES:
-                raise ApiStatusError(
-                    415,
-                    "UnsupportedMediaType",
-                    f"the body of the request was in an unknown format - accepted media types "
-                    f"include: {', '.join(PATCH_TYPES)}",
-                )
-            self._route(method, split.path, query, body)
-        except ApiStatusError as err:
-            self._send_json(err.code, status_body(err.code, err.reason, err.message, err.details))
-
-    def _route(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
-        fake = self.server_fake
-        if (m := _POD.match(path)) is not None:
-            ns, name = m["ns"], m["name"]
-            if name is None and method == "GET":
-                if query.get("watch") in ("true", "1"):
-                    self._stream(
-                        fake.watch_pods(
-                            ns,
-                            query.get("labelSelector"),
-                            query.get("resourceVersion"),
-                            float(query.get("timeoutSeconds") or 1800),
-                            query.get("allowWatchBookmarks") == "true",
-                        )
-                    )
-                    return
-                self._send_json(200, fake.list_pods(ns, query.get("labelSelector")))
-                return
-            if name is not None and method == "GET":
-                pod = fake.pod(name) if ns == fake.namespace else None
-                if pod is None:
-                    raise ApiStatusError(404, "NotFound", f'pods "{name}" not found')
-                self._send_json(200, pod)
-                return
-            if name is not None and method == "PATCH":
-                self._send_json(200, fake.patch_pod(ns, name, body or {}))
-                return
-            if name is not None and method == "DELETE":
-                self._send_json(200, fake.delete_pod(name, ns))
-                return
-        if (m := _DEP.match(path)) is not None:
-            ns, name, scale = m["ns"], m["name"], m["scale"]
-            if method == "GET":
-                self._send_json(
-                    200, fake.scale_of(ns, name) if scale else fake.get_deployment(ns, name)
-                )
-                return
-            if method == "PATCH" and scale:
-                self._send_json(200, fake.patch_scale(ns, name, body or {}))
-                return
-        raise ApiStatusError(404, "NotFound", "the server could not find the requested resource")
-
-    def _stream(self, lines: Any) -> None:
-        fake = self.server_fake
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        self.wfile.flush()
-        with fake._lock:
-            fake._open.add(self.connection)
-        try:
-            for line in lines:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except OSError:
-            pass  # the client went away or the server was restarted
-        finally:
-            with fake._lock:
-                fake._open.discard(self.connection)
-        self.close_connection = True
-
-    def do_GET(self) -> None:
-        self._handle("GET")
-
-    def do_PATCH(self) -> None:
-        self._handle("PATCH")
-
-    def do_DELETE(self) -> None:
-        self._handle("DELETE")

@@ -17,7 +17,7 @@ from pools.kubernetes.pods import (
     side_channel_of,
 )
 from pools.kubernetes.settings import KubernetesDiscoverySettings
-from tests.kube_apiserver import ApiStatusError, selector_matches
+from tests.kube_objects import ApiStatusError, selector_matches
 
 FLEET = """\
 served_model_name: m

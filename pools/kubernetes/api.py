@@ -14,11 +14,13 @@ JSON (plain dicts with camelCase keys, exactly what the server sent) because the
   merge patch).
 
 Credentials: `settings.resolved_api_url()`, a bearer token read from `resolved_token_file()`
-(the service account's, in a pod) on every `KubeApi` built, the CA file in-cluster.
+(the service account's, in a pod; read again whenever the file changes, as the kubelet rotates
+it), the CA file in-cluster.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -34,6 +36,13 @@ ApiException = kclient.exceptions.ApiException
 Obj = dict[str, Any]
 
 
+def warm_up() -> None:
+    """Import the client's API modules (~5 s of CPU the first time: they are large). Run it in
+    a thread (`asyncio.to_thread(warm_up)`) before the first `KubeApi` on a serving loop."""
+    for module in ("apps_v1_api", "core_v1_api"):
+        importlib.import_module(f"kubernetes.aio.client.api.{module}")
+
+
 def is_gone(exc: BaseException) -> bool:
     """410 Gone: the resourceVersion we watch from is older than the server keeps."""
     return isinstance(exc, ApiException) and exc.status == 410
@@ -46,11 +55,22 @@ class KubeApi:
         self.namespace = settings.namespace
         config = kclient.Configuration(host=settings.resolved_api_url())
         token_file = settings.resolved_token_file()
-        if token is None and token_file is not None:
-            token = token_file.read_text().strip()
-        if token:
+        config.api_key_prefix = {"authorization": "Bearer"}
+        if token is not None:
             config.api_key = {"authorization": token}
-            config.api_key_prefix = {"authorization": "Bearer"}
+        elif token_file is not None:
+            # the kubelet rotates a projected service-account token in place: read it again
+            # whenever the file changed, before a request
+            seen: list[float] = [-1.0]
+
+            def reread(cfg: Any) -> None:
+                mtime = token_file.stat().st_mtime
+                if mtime != seen[0]:
+                    seen[0] = mtime
+                    cfg.api_key = {"authorization": token_file.read_text().strip()}
+
+            reread(config)
+            config.refresh_api_key_hook = reread  # type: ignore[assignment]  # typed None upstream
         ca = settings.resolved_ca_file()
         if ca is not None:
             config.ssl_ca_cert = str(ca)

@@ -43,7 +43,7 @@ import httpx
 
 from pools.drain import RequestTracker, drain_replica
 from pools.fleet import Fleet
-from pools.kubernetes.api import KubeApi, is_gone
+from pools.kubernetes.api import KubeApi, is_gone, warm_up
 from pools.kubernetes.pods import PodView, endpoint_of, pod_view, routable
 from pools.kubernetes.settings import KubernetesDiscoverySettings
 from pools.replica import ReplicaState
@@ -101,6 +101,7 @@ class KubernetesDiscovery:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        await asyncio.to_thread(warm_up)  # the client's imports would stall routing for seconds
         self._api = self.api_factory()
         loop = asyncio.get_running_loop()
         self._tasks = [

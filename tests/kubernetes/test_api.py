@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pools.http_client import http_client
 from pools.kubernetes.api import ApiException, KubeApi, is_gone
 from pools.kubernetes.settings import KubernetesDiscoverySettings
 from tests.kube_apiserver import FakeKubeApiServer
@@ -79,3 +80,24 @@ async def test_auth_errors_scale_and_a_filtered_watch(
         with pytest.raises(ApiException) as info:
             await api.list_pods("")
         assert info.value.status == 401
+
+
+async def test_the_fake_speaks_strategic_merge_and_conflicts_like_the_api(
+    kube: FakeKubeApiServer,
+) -> None:
+    kube.add_deployment("dec", {"app": "e"}, replicas=1)
+    scale = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/dec/scale"
+    auth = {"authorization": f"Bearer {kube.token}"}
+    async with http_client(base_url=kube.url, headers=auth, timeout=10.0) as client:
+        strategic = {"content-type": "application/strategic-merge-patch+json"}
+        answer = await client.patch(scale, content=b'{"spec":{"replicas":2}}', headers=strategic)
+        assert answer.status_code == 200 and answer.json()["spec"]["replicas"] == 2
+        assert answer.json()["kind"] == "Scale"
+        stale = {"metadata": {"resourceVersion": "1"}, "spec": {"replicas": 3}}
+        merge = {"content-type": "application/merge-patch+json"}
+        conflict = await client.patch(scale, content=json.dumps(stale), headers=merge)
+        assert conflict.status_code == 409 and conflict.json()["reason"] == "Conflict"
+        json_patch = {"content-type": "application/json-patch+json"}
+        refused = await client.patch(scale, content=b"[]", headers=json_patch)
+        assert refused.status_code == 415
+        assert kube.deployment_replicas("dec") == 2

@@ -22,12 +22,12 @@ MODEL = "sim-model"
 
 
 class SimPodEngine:
-    def __init__(self, log_path: Path, role: str = "both") -> None:
+    def __init__(self, log_path: Path, role: str = "both", time_scale: float = 0.1) -> None:
         self.port, self.kv_events_port = free_ports(2)
         self._log = log_path.open("wb")
         args = [
             "engine", "sim", "--role", role, "--port", str(self.port),
-            "--time-scale", "0.01", "--kv-transport", "none",
+            "--time-scale", str(time_scale), "--kv-transport", "none",
             "--kv-events-endpoint", f"tcp://*:{self.kv_events_port}",
             "--kv-events-topic", TOPIC, "--served-model-name", MODEL,
         ]  # fmt: skip

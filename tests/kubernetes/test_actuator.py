@@ -25,6 +25,7 @@ from autoscale.policy import parse_policy
 from autoscale.signals import PoolStatus
 from pdorch.app.server import RunningCoordinator, run_coordinator
 from pdorch.cli import app
+from pools.http_client import http_client
 from pools.replica import ReplicaState
 from tests.kube_apiserver import FakeKubeApiServer, RecordedRequest
 from tests.kubernetes.helpers import (
@@ -36,6 +37,7 @@ from tests.kubernetes.helpers import (
     wait_state,
 )
 from tests.kubernetes.sim_engines import MODEL, SimPodEngine
+from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +48,28 @@ POLICY = {
     },
     "gpu_budget": 3,
 }
+
+
+STREAMS = 6
+
+
+async def stream(url: str) -> str:
+    """One long streamed completion through the coordinator: "done" when it ends with
+    `[DONE]` and no error event, else what it ended with."""
+    body = {"model": MODEL, "prompt": "tell a long story", "max_tokens": 1500, "stream": True}
+    events: list[str] = []
+    async with (
+        http_client(base_url=url, timeout=120.0) as client,
+        client.stream("POST", "/v1/completions", json=body) as answer,
+    ):
+        if answer.status_code != 200:
+            return f"HTTP {answer.status_code}"
+        async for line in answer.aiter_lines():
+            if line.startswith("data: "):
+                events.append(line)
+    if not events or events[-1] != "data: [DONE]" or any('"error"' in e for e in events):
+        return f"ended with {events[-2:]}"
+    return "done"
 
 
 class RecordingDrainer(CoordinatorDrainer):
@@ -120,14 +144,24 @@ async def test_scale_up_pending_then_scale_down_drains_before_the_patch(
                 actuator.scale("colocated", 1, now=0.0)
             assert len(patches(kube, "/scale")) == 1
 
-            # scale down: the newest Ready pod is drained through the coordinator, gets the
-            # lowest deletion cost, and only then the count is lowered; it is the pod removed
+            # scale down under load: the newest Ready pod is drained through the coordinator
+            # (its streams finish), gets the lowest deletion cost, and only then the count is
+            # lowered; it is the pod removed, and no request is lost
+            streams = [asyncio.create_task(stream(pd.url)) for _ in range(STREAMS)]
+
+            async def victim_busy() -> bool:
+                return pd.coordinator.requests.in_flight(new) > 0
+
+            await async_wait_until(victim_busy, timeout=30.0, message=f"streams on {new}")
             actuator.scale("decode", 2, now=0.0)
             assert actuator.status("decode") == PoolStatus(ready=2, draining=1)
             await actuator.idle()
             ((drained_at, victim, seen),) = drainer.drained
             assert victim == new
             assert seen is ReplicaState.DRAINING  # out of routing when the drain answered
+            assert pd.coordinator.requests.in_flight(victim) == 0  # its streams had finished
+            outcomes = await asyncio.gather(*streams)
+            assert outcomes == ["done"] * STREAMS
             (cost,) = patches(kube, f"/pods/{victim}")
             assert cost.body == {
                 "metadata": {"annotations": {DELETION_COST: str(DRAINED_DELETION_COST)}}

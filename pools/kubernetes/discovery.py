@@ -9,7 +9,9 @@ One task per configured pool runs the list-then-watch loop of a Kubernetes infor
                                                  relist replaces the pool's view and every pod
                                                  whose state changed is reconciled)
     any other API or connection error (server restarting) → back off (backoff_initial_s,
-                                                 doubling, capped at backoff_max_s), watch again
+                                                 doubling, capped at backoff_max_s), list again
+                                                 (a restarted server may have lost its history;
+                                                 a relist is never wrong, only dearer)
 
 Reconciling one pod name (`_sync`) goes through the lifecycle the coordinator uses for
 replicas added at run time (`pools.fleet.Fleet`, as the local actuator does):
@@ -170,7 +172,8 @@ class KubernetesDiscovery:
                     version = None
                     continue
                 self.stats.errors += 1
-                log.warning("discovery %s: %r; retrying in %.1fs", pool, exc, backoff)
+                log.warning("discovery %s: %r; relisting in %.1fs", pool, exc, backoff)
+                version = None  # the server may have restarted without its history
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.settings.backoff_max_s)
 

@@ -75,9 +75,9 @@ async def test_pods_are_routed_removed_and_survive_expiry_and_restarts(
         assert discovery.stats.added == added_before
         assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
 
-        # API server restart (same port, history kept): errors, backoff, watch resumes from
-        # its resourceVersion and sees what changed while the server was down
-        errors_before = discovery.stats.errors
+        # API server restart (same port): errors, backoff, a relist that sees what changed
+        # while the server was down; replicas that did not change are kept as they are
+        errors_before, lists_before = discovery.stats.errors, discovery.stats.lists
         kube.stop()
         kube.set_ready("decode-b", False)
         kube.add_pod("decode-c", DECODE, ready=True, pod_ip="127.0.0.1", annotations=c.annotations)
@@ -85,14 +85,17 @@ async def test_pods_are_routed_removed_and_survive_expiry_and_restarts(
         await wait_state(pd, "decode-b", None)
         await wait_state(pd, "decode-c", ReplicaState.HEALTHY)
         assert discovery.stats.errors > errors_before
+        assert discovery.stats.lists > lists_before
+        assert pd.coordinator.fleet.get("prefill-a") is kept
 
-        # a restart that lost the history (a new etcd, a compaction): 410 → relist
-        expired_before = discovery.stats.expired
+        # a restart that lost the history too (a new etcd): the relist still recovers
+        lists_before = discovery.stats.lists
         kube.stop()
         kube.set_ready("decode-b", True, pod_ip="127.0.0.1")
         kube.restart(compact=True)
         await wait_state(pd, "decode-b", ReplicaState.HEALTHY)
-        assert discovery.stats.expired > expired_before
+        assert discovery.stats.lists > lists_before
+        assert pd.coordinator.fleet.get("prefill-a") is kept
         assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
         # every request to the API server carried the service-account token
         assert all(r.path.startswith("/api/v1/namespaces/pdorch/pods") for r in kube.requests)

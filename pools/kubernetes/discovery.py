@@ -197,12 +197,14 @@ class KubernetesDiscovery:
     # ---- reconciling one pod -----------------------------------------------------------------
 
     def _wanted(self, name: str) -> str | None:
-        """The pool whose routable pod `name` is (first configured pool wins), else None."""
-        for pool, views in self.pods.items():
-            view = views.get(name)
-            if view is not None and routable(view):
-                return pool
-        return None
+        """The pool pod `name` is routable in, else None. Relabelled from one pool to another,
+        a pod shows in both until the old pool's watch says DELETED: its newest version (the
+        highest resourceVersion) is the truth."""
+        seen = [(pool, views[name]) for pool, views in self.pods.items() if name in views]
+        if not seen:
+            return None
+        pool, view = max(seen, key=lambda pv: _version(pv[1]))
+        return pool if routable(view) else None
 
     def _sync(self, name: str) -> None:
         wanted = self._wanted(name)
@@ -295,3 +297,8 @@ class KubernetesDiscovery:
             if wanted is not None:  # relabelled but not role-agnostic: join afresh
                 self._removing.pop(name, None)
                 self._add(name, wanted)
+
+
+def _version(view: PodView) -> int:
+    """resourceVersion as a number (opaque by contract, an etcd revision in practice)."""
+    return int(view.resource_version) if view.resource_version.isdigit() else 0

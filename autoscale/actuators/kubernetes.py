@@ -30,7 +30,8 @@ does, per `Actuator` call:
   start a replacement. The moved pod is then owned by no Deployment (it keeps the old
   ReplicaSet's template hash); it serves until it is deleted.
 
-One background task per pool at a time (requests queue behind it); `idle()` awaits them.
+One background task per pool at a time (requests queue behind it); `idle()` awaits them. A
+failed task is logged and counted (`stats.errors`); the next tick's `current()` shows what is.
 `now` is taken for the interface; live work runs on `clock`.
 """
 
@@ -283,7 +284,6 @@ class KubernetesActuator(Actuator):
             except Exception:
                 self.stats.errors += 1
                 log.exception("scaling %s up to %d failed", pool, replicas)
-                raise
 
     async def _scale_down(self, pool: str, replicas: int, victims: list[str]) -> None:
         async with self._locks[pool]:
@@ -297,7 +297,6 @@ class KubernetesActuator(Actuator):
                 log.exception("scaling %s down to %d failed", pool, replicas)
                 for pod in victims:
                     await self._undrain(pod)
-                raise
             finally:
                 for pod in victims:
                     self._draining.pop(pod, None)
@@ -350,7 +349,6 @@ class KubernetesActuator(Actuator):
             except Exception:
                 self.stats.errors += 1
                 log.exception("moving %s to %s failed", pod, to_pool)
-                raise
             finally:
                 self._draining.pop(pod, None)
 

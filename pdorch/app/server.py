@@ -88,7 +88,13 @@ async def run_coordinator(
             coordinator.scaling = ScalingControl(actuator)
         discovery = None
         if config.discovery is not None:
-            from pools.kubernetes.discovery import KubernetesDiscovery  # needs `kubernetes`
+            try:
+                from pools.kubernetes.discovery import KubernetesDiscovery
+            except ImportError as err:
+                raise RuntimeError(
+                    "discovery: kind kubernetes needs the official client: "
+                    f"pip install 'pdorch[kubernetes]' ({err})"
+                ) from err
 
             discovery = KubernetesDiscovery(
                 config.discovery,

@@ -31,6 +31,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from pdorch.app.admin import admin_router
+from pdorch.app.admin_drain import admin_drain_router
 from pdorch.app.admin_scale import admin_scale_router
 from pdorch.app.auth import check_client
 from pdorch.app.errors import ApiError
@@ -153,4 +154,5 @@ def create_app(coordinator: Coordinator) -> FastAPI:
 
     app.include_router(admin_router(c))
     app.include_router(admin_scale_router(c))
+    app.include_router(admin_drain_router(c))
     return app

@@ -68,6 +68,8 @@ async def run_coordinator(
     `limits` overrides the admission limits read from `config.coordinator`. When a pool
     launches engines, the coordinator gets a `ScalingControl` over a `LocalActuator`
     (`coordinator.scaling`), bounded by `slo_policy`'s pool limits (default `PoolLimits`).
+    With a `discovery:` section, `pools.kubernetes.discovery.KubernetesDiscovery` keeps the
+    fleet in step with the engine pods (`coordinator.discovery`).
     """
     async with launch_fleet(config, log_dir=log_dir) as running:
         fleet = running.fleet(time.monotonic(), config.health.policy())
@@ -84,6 +86,27 @@ async def run_coordinator(
                 client=coordinator.client,
             )
             coordinator.scaling = ScalingControl(actuator)
+        discovery = None
+        if config.discovery is not None:
+            try:
+                from pools.kubernetes.discovery import KubernetesDiscovery
+            except ImportError as err:
+                raise RuntimeError(
+                    "discovery: kind kubernetes needs the official client: "
+                    f"pip install 'pdorch[kubernetes]' ({err})"
+                ) from err
+
+            discovery = KubernetesDiscovery(
+                config.discovery,
+                fleet,
+                coordinator.requests,
+                model=config.served_model_name,
+                block_size=config.block_size,
+                client=coordinator.client,
+                join_check=coordinator.kv_events_live,
+            )
+            await discovery.start()
+            coordinator.discovery = discovery
         server = coordinator_http_server(
             create_app(coordinator),
             host if host is not None else config.coordinator.host,
@@ -94,6 +117,8 @@ async def run_coordinator(
             yield RunningCoordinator(url, coordinator, running, server)
         finally:
             await server.stop()
+            if discovery is not None:
+                await discovery.stop()
             if actuator is not None:
                 await actuator.aclose()
             await coordinator.stop()

@@ -174,6 +174,8 @@ class Coordinator:
         self.requests = RequestTracker()
         # the scaling control (pdorch/app/scaling.py) when the fleet can be scaled
         self.scaling: Any = None
+        # pools.kubernetes.discovery.KubernetesDiscovery when the fleet file has `discovery:`
+        self.discovery: Any = None
         self.metrics = CoordinatorMetrics(self)
         self.in_flight = 0
         self._unsubscribe: Callable[[], None] | None = None

@@ -8,6 +8,10 @@ from the coordinator's `/admin/autoscale` (its actuator); then it asks the plann
 (`POST /admin/pools/{pool}/scale`, `source: autoscaler`): pools pinned by `pdorch scale
 set` are left alone and the decision is recorded with reason `pinned`.
 `--dry-run` prints what it would do and changes nothing.
+
+`--actuator kubernetes --config FLEET.yaml` scales the engine Deployments named in the fleet
+file's `discovery:` section itself (`pdorch/autoscaler/kubernetes.py`): pool counts from the
+API server, drains through every `--drain-url` coordinator, then the `scale` subresource.
 """
 
 from __future__ import annotations
@@ -66,6 +70,27 @@ def autoscale(
         min=1.0,
         help="PromQL lookback in seconds (rate(...[W])) with `--metrics prometheus`.",
     ),
+    actuator: str = typer.Option(
+        "coordinator",
+        "--actuator",
+        help="Who carries out decisions: `coordinator` (its admin API and its own actuator: "
+        "local engines) or `kubernetes` (this process patches the engine Deployments of "
+        "--config's `discovery:` section; needs the `kubernetes` extra).",
+    ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        exists=True,
+        help="Fleet YAML whose `discovery:` section names the namespace, label selectors and "
+        "Deployments; needed with `--actuator kubernetes` (an error without it), else ignored.",
+    ),
+    drain_urls: list[str] | None = typer.Option(
+        None,
+        "--drain-url",
+        metavar="URL,...",
+        help="With `--actuator kubernetes`: every coordinator that routes to the engines "
+        "(each drains a pod before it goes), comma-separated or repeated. Default: --url.",
+    ),
     log_level: str = typer.Option("warning", help="Log level (stderr): debug, info, warning."),
 ) -> None:
     """Run the autoscaler against a running coordinator until Ctrl-C (or one tick, `--once`).
@@ -82,7 +107,8 @@ def autoscale(
     from autoscale.planner_base import planner_factory, planner_names
     from autoscale.policy import PolicyError, load_policy
     from pdorch.autoscaler.loop import AdminApiDriver, ControlLoop, Driver, DryRunDriver
-    from pdorch.autoscaler.source import METRICS_KINDS, AdminCounts, loop_source
+    from pdorch.autoscaler.source import METRICS_KINDS, AdminCounts, PoolCounts, loop_source
+    from pdorch.cli.options import split_list
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
     try:
@@ -99,22 +125,57 @@ def autoscale(
     if metrics == "prometheus" and not prometheus_url:
         sys.stderr.write("--metrics prometheus needs --prometheus-url\n")
         raise typer.Exit(2)
+    if actuator not in ("coordinator", "kubernetes"):
+        sys.stderr.write(f"unknown --actuator {actuator!r}; known: coordinator, kubernetes\n")
+        raise typer.Exit(2)
+    discovery = None
+    if actuator == "kubernetes":
+        from pdorch.config.fleet import FleetConfigError, load_fleet_config
+
+        if config is None:
+            sys.stderr.write("--actuator kubernetes needs --config FLEET.yaml\n")
+            raise typer.Exit(2)
+        try:
+            discovery = load_fleet_config(config).discovery
+        except FleetConfigError as exc:
+            sys.stderr.write(f"invalid fleet config: {exc}\n")
+            raise typer.Exit(2) from None
+        if discovery is None or not any(p.deployment for p in discovery.pools.values()):
+            sys.stderr.write(
+                f"{config}: --actuator kubernetes needs a discovery: section whose pools name "
+                "their `deployment`\n"
+            )
+            raise typer.Exit(2)
+    drains = split_list(drain_urls, "--drain-url") if drain_urls else [url]
     interval = interval_s or slo.intervals.reactive_s
     plan = planner_factory(planner)(slo, build_perf_model(slo))
 
     async def main() -> int:
         import httpx
 
+        kube = drainer = None
+        counts: PoolCounts = AdminCounts(url, admin_token)
+        if discovery is not None:
+            from autoscale.actuators.kubernetes import CoordinatorDrainer, KubernetesActuator
+            from pdorch.autoscaler.kubernetes import KubernetesCounts
+
+            drainer = CoordinatorDrainer(drains, admin_token)
+            kube = KubernetesActuator(discovery, drainer, policy=slo)
+            counts = KubernetesCounts(kube)
         source = loop_source(
             metrics,
-            AdminCounts(url, admin_token),
+            counts,
             url=url,
             admin_token=admin_token,
             prometheus_url=prometheus_url,
             prometheus_window_s=prometheus_window_s,
         )
-        api = None if dry_run else AdminApiDriver(url, admin_token)
+        api = None if dry_run or kube is not None else AdminApiDriver(url, admin_token)
         driver: Driver = api if api is not None else DryRunDriver(sys.stdout)
+        if kube is not None and not dry_run:
+            from pdorch.autoscaler.kubernetes import KubernetesDriver
+
+            driver = KubernetesDriver(kube, wait=once)
         loop = ControlLoop(plan, source, driver, interval)
         try:
             if once:
@@ -136,6 +197,10 @@ def autoscale(
             await source.aclose()
             if api is not None:
                 await api.aclose()
+            if kube is not None:
+                await kube.aclose()
+            if drainer is not None:
+                await drainer.aclose()
 
     code = asyncio.run(main())
     if code:

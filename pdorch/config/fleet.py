@@ -36,6 +36,7 @@ from pydantic import (
 
 from pdorch.sync.settings import SyncSettings
 from pools.health import HealthSettings
+from pools.kubernetes.settings import KubernetesDiscoverySettings
 from pools.launch_spec import (
     LaunchSettings,
     PoolMembers,
@@ -192,6 +193,11 @@ class FleetConfig(BaseModel):
     sync: SyncSettings | None = Field(
         default=None, description="Several coordinators: token-load sharing (pdorch/SYNC.md)."
     )
+    discovery: KubernetesDiscoverySettings | None = Field(
+        default=None,
+        description="Replicas found at run time: pods watched by label selector per pool "
+        "(pools/kubernetes/README.md).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -231,11 +237,17 @@ class FleetConfig(BaseModel):
         serving = self.pools.decode.size() + (
             self.pools.colocated.size() if self.pools.colocated is not None else 0
         )
-        if serving == 0:
+        found = set(self.discovery.pools) if self.discovery is not None else set()
+        if serving == 0 and not found & {"decode", "colocated"}:
             raise FleetFieldError(
                 ("pools", "decode"),
                 "no replica can serve requests: give pools.decode (or pools.colocated) at "
-                "least one endpoint or launch spec",
+                "least one endpoint or launch spec, or discover it (discovery.pools.decode)",
+            )
+        if "colocated" in found and self.pools.colocated is None:
+            raise FleetFieldError(
+                ("discovery", "pools", "colocated"),
+                "pool colocated is discovered but not configured: add pools.colocated: {}",
             )
         seen: dict[str, tuple[str | int, ...]] = {}
         for name, pool in self.pools.items():

@@ -1,0 +1,1 @@
+"""Kubernetes discovery and scaling: pods watched by label selector, Deployments scaled."""

@@ -34,31 +34,30 @@ prefilled: the prefill replica, or the decode replica when it prefilled locally)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import Receive
 
-from pdorch.app.errors import ApiError, error_event
+from pdorch.app.errors import ApiError
 from pdorch.app.legs import (
-    DecodeStream,
     LegFailure,
     UpstreamAnswer,
     decode_whole,
     open_decode_stream,
     prefill_leg,
 )
+from pdorch.app.migration import StreamTrail, not_migratable, with_token_ids
 from pdorch.app.openai_schema import ParsedRequest, RequestKind, parse_request
+from pdorch.app.proxy_stream import ProxyStream
 from pdorch.app.state import Coordinator
 from pools.fleet import FailureKind
-from pools.health import classify_error
 from pools.pd_protocol import REQUEST_ID_HEADER, decode_leg_body, prefill_leg_body
 from router.lifecycle_plan import DecodeLeg
 from router.pd_router import NoReplicaError
@@ -72,7 +71,6 @@ _encode = msgspec.json.Encoder().encode
 PATHS: dict[RequestKind, str] = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
 ENDPOINTS: dict[RequestKind, str] = {"completion": "completions", "chat": "chat"}
 SESSION_HEADER = "x-session-id"
-_DONE = b"data: [DONE]\n\n"
 
 
 class ClientGone(Exception):
@@ -125,6 +123,12 @@ class RequestFlow:
         self._cut_cancel = False  # `cut` cancelled `_work`
         self._admitted = False
         self._admitted_to_lifecycle = False
+        # migration (migration.py): a streamed request that may move gets a trail of what the
+        # client got; `not_migratable` says why another does not; `carried` output tokens are
+        # in the current replica's prompt already
+        self.trail: StreamTrail | None = None
+        self.not_migratable: str | None = None
+        self.carried = 0
 
     # ---- entry -------------------------------------------------------------------------------
 
@@ -326,21 +330,43 @@ class RequestFlow:
         )
         return None
 
+    def _plan_migration(self, parsed: ParsedRequest) -> dict[str, Any]:
+        """The decode legs' base body: with `return_token_ids` when the stream may migrate."""
+        if not parsed.stream or self.c.settings.migration_limit == 0:
+            self.not_migratable = "migration_limit=0" if parsed.stream else None
+            return parsed.body
+        self.not_migratable = not_migratable(parsed)
+        if self.not_migratable is not None:
+            return parsed.body
+        self.trail = StreamTrail(keep_ids=parsed.body.get("return_token_ids") is True)
+        return with_token_ids(parsed.body)
+
     async def _decode(
         self, leg: DecodeLeg, parsed: ParsedRequest, kv_params: KvTransferParams | None
     ) -> Response:
+        """Decode legs until one answers. Before the first byte a failure moves to another
+        replica (`decode_retries`); a non-streamed answer whose engine died after getting it
+        (a connection failure, no HTTP answer) starts over elsewhere as a migration
+        (`migration_limit`, `pdorch_migrations_total`): no byte reached the client, so the
+        continuation is the whole request."""
         c = self.c
         lifecycle = c.lifecycle
-        tried = 0
+        tried = retries = migrations = 0
         last = "no decode replica"
-        for attempt in range(1 + c.settings.decode_retries):
-            if attempt:
+        base = self._plan_migration(parsed)
+        next_leg: DecodeLeg | None = leg
+        while True:
+            if next_leg is None:
+                if retries >= c.settings.decode_retries:
+                    break
+                retries += 1
                 retry = lifecycle.retry_decode(self.request_id, c.now())
                 if retry is None:
                     break
                 c.metrics.decode_retries.inc()
-                leg = retry
-                self._show(leg)
+                next_leg = retry
+            leg, next_leg = next_leg, None
+            self._show(leg)
             tried += 1
             decode = leg.replica
             replica = c.replica(decode)
@@ -349,7 +375,7 @@ class RequestFlow:
                 lifecycle.decode_failed(self.request_id, c.now(), reached=False)
                 continue
             sent = kv_params if leg.with_kv else None
-            body = _encode(decode_leg_body(parsed.body, sent) if sent is not None else parsed.body)
+            body = _encode(decode_leg_body(base, sent) if sent is not None else base)
             url = replica.url + self.path
             try:
                 if parsed.stream:
@@ -369,9 +395,22 @@ class RequestFlow:
                 last = f"{decode}: {failure.detail}"
                 if failure.kind is not None:
                     c.report_failure(decode, failure.kind, failure.detail)
+                log.info("request %s: decode on %s failed: %s", self.request_id, decode, last)
+                mid_answer = not parsed.stream and failure.reached and failure.status == 0
+                if mid_answer and migrations < c.settings.migration_limit:
+                    migrations += 1
+                    reason = "stall" if failure.kind is FailureKind.TIMEOUT else "connection"
+                    c.metrics.migrations.labels(reason).inc()
+                    next_leg = lifecycle.migrate(self.request_id, c.now(), 0)
+                    if next_leg is None:
+                        c.metrics.migrations_refused.labels("no_replica").inc()
+                        break
+                    continue
+                if mid_answer:
+                    c.metrics.migrations_refused.labels("limit").inc()
+                    break
                 # `reached`: the engine may have claimed the blocks, the next one prefills
                 lifecycle.decode_failed(self.request_id, c.now(), reached=failure.reached)
-                log.info("request %s: decode on %s failed: %s", self.request_id, decode, last)
                 continue
             c.report_success(decode)
             # the decode engine answered: the KV is pulled, the prefill replica is free
@@ -436,122 +475,3 @@ def _completion_tokens(content: bytes) -> int | None:
     while end < len(digits) and 48 <= digits[end] <= 57:
         end += 1
     return int(digits[:end]) if end else None
-
-
-def _usage_events(parsed: ParsedRequest) -> int:
-    """1 when the stream ends with a usage event (`stream_options.include_usage`), else 0."""
-    options = parsed.body.get("stream_options")
-    return int(isinstance(options, dict) and bool(options.get("include_usage")))
-
-
-class ProxyStream(StreamingResponse):
-    """The decode engine's SSE bytes, unchanged, then release; see `RequestFlow`.
-
-    Ends with an OpenAI error event + `[DONE]` when the engine fails mid-stream (or closes
-    without `[DONE]`), so a client never hangs or gets a silently truncated stream. Whatever
-    ends it (last byte, failure, client disconnect), `__call__`'s `finally` closes the
-    upstream answer and releases the request.
-    """
-
-    def __init__(self, flow: RequestFlow, stream: DecodeStream, replica_id: str, pool: str) -> None:
-        self.flow = flow
-        self.stream = stream
-        self.replica_id = replica_id
-        self.pool = pool
-        self.completed = False
-        self.errored = False
-        flow.stream = self
-        super().__init__(
-            self._body(),
-            status_code=200,
-            media_type="text/event-stream",
-            headers={**flow._route_headers(), "cache-control": "no-cache"},
-        )
-
-    async def _body(self) -> AsyncIterator[bytes]:
-        flow = self.flow
-        c = flow.c
-        rid = flow.request_id
-        lifecycle = c.lifecycle
-        chunk = self.stream.first
-        events = chunk.count(b"data: ")
-        first_at = last_at = c.now()
-        first_events = events
-        lifecycle.tokens(rid, first_at, events)  # the first byte: the prompt is computed
-        tail = chunk[-32:]
-        yield chunk
-        try:
-            async for chunk in self.stream.rest:
-                if not chunk:
-                    continue
-                events += chunk.count(b"data: ")
-                last_at = c.now()
-                lifecycle.tokens(rid, last_at, events)
-                tail = (tail + chunk)[-32:]
-                yield chunk
-        except Exception as exc:  # aiohttp read/payload errors: the engine died or hung
-            if flow.cut_reason is not None:
-                c.metrics.stream_errors.inc()
-                self.errored = True
-                yield self._error_end(tail, f"stream ended early: {flow.cut_reason}")
-                return
-            kind = classify_error(exc)
-            c.report_failure(self.replica_id, kind, f"mid-stream: {type(exc).__name__}")
-            c.metrics.stream_errors.inc()
-            self.errored = True
-            yield self._error_end(
-                tail, f"decode replica {self.replica_id} failed mid-stream: {exc!r}"
-            )
-            return
-        if tail.endswith(_DONE):
-            self.completed = True
-            self._observe(events, events - first_events, last_at - first_at)
-            return
-        c.metrics.stream_errors.inc()
-        self.errored = True
-        why = (
-            f"stream ended early: {flow.cut_reason}"
-            if flow.cut_reason is not None
-            else f"decode replica {self.replica_id} ended the stream early"
-        )
-        yield self._error_end(tail, why)
-
-    def cut(self) -> None:
-        """Close the upstream answer: the body loop ends and sends the error event."""
-        self.stream.response.close()
-
-    def _observe(self, events: int, later_events: int, span_s: float) -> None:
-        """Per completed stream: output tokens and the mean gap between token events."""
-        flow = self.flow
-        metrics = flow.c.metrics
-        assert flow.parsed is not None
-        # one token per SSE event (vLLM without speculative decoding), less the events that
-        # carry none: [DONE], chat's opening role event, the usage event
-        usage = _usage_events(flow.parsed)
-        tokens = max(0, events - 1 - usage - (flow.parsed.kind == "chat"))
-        metrics.completed(flow.route_kind, tokens)
-        gaps = later_events - 1 - usage  # token events after the first chunk
-        if gaps > 0 and span_s > 0:
-            metrics.stream_itl(self.pool, self.replica_id, span_s / gaps)
-
-    @staticmethod
-    def _error_end(tail: bytes, message: str) -> bytes:
-        sep = b"" if tail.endswith(b"\n\n") or not tail else b"\n\n"
-        return sep + error_event(message)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._close()
-
-    async def _close(self) -> None:
-        body = self.body_iterator
-        aclose: Callable[[], Awaitable[Any]] | None = getattr(body, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):
-                await aclose()
-        await self.stream.aclose()
-        if not self.completed and not self.errored:
-            self.flow.c.metrics.disconnects.inc()
-        self.flow._finish(ok=self.completed, status=200)

@@ -1,0 +1,281 @@
+"""Decode-stream migration (issue 14): a request whose decode engine dies or stalls mid-answer
+goes on on another decode replica from its prompt plus the tokens already streamed, so the
+client sees one unbroken stream (the semantics of Dynamo's request migration; our own code).
+
+How the coordinator knows the token ids: the decode leg of a migratable request carries
+`return_token_ids: true` (vLLM ≥ 0.10.2, and 0.32's `CompletionRequest` /
+`ChatCompletionRequest`; the simulated engine answers it the same way). Then every streamed
+choice carries its `token_ids` and the prompt's ids come once (completions:
+`choices[0].prompt_token_ids` of the first token event; chat: top-level `prompt_token_ids` of
+the opening role event). Text alone would not do: re-tokenizing generated text need not give
+back the generated ids, and logprobs name tokens by text. `StreamTrail` reads the ids from
+each complete SSE event with one regular expression over the bytes (no JSON decode on the
+hot path) and, unless the client asked for `return_token_ids` itself, nulls them out
+(`"token_ids":null`, what vLLM sends without the flag), so the client gets the bytes it would
+have got.
+
+The continuation (`continuation_body`): `POST /v1/completions` with `prompt` = the prompt's ids
++ every output id streamed so far, `max_tokens` less what was streamed (completions' default
+16 when absent, as vLLM; absent for chat: the engine's remaining context), `min_tokens` less
+too, and the original's sampling fields (`SAMPLING_FIELDS`), `stream_options` and the same
+`return_token_ids`. Greedy decoding is then deterministic: the continuation's tokens are
+those the uninterrupted run would have produced (a seeded non-greedy run is on the simulated
+engine, whose tokens are a function of seed + sequence; on vLLM the seeded generator restarts
+at the continuation, so its draws differ). It runs as a *local* leg (the new decode replica
+prefills prompt + output itself) and not as a P/D leg: migrations are rare, the prompt prefix
+is often cached nowhere but the dead replica, a P/D leg would add a prefill hop and a KV
+transfer to the client's longest wait, and it would also depend on the prefill pool while the
+fleet is already degraded. Chat requests continue on `/v1/completions` too (the chat template
+was applied already: its ids are the prompt), and `Continuation` turns its events into chat
+chunks.
+
+`Continuation` rewrites the continuation's events into the original stream: the original
+`id`, `object`, `created`, `model`; choice index 0; completions' `prompt_token_ids` dropped
+(sent once already); usage (the final event with `stream_options.include_usage`, and every
+event with `continuous_usage_stats`): `prompt_tokens` the original prompt's, `completion_tokens`
+everything streamed (before + the continuation's), `total_tokens` their sum. An error event or
+`[DONE]` passes unchanged. Only complete events are forwarded while a stream may migrate, so a
+half-sent event of the dead engine never reaches the client.
+
+Not migratable (`not_migratable`; the stream then ends with an error event as before):
+`echo`, `best_of` > 1, `suffix`, tools / tool_choice / functions, `response_format` other than
+text, structured outputs (`guided_*`, `structured_outputs`), chat `logprobs` (chat and
+completions logprobs differ in shape). A stop string that straddles the migration point is not
+seen (each engine checks its own text). Server-side parsers (reasoning, tool calls) of chat
+are not re-applied to the continuation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from pdorch.app.openai_schema import ParsedRequest
+
+_decode_json = msgspec.json.Decoder().decode
+_encode_json = msgspec.json.Encoder().encode
+COMPLETIONS_PATH = "/v1/completions"
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # vLLM's CompletionRequest default (OpenAI's too)
+# the original's sampling parameters the continuation keeps (vLLM's SamplingParams fields)
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "bad_words",
+    "allowed_token_ids",
+    "cache_salt",
+    "priority",
+    "user",
+    "stream",
+    "stream_options",
+)
+_NOT_MIGRATABLE = (
+    "echo",
+    "suffix",
+    "tools",
+    "functions",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "structured_outputs",
+)
+# `"token_ids":[...]` / `"prompt_token_ids":[...]` as vLLM (pydantic) and the simulated engine
+# (msgspec) write them: no spaces. A generated text cannot fake it: its quotes are escaped.
+_IDS = re.compile(rb'"(prompt_)?token_ids":\[([0-9,]*)\]')
+_NULLED = rb'"\1token_ids":null'
+_EVENT_END = b"\n\n"
+
+
+def not_migratable(parsed: ParsedRequest) -> str | None:
+    """Why this request cannot be continued elsewhere (None: it can); module docstring."""
+    body = parsed.body
+    for name in _NOT_MIGRATABLE:
+        value = body.get(name)
+        if value is not None and value is not False and value != []:
+            return name
+    if isinstance(body.get("best_of"), int) and body["best_of"] > 1:
+        return "best_of"
+    choice = body.get("tool_choice")
+    if choice is not None and choice != "none":
+        return "tool_choice"
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
+        return "response_format"
+    if parsed.kind == "chat" and (body.get("logprobs") or body.get("top_logprobs")):
+        return "logprobs"
+    return None
+
+
+def with_token_ids(body: dict[str, Any]) -> dict[str, Any]:
+    """The decode leg's body asking for the token ids (module docstring)."""
+    if body.get("return_token_ids") is True:
+        return body
+    return {**body, "return_token_ids": True}
+
+
+def _ids(raw: bytes) -> list[int]:
+    return [int(t) for t in raw.split(b",")] if raw else []
+
+
+@dataclass(slots=True)
+class StreamTrail:
+    """What the client got of one stream: complete SSE events only, and their token ids.
+
+    `feed(chunk)` returns the complete events the chunk finishes (the rest waits in
+    `pending`) with the ids nulled unless `keep_ids`; `prompt_ids` / `output_ids` grow."""
+
+    keep_ids: bool  # the client asked for return_token_ids itself
+    prompt_ids: list[int] | None = None
+    output_ids: list[int] = field(default_factory=list)
+    pending: bytes = b""
+    first_event: bytes = b""  # the original's first event: its id, created, model
+    events: int = 0  # events forwarded to the client
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self.pending + chunk if self.pending else chunk
+        end = data.rfind(_EVENT_END)
+        if end < 0:
+            self.pending = data
+            return b""
+        end += len(_EVENT_END)
+        done, self.pending = data[:end], data[end:]
+        self.record(done)
+        if not self.first_event:
+            self.first_event = done[: done.find(_EVENT_END)]
+        self.events += done.count(b"data: ")
+        return done if self.keep_ids else _IDS.sub(_NULLED, done)
+
+    def record(self, events: bytes) -> None:
+        for m in _IDS.finditer(events):
+            if m.group(1):
+                if self.prompt_ids is None:
+                    self.prompt_ids = _ids(m.group(2))
+            else:
+                self.output_ids.extend(_ids(m.group(2)))
+
+
+def continuation_body(parsed: ParsedRequest, trail: StreamTrail) -> dict[str, Any] | None:
+    """The `/v1/completions` body that continues the stream (module docstring); None when it
+    cannot: no prompt ids seen, or nothing left to generate."""
+    if trail.prompt_ids is None:
+        return None
+    src = parsed.body
+    body: dict[str, Any] = {k: src[k] for k in SAMPLING_FIELDS if k in src}
+    body["model"] = src["model"]
+    body["prompt"] = trail.prompt_ids + trail.output_ids
+    done = len(trail.output_ids)
+    limit = parsed.max_tokens
+    if limit is None and parsed.kind == "completion" and "max_tokens" not in src:
+        limit = DEFAULT_COMPLETION_MAX_TOKENS
+    if limit is not None:
+        if limit - done < 1:
+            return None
+        body["max_tokens"] = limit - done
+    min_tokens = src.get("min_tokens")
+    if isinstance(min_tokens, int) and min_tokens > 0:
+        body["min_tokens"] = max(0, min_tokens - done)
+    if parsed.kind == "completion" and src.get("logprobs") is not None:
+        body["logprobs"] = src["logprobs"]
+    body["return_token_ids"] = True
+    return body
+
+
+class Continuation:
+    """Turns a continuation's SSE events into events of the original stream (module
+    docstring); records their ids in the trail, so a later migration goes on from them."""
+
+    def __init__(self, parsed: ParsedRequest, trail: StreamTrail) -> None:
+        self.trail = trail
+        self.chat = parsed.kind == "chat"
+        first: dict[str, Any] = {}
+        if trail.first_event.startswith(b"data: {"):
+            try:
+                decoded = _decode_json(trail.first_event[len(b"data: ") :])
+            except msgspec.DecodeError:
+                decoded = {}
+            if isinstance(decoded, dict):
+                first = decoded
+        self.identity = {k: first[k] for k in ("id", "object", "created", "model") if k in first}
+        self.prompt_tokens = len(trail.prompt_ids or ())
+        self.carried = len(trail.output_ids)  # output tokens streamed before this leg
+        self.pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self.pending + chunk if self.pending else chunk
+        end = data.rfind(_EVENT_END)
+        if end < 0:
+            self.pending = data
+            return b""
+        end += len(_EVENT_END)
+        done, self.pending = data[:end], data[end:]
+        out: list[bytes] = []
+        for event in done.split(_EVENT_END):
+            if not event:
+                continue
+            rewritten = self._event(event)
+            if rewritten is not None:
+                out.append(rewritten + _EVENT_END)
+        joined = b"".join(out)
+        self.trail.events += joined.count(b"data: ")
+        return joined
+
+    def _event(self, event: bytes) -> bytes | None:
+        if not event.startswith(b"data: {"):
+            return event  # [DONE], comments
+        try:
+            obj = _decode_json(event[len(b"data: ") :])
+        except msgspec.DecodeError:
+            return event
+        if not isinstance(obj, dict) or "error" in obj:
+            return event
+        keep = self.trail.keep_ids
+        choices = []
+        for choice in obj.get("choices") or ():
+            ids = choice.get("token_ids")
+            if isinstance(ids, list):
+                self.trail.output_ids.extend(ids)
+            if self.chat:
+                text = choice.get("text") or ""
+                new: dict[str, Any] = {
+                    "index": 0,
+                    "delta": {"content": text} if text else {},
+                    "logprobs": None,
+                    "finish_reason": choice.get("finish_reason"),
+                    "stop_reason": choice.get("stop_reason"),
+                }
+                if keep:
+                    new["token_ids"] = ids
+            else:
+                new = dict(choice)
+                new["index"] = 0
+                new.pop("prompt_token_ids", None)
+                new["token_ids"] = ids if keep else None
+            choices.append(new)
+        if not choices and "usage" not in obj:
+            return None
+        obj["choices"] = choices
+        obj.update(self.identity)
+        obj.pop("prompt_token_ids", None)
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            generated = self.carried + int(usage.get("completion_tokens") or 0)
+            usage["prompt_tokens"] = self.prompt_tokens
+            usage["completion_tokens"] = generated
+            usage["total_tokens"] = self.prompt_tokens + generated
+        return b"data: " + _encode_json(obj)

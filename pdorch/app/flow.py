@@ -9,8 +9,11 @@ admit (429) → read body (413) → validate (400/404) → tokenize → block ke
 → decode leg with the prefill's kv_transfer_params, same X-Request-Id; wait for its first byte
       failure before the first byte → report_failure, another decode replica (decode_retries);
       the retry reuses kv_transfer_params only when the failed engine never got the request
-→ stream the decode engine's bytes unchanged; a failure after the first byte ends the stream
-  with an OpenAI error event and `data: [DONE]`
+→ stream the decode engine's events (`proxy_stream.py`); a failure after the first byte (dead,
+  ended early, or no byte for `stall_timeout_s`) continues the request on another decode replica
+  from prompt + the tokens streamed (`migration.py`, up to `migration_limit` times), else ends the
+  stream with an OpenAI error event and `data: [DONE]`; a non-streamed answer whose engine died
+  mid-answer starts over on another replica (`migration_limit` too)
 ```
 
 Everything up to the decode leg's first byte runs in one task raced against the client's
@@ -22,7 +25,8 @@ Routing and token load are `RequestLifecycle`'s (`router/lifecycle.py`, the obje
 simulator drives too): this module only sends the legs it plans and tells it what happened:
 `admit` → plan; the prefill leg's outcome → `prefill_done(ok)` → the decode leg (with the
 prefill's KV params, or the fallback that prefills locally); a decode failure before the first
-byte → `decode_failed(reached)` then `retry_decode`; streamed tokens → `tokens` (one per SSE
+byte → `decode_failed(reached)` then `retry_decode`; a failure after it → `migrate`; streamed
+tokens → `tokens` (one per SSE
 `data:` event, vLLM sends one per step, cumulative; the first byte is the first such event);
 `finished` at the last byte, `aborted` on any failure or disconnect (always exactly once).
 

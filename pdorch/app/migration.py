@@ -16,7 +16,8 @@ have got.
 
 The continuation (`continuation_body`): `POST /v1/completions` with `prompt` = the prompt's ids
 + every output id streamed so far, `max_tokens` less what was streamed (completions' default
-16 when absent, as vLLM; absent for chat: the engine's remaining context), `min_tokens` less
+16 when absent, as vLLM; `null` for chat without a limit: the engine's remaining context),
+`min_tokens` less
 too, and the original's sampling fields (`SAMPLING_FIELDS`), `stream_options` and the same
 `return_token_ids`. Greedy decoding is then deterministic: the continuation's tokens are
 those the uninterrupted run would have produced (a seeded non-greedy run is on the simulated
@@ -47,7 +48,6 @@ are not re-applied to the continuation.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,8 +97,9 @@ _NOT_MIGRATABLE = (
 )
 # `"token_ids":[...]` / `"prompt_token_ids":[...]` as vLLM (pydantic) and the simulated engine
 # (msgspec) write them: no spaces. A generated text cannot fake it: its quotes are escaped.
-_IDS = re.compile(rb'"(prompt_)?token_ids":\[([0-9,]*)\]')
-_NULLED = rb'"\1token_ids":null'
+# Found with `bytes.find` (a regex costs ~10x more per chunk: it tries every position).
+_KEY = b'token_ids":['
+_PROMPT_KEY = b'"prompt_'
 _EVENT_END = b"\n\n"
 
 
@@ -130,7 +131,10 @@ def with_token_ids(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _ids(raw: bytes) -> list[int]:
-    return [int(t) for t in raw.split(b",")] if raw else []
+    try:
+        return [int(t) for t in raw.split(b",")] if raw else []
+    except ValueError:  # not a list of ids after all
+        return []
 
 
 @dataclass(slots=True)
@@ -155,19 +159,40 @@ class StreamTrail:
             return b""
         end += len(_EVENT_END)
         done, self.pending = data[:end], data[end:]
-        self.record(done)
         if not self.first_event:
             self.first_event = done[: done.find(_EVENT_END)]
         self.events += done.count(b"data: ")
-        return done if self.keep_ids else _IDS.sub(_NULLED, done)
+        return self.record(done)
 
-    def record(self, events: bytes) -> None:
-        for m in _IDS.finditer(events):
-            if m.group(1):
-                if self.prompt_ids is None:
-                    self.prompt_ids = _ids(m.group(2))
-            else:
-                self.output_ids.extend(_ids(m.group(2)))
+    def record(self, events: bytes) -> bytes:
+        """Read the ids of `events`; the events with them nulled unless `keep_ids`."""
+        at = events.find(_KEY)
+        if at < 0:
+            return events
+        parts: list[bytes] = []
+        start = 0
+        n = len(_KEY)
+        while at >= 0:
+            end = events.find(b"]", at + n)
+            if end < 0:
+                break
+            prompt = events[at - len(_PROMPT_KEY) : at] == _PROMPT_KEY
+            if prompt or events[at - 1 : at] == b'"':
+                raw = events[at + n : end]
+                if prompt:
+                    if self.prompt_ids is None:
+                        self.prompt_ids = _ids(raw)
+                else:
+                    self.output_ids.extend(_ids(raw))
+                if not self.keep_ids:
+                    parts.append(events[start : at + n - 1])
+                    parts.append(b"null")
+                    start = end + 1
+            at = events.find(_KEY, end)
+        if not parts:
+            return events
+        parts.append(events[start:])
+        return b"".join(parts)
 
 
 def continuation_body(parsed: ParsedRequest, trail: StreamTrail) -> dict[str, Any] | None:
@@ -183,10 +208,10 @@ def continuation_body(parsed: ParsedRequest, trail: StreamTrail) -> dict[str, An
     limit = parsed.max_tokens
     if limit is None and parsed.kind == "completion" and "max_tokens" not in src:
         limit = DEFAULT_COMPLETION_MAX_TOKENS
-    if limit is not None:
-        if limit - done < 1:
-            return None
-        body["max_tokens"] = limit - done
+    if limit is not None and limit - done < 1:
+        return None
+    # explicit null for "the context left": an absent field is completions' default 16
+    body["max_tokens"] = None if limit is None else limit - done
     min_tokens = src.get("min_tokens")
     if isinstance(min_tokens, int) and min_tokens > 0:
         body["min_tokens"] = max(0, min_tokens - done)

@@ -13,7 +13,8 @@ admit (429) → read body (413) → validate (400/404) → tokenize → block ke
   ended early, or no byte for `stall_timeout_s`) continues the request on another decode replica
   from prompt + the tokens streamed (`migration.py`, up to `migration_limit` times), else ends the
   stream with an OpenAI error event and `data: [DONE]`; a non-streamed answer whose engine died
-  mid-answer starts over on another replica (`migration_limit` too)
+  mid-answer, or turned unhealthy under it (hung), starts over on another replica
+  (`migration_limit` too)
 ```
 
 Everything up to the decode leg's first byte runs in one task raced against the client's
@@ -387,7 +388,7 @@ class RequestFlow:
                         c.upstream, url, body, self.headers, c.stream_timeout
                     )
                 else:
-                    content, ctype = await decode_whole(c.upstream, url, body, self.headers)
+                    content, ctype = await self._whole(decode, url, body)
             except UpstreamAnswer as answer:
                 return Response(
                     answer.content,
@@ -435,6 +436,32 @@ class RequestFlow:
         raise ApiError(
             502, f"Every decode attempt failed ({tried}); last: {last}", code="decode_failed"
         )
+
+    async def _whole(self, replica_id: str, url: str, body: bytes) -> tuple[bytes, str]:
+        """A non-streamed decode leg. Nothing times a hung engine here (no byte comes before
+        the whole answer), so when the health checker finds the replica unhealthy
+        (`Coordinator.waiting_legs`) the leg is hung up: a `LegFailure` (timeout, reached),
+        and `_decode` starts the request over elsewhere."""
+        c = self.c
+        why: list[str] = []
+
+        def hang_up(reason: str) -> None:
+            why.append(reason)
+            hung.reschedule(0)  # in the past: the block below is cancelled at once
+
+        try:
+            async with asyncio.timeout(None) as hung:
+                c.waiting_legs.begin(replica_id, self.request_id, hang_up)
+                try:
+                    return await decode_whole(c.upstream, url, body, self.headers)
+                finally:
+                    c.waiting_legs.end(replica_id, self.request_id)
+        except TimeoutError:
+            if not why:
+                raise
+            raise LegFailure(
+                FailureKind.TIMEOUT, f"the replica turned unhealthy mid-answer ({why[0]})"
+            ) from None
 
     # ---- bookkeeping -------------------------------------------------------------------------
 

@@ -9,9 +9,11 @@ Failures after the first byte, each reported to health as an engine fault
 (`Coordinator.report_failure`) and counted in `pdorch_migrations_total{reason}`:
 - `connection`: a read error (reset, refused, timed out: `pools.health.classify_error`);
 - `eof`: the answer ended before `[DONE]` (FailureKind.CONNECTION);
-- `stall`: no byte for `stall_timeout_s` (FailureKind.TIMEOUT). A lazy watchdog: one timer
-  per stream, re-armed only when it fires before the deadline (the chunk loop only stores the
-  loop time of each chunk), then it closes the upstream answer, which ends the read.
+- `stall`: no byte for `stall_timeout_s` while we wait on the engine (FailureKind.TIMEOUT).
+  A lazy watchdog: one timer per stream, re-armed only when it fires before the deadline (the
+  chunk loop only stores the loop time of each chunk), then it closes the upstream answer,
+  which ends the read. Time spent handing a chunk to a slow client (suspended in `yield`,
+  the client's TCP window full) does not count: the engine is not silent, we do not read.
 Then, while `migration_limit` allows and `lifecycle.migrate` finds a replica, the continuation
 (`continuation_body`) is sent to it as a local leg; its first byte must come within
 `prefill_timeout_s` (it prefills prompt + output), else that try counts as a `stall` and the
@@ -84,6 +86,7 @@ class ProxyStream(StreamingResponse):
         self.migrations = 0
         self._stall_s = flow.c.settings.stall_timeout_s
         self._last_byte = 0.0
+        self._in_yield = False  # suspended in `yield` (the client reads slowly): no stall
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         flow.stream = self
@@ -137,7 +140,11 @@ class ProxyStream(StreamingResponse):
                         else:
                             sent = events
                         tail = (tail + chunk)[-32:]
+                        # a slow client holds us here: that time is not the engine's silence
+                        self._in_yield = True
                         yield chunk
+                        self._in_yield = False
+                        self._last_byte = self._now()
                 except Exception as exc:  # aiohttp read/payload errors: died, hung or cut
                     raise self._failure(exc) from None
                 finally:
@@ -271,6 +278,8 @@ class ProxyStream(StreamingResponse):
         if self._timer is None or self._loop is None:
             return
         left = self._last_byte + self._stall_s - self._loop.time()
+        if self._in_yield:  # waiting on the client, not on the engine
+            left = self._stall_s
         if left > 0:  # bytes came since the timer was set: wait for the rest of the window
             self._timer = self._loop.call_later(left, self._stall_check)
             return

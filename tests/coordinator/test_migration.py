@@ -184,9 +184,16 @@ async def test_migration_limit_reached_ends_the_stream_with_an_error_event_and_d
         await _settled(pd, client)
 
 
-async def test_non_streamed_request_survives_its_decode_engine() -> None:
+@pytest.mark.parametrize(
+    ("sig", "reason"),
+    [(signal.SIGKILL, "connection"), (signal.SIGSTOP, "stall")],
+    ids=["kill", "stop"],
+)
+async def test_non_streamed_request_survives_its_decode_engine(sig: int, reason: str) -> None:
+    """Killed: the connection fails; stopped: nothing times a whole answer, the health checker
+    finds the replica unhealthy and the waiting leg is hung up. Either way it starts over."""
     async with _fleet() as (pd, client):
-        body = _body(long_prompt(), False, False, 300)
+        body = _body(long_prompt(), False, False, 600)
         reference = (await client.post("/v1/completions", json=body)).json()
         task = asyncio.ensure_future(client.post("/v1/completions", json=body))
         urls = {r.replica_id: r.url for r in pd.coordinator.fleet.replicas("decode")}
@@ -198,7 +205,7 @@ async def test_non_streamed_request_survives_its_decode_engine() -> None:
             return None
 
         decode = await async_wait_until(busy, timeout=10.0, message="the decode leg running")
-        os.kill(_pid(pd, decode), signal.SIGKILL)
+        os.kill(_pid(pd, decode), sig)
         response = await task
         assert response.status_code == 200, response.text
         assert response.headers["x-pdorch-decode"] != decode
@@ -206,5 +213,5 @@ async def test_non_streamed_request_survives_its_decode_engine() -> None:
         assert answer_text(answer, False) == answer_text(reference, False)
         assert answer["usage"] == reference["usage"]
         migrations = await _metric(client, "pdorch_migrations_total")
-        assert migrations["connection"] == 1, migrations
+        assert migrations[reason] == 1, migrations
         await _settled(pd, client)

@@ -132,7 +132,9 @@ def with_token_ids(body: dict[str, Any]) -> dict[str, Any]:
 
 def _ids(raw: bytes) -> list[int]:
     try:
-        return [int(t) for t in raw.split(b",")] if raw else []
+        if b"," not in raw:  # one token per step: the usual chunk
+            return [int(raw)] if raw else []
+        return [int(t) for t in raw.split(b",")]
     except ValueError:  # not a list of ids after all
         return []
 
@@ -149,19 +151,20 @@ class StreamTrail:
     output_ids: list[int] = field(default_factory=list)
     pending: bytes = b""
     first_event: bytes = b""  # the original's first event: its id, created, model
-    events: int = 0  # events forwarded to the client
 
     def feed(self, chunk: bytes) -> bytes:
-        data = self.pending + chunk if self.pending else chunk
-        end = data.rfind(_EVENT_END)
-        if end < 0:
-            self.pending = data
-            return b""
-        end += len(_EVENT_END)
-        done, self.pending = data[:end], data[end:]
+        if not self.pending and chunk.endswith(_EVENT_END):
+            done = chunk  # the usual read: whole events
+        else:
+            data = self.pending + chunk
+            end = data.rfind(_EVENT_END)
+            if end < 0:
+                self.pending = data
+                return b""
+            end += len(_EVENT_END)
+            done, self.pending = data[:end], data[end:]
         if not self.first_event:
             self.first_event = done[: done.find(_EVENT_END)]
-        self.events += done.count(b"data: ")
         return self.record(done)
 
     def record(self, events: bytes) -> bytes:
@@ -256,9 +259,7 @@ class Continuation:
             rewritten = self._event(event)
             if rewritten is not None:
                 out.append(rewritten + _EVENT_END)
-        joined = b"".join(out)
-        self.trail.events += joined.count(b"data: ")
-        return joined
+        return b"".join(out)
 
     def _event(self, event: bytes) -> bytes | None:
         if not event.startswith(b"data: {"):

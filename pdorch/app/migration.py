@@ -48,6 +48,8 @@ are not re-applied to the continuation.
 
 from __future__ import annotations
 
+import contextlib
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,8 +149,9 @@ class StreamTrail:
     `pending`) with the ids nulled unless `keep_ids`; `prompt_ids` / `output_ids` grow."""
 
     keep_ids: bool  # the client asked for return_token_ids itself
-    prompt_ids: list[int] | None = None
-    output_ids: list[int] = field(default_factory=list)
+    # uint32 arrays: 4 bytes a token (a list of ints costs ~8-36), held for the whole stream
+    prompt_ids: array[int] | None = None
+    output_ids: array[int] = field(default_factory=lambda: array("I"))
     pending: bytes = b""
     first_event: bytes = b""  # the original's first event: its id, created, model
 
@@ -184,9 +187,11 @@ class StreamTrail:
                 raw = events[at + n : end]
                 if prompt:
                     if self.prompt_ids is None:
-                        self.prompt_ids = _ids(raw)
+                        with contextlib.suppress(OverflowError):
+                            self.prompt_ids = array("I", _ids(raw))
                 else:
-                    self.output_ids.extend(_ids(raw))
+                    with contextlib.suppress(OverflowError):  # not uint32 ids: skip
+                        self.output_ids.extend(_ids(raw))
                 if not self.keep_ids:
                     parts.append(events[start : at + n - 1])
                     parts.append(b"null")
@@ -206,7 +211,7 @@ def continuation_body(parsed: ParsedRequest, trail: StreamTrail) -> dict[str, An
     src = parsed.body
     body: dict[str, Any] = {k: src[k] for k in SAMPLING_FIELDS if k in src}
     body["model"] = src["model"]
-    body["prompt"] = trail.prompt_ids + trail.output_ids
+    body["prompt"] = trail.prompt_ids.tolist() + trail.output_ids.tolist()
     done = len(trail.output_ids)
     limit = parsed.max_tokens
     if limit is None and parsed.kind == "completion" and "max_tokens" not in src:
@@ -275,7 +280,8 @@ class Continuation:
         for choice in obj.get("choices") or ():
             ids = choice.get("token_ids")
             if isinstance(ids, list):
-                self.trail.output_ids.extend(ids)
+                with contextlib.suppress(TypeError, OverflowError):  # not uint32 ids: skip
+                    self.trail.output_ids.extend(ids)
             if self.chat:
                 text = choice.get("text") or ""
                 new: dict[str, Any] = {

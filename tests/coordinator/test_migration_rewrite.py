@@ -4,6 +4,7 @@ into the original stream (pure code)."""
 from __future__ import annotations
 
 import json
+from array import array
 from typing import Any
 
 import msgspec
@@ -47,7 +48,8 @@ def test_trail_forwards_complete_events_only_and_reads_their_ids() -> None:
     assert out == first.replace(b"[1,2,3]", b"null").replace(b"[5]", b"null")
     assert trail.pending == second[:10]
     assert trail.feed(second[10:]) == second.replace(b"[6,7]", b"null")
-    assert trail.prompt_ids == [1, 2, 3] and trail.output_ids == [5, 6, 7]
+    assert trail.prompt_ids is not None and trail.prompt_ids.tolist() == [1, 2, 3]
+    assert trail.output_ids.tolist() == [5, 6, 7]
     assert trail.first_event == first[:-2]
     # a text that looks like the field is escaped JSON: not read
     fake = completion_chunk('"token_ids":[9]', [8])
@@ -62,7 +64,9 @@ def test_trail_keeps_the_ids_when_the_client_asked_for_them() -> None:
 
 
 def test_continuation_body_is_prompt_plus_output_with_the_budget_left() -> None:
-    trail = StreamTrail(keep_ids=False, prompt_ids=[1, 2], output_ids=[3, 4, 5])
+    trail = StreamTrail(
+        keep_ids=False, prompt_ids=array("I", [1, 2]), output_ids=array("I", [3, 4, 5])
+    )
     body = continuation_body(
         parsed({"prompt": "hi", "max_tokens": 10, "min_tokens": 4, "seed": 3, "stream": True,
                 "temperature": 0.0, "echo": False, "logprobs": 2, "user": "u"}),
@@ -111,7 +115,7 @@ def test_continuation_events_become_the_original_streams() -> None:
     assert (a["id"], a["created"]) == ("cmpl-x", 7)
     assert a["choices"] == [{"index": 0, "text": "b", "token_ids": None}]
     assert b["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
-    assert trail.output_ids == [5, 6]
+    assert trail.output_ids.tolist() == [5, 6]
 
 
 def test_a_chat_stream_continued_on_completions_gets_chat_chunks() -> None:

@@ -38,6 +38,15 @@ everything streamed (before + the continuation's), `total_tokens` their sum. An 
 `[DONE]` passes unchanged. Only complete events are forwarded while a stream may migrate, so a
 half-sent event of the dead engine never reaches the client.
 
+Cost: the trail is ~2 µs CPU per chunk (`bytes.find` scans and slices; measured with
+`time.process_time` on the shared 2-core box at load ~17, where `bytes.count` of the same
+chunk took 0.2 µs) and 4 bytes per token held (uint32 arrays) for the stream's life;
+`migration_limit: 0` turns it off (no `return_token_ids`, bytes pass as read). With
+`return_token_ids` vLLM's chat stream also sends a chunk when a parser holds text back (an
+empty delta): the client may see such chunks. Dynamo's migration is off by default
+(`--migration-limit 0`) and can stop tracking past `--migration-max-seq-len`; ours is on
+(limit 3: streams survive their engine by default) and has no length cap.
+
 Not migratable (`not_migratable`; the stream then ends with an error event as before):
 `echo`, `best_of` > 1, `suffix`, tools / tool_choice / functions, `response_format` other than
 text, structured outputs (`guided_*`, `structured_outputs`), chat `logprobs` (chat and

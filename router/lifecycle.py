@@ -24,6 +24,11 @@ Events and what they do (R = the request, p = prefill replica, d = decode replic
                                locally (a PD route becomes FALLBACK)
     retry_decode(R)            another serving replica (decode pool, else colocated), the tried
                                ones excluded → DecodeLeg or None
+    migrate(R, generated)      d failed after `generated` output tokens reached the client: d's
+                               entry ends; the request goes on as prompt + those tokens on
+                               another serving replica (as retry_decode picks), which prefills
+                               it itself (its own uncached tokens: the longer prompt less the
+                               original prompt's overlap) → DecodeLeg or None
     finished(R) / aborted(R)   every entry of R ends
 
 **Decode-side accounting of a disaggregated request** (the reason, from vLLM v1): the decode
@@ -65,6 +70,7 @@ replays it).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -305,16 +311,7 @@ class RequestLifecycle:
         if live is None:
             return None
         request = live.request
-        router = self.router
-        if live.serving is PoolName.COLOCATED:
-            pool, policy = PoolName.COLOCATED, router.colocated_policy
-        else:
-            pool, policy = PoolName.DECODE, router.decode_policy
-        snaps = self.snapshots(pool, live.lookup, now, exclude=live.tried)
-        chosen = policy.pick(request, snaps, now).chosen
-        if chosen is None and pool is PoolName.DECODE and self.pools.members(PoolName.COLOCATED):
-            snaps = self.snapshots(PoolName.COLOCATED, live.lookup, now, exclude=live.tried)
-            chosen = router.colocated_policy.pick(request, snaps, now).chosen
+        chosen = self._pick_other(live, now)
         leg: DecodeLeg | None = None
         if chosen is not None:
             self.token_load.on_aborted(request_id, now, live.decode)
@@ -334,6 +331,45 @@ class RequestLifecycle:
             self._record(EventKind.DECODE_RETRIED, request_id, now, lookup=live.lookup, leg=leg)
         return leg
 
+    def migrate(self, request_id: str, now: float, generated: int) -> DecodeLeg | None:
+        """The decode replica failed after `generated` output tokens reached the client: end
+        its entry (once: a later `aborted`/`finished` finds it gone) and continue on another
+        serving replica (the tried ones excluded, as `retry_decode`) from prompt + those
+        tokens, prefilled there (`with_kv` False: the prefill's KV described the prompt
+        only). The request's prompt is the longer one from now on, its `max_tokens` less by
+        `generated`, and its token events count the continuation's outputs only. None when no
+        replica is left (nothing is held then)."""
+        live = self._live.get(request_id)
+        if live is None:
+            return None
+        self.token_load.on_aborted(request_id, now, live.decode)
+        old = live.request
+        live.request = dataclasses.replace(
+            old,
+            prompt_tokens=old.prompt_tokens + max(0, generated),
+            max_tokens=None if old.max_tokens is None else max(1, old.max_tokens - generated),
+        )
+        live.generated = -1
+        live.with_kv = False
+        live.prefilling = False
+        chosen = self._pick_other(live, now)
+        leg: DecodeLeg | None = None
+        if chosen is not None:
+            live.decode = chosen
+            live.tried.append(chosen)
+            uncached = self._admit_local(live.request, live.lookup, chosen, now)
+            leg = DecodeLeg(chosen, False, uncached, live.kind, chosen)
+        if self.recorder is not None:
+            self._record(
+                EventKind.MIGRATED,
+                request_id,
+                now,
+                lookup=live.lookup,
+                generated=generated,
+                leg=leg,
+            )
+        return leg
+
     def finished(self, request_id: str, now: float) -> None:
         """The request completed: every entry it has ends."""
         self._live.pop(request_id, None)
@@ -349,6 +385,20 @@ class RequestLifecycle:
             self._record(EventKind.ABORTED, request_id, now)
 
     # ---- internals ---------------------------------------------------------------------------
+
+    def _pick_other(self, live: _Live, now: float) -> str | None:
+        """A serving replica not tried yet: the serving pool's policy, then colocated."""
+        router = self.router
+        if live.serving is PoolName.COLOCATED:
+            pool, policy = PoolName.COLOCATED, router.colocated_policy
+        else:
+            pool, policy = PoolName.DECODE, router.decode_policy
+        snaps = self.snapshots(pool, live.lookup, now, exclude=live.tried)
+        chosen = policy.pick(live.request, snaps, now).chosen
+        if chosen is None and pool is PoolName.DECODE and self.pools.members(PoolName.COLOCATED):
+            snaps = self.snapshots(PoolName.COLOCATED, live.lookup, now, exclude=live.tried)
+            chosen = router.colocated_policy.pick(live.request, snaps, now).chosen
+        return chosen
 
     def _reserve_decode(self, request: RoutingRequest, replica: str, now: float) -> None:
         """The decode side of a PD route: the whole prompt's KV blocks, no prefill tokens

@@ -90,6 +90,7 @@ class EventKind(StrEnum):
     TOKENS = "tokens"
     DECODE_FAILED = "decode_failed"
     DECODE_RETRIED = "decode_retried"
+    MIGRATED = "migrated"
     FINISHED = "finished"
     ABORTED = "aborted"
 
@@ -99,9 +100,10 @@ class LifecycleEvent:
     """One event as the lifecycle saw it, with its inputs and what it decided.
 
     Inputs: `request`, `lookup` and `static` (per-replica health/throughput at decision time)
-    for `admitted` and `decode_retried`; `ok` for `prefill_done`; `reached` for
-    `decode_failed`; `generated` for `tokens`. Outputs: `plan` (admitted), `leg` (the decode
-    leg of prefill_done / decode_retried; None when no replica is left). `loads`: every known
+    for `admitted` and `decode_retried` (`migrated`: `lookup`); `ok` for `prefill_done`;
+    `reached` for `decode_failed`; `generated` for `tokens` and `migrated`. Outputs: `plan`
+    (admitted), `leg` (the decode leg of prefill_done / decode_retried / migrated; None when no
+    replica is left). `loads`: every known
     replica's `TokenLoad.tracked_load` after the event.
     """
 

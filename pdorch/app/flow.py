@@ -9,8 +9,12 @@ admit (429) → read body (413) → validate (400/404) → tokenize → block ke
 → decode leg with the prefill's kv_transfer_params, same X-Request-Id; wait for its first byte
       failure before the first byte → report_failure, another decode replica (decode_retries);
       the retry reuses kv_transfer_params only when the failed engine never got the request
-→ stream the decode engine's bytes unchanged; a failure after the first byte ends the stream
-  with an OpenAI error event and `data: [DONE]`
+→ stream the decode engine's events (`proxy_stream.py`); a failure after the first byte (dead,
+  ended early, or no byte for `stall_timeout_s`) continues the request on another decode replica
+  from prompt + the tokens streamed (`migration.py`, up to `migration_limit` times), else ends the
+  stream with an OpenAI error event and `data: [DONE]`; a non-streamed answer whose engine died
+  mid-answer, or turned unhealthy under it (hung), starts over on another replica
+  (`migration_limit` too)
 ```
 
 Everything up to the decode leg's first byte runs in one task raced against the client's
@@ -22,7 +26,8 @@ Routing and token load are `RequestLifecycle`'s (`router/lifecycle.py`, the obje
 simulator drives too): this module only sends the legs it plans and tells it what happened:
 `admit` → plan; the prefill leg's outcome → `prefill_done(ok)` → the decode leg (with the
 prefill's KV params, or the fallback that prefills locally); a decode failure before the first
-byte → `decode_failed(reached)` then `retry_decode`; streamed tokens → `tokens` (one per SSE
+byte → `decode_failed(reached)` then `retry_decode`; a failure after it → `migrate`; streamed
+tokens → `tokens` (one per SSE
 `data:` event, vLLM sends one per step, cumulative; the first byte is the first such event);
 `finished` at the last byte, `aborted` on any failure or disconnect (always exactly once).
 
@@ -34,32 +39,31 @@ prefilled: the prefill replica, or the decode replica when it prefilled locally)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import Receive
 
-from pdorch.app.errors import ApiError, error_event
+from pdorch.app.errors import ApiError
 from pdorch.app.faults import RequestFaults
 from pdorch.app.legs import (
-    DecodeStream,
     LegFailure,
     UpstreamAnswer,
     decode_whole,
     open_decode_stream,
     prefill_leg,
 )
+from pdorch.app.migration import StreamTrail, not_migratable, with_token_ids
 from pdorch.app.openai_schema import ParsedRequest, RequestKind, parse_request
+from pdorch.app.proxy_stream import ProxyStream
 from pdorch.app.state import Coordinator
 from pools.fleet import FailureKind
-from pools.health import classify_error
 from pools.pd_protocol import REQUEST_ID_HEADER, decode_leg_body, prefill_leg_body
 from router.lifecycle_plan import DecodeLeg
 from router.pd_router import NoReplicaError
@@ -73,7 +77,6 @@ _encode = msgspec.json.Encoder().encode
 PATHS: dict[RequestKind, str] = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
 ENDPOINTS: dict[RequestKind, str] = {"completion": "completions", "chat": "chat"}
 SESSION_HEADER = "x-session-id"
-_DONE = b"data: [DONE]\n\n"
 
 
 class ClientGone(Exception):
@@ -127,6 +130,12 @@ class RequestFlow:
         self._admitted = False
         self._admitted_to_lifecycle = False
         self.faults = RequestFaults(coordinator.report_failure)  # whose fault a 5xx is
+        # migration (migration.py): a streamed request that may move gets a trail of what the
+        # client got; `not_migratable` says why another does not; `carried` output tokens are
+        # in the current replica's prompt already
+        self.trail: StreamTrail | None = None
+        self.not_migratable: str | None = None
+        self.carried = 0
 
     # ---- entry -------------------------------------------------------------------------------
 
@@ -327,21 +336,43 @@ class RequestFlow:
         )
         return None
 
+    def _plan_migration(self, parsed: ParsedRequest) -> dict[str, Any]:
+        """The decode legs' base body: with `return_token_ids` when the stream may migrate."""
+        if not parsed.stream or self.c.settings.migration_limit == 0:
+            self.not_migratable = "migration_limit=0" if parsed.stream else None
+            return parsed.body
+        self.not_migratable = not_migratable(parsed)
+        if self.not_migratable is not None:
+            return parsed.body
+        self.trail = StreamTrail(keep_ids=parsed.body.get("return_token_ids") is True)
+        return with_token_ids(parsed.body)
+
     async def _decode(
         self, leg: DecodeLeg, parsed: ParsedRequest, kv_params: KvTransferParams | None
     ) -> Response:
+        """Decode legs until one answers. Before the first byte a failure moves to another
+        replica (`decode_retries`); a non-streamed answer whose engine died after getting it
+        (a connection failure, no HTTP answer) starts over elsewhere as a migration
+        (`migration_limit`, `pdorch_migrations_total`): no byte reached the client, so the
+        continuation is the whole request."""
         c = self.c
         lifecycle = c.lifecycle
-        tried = 0
+        tried = retries = migrations = 0
         last = "no decode replica"
-        for attempt in range(1 + c.settings.decode_retries):
-            if attempt:
+        base = self._plan_migration(parsed)
+        next_leg: DecodeLeg | None = leg
+        while True:
+            if next_leg is None:
+                if retries >= c.settings.decode_retries:
+                    break
+                retries += 1
                 retry = lifecycle.retry_decode(self.request_id, c.now())
                 if retry is None:
                     break
                 c.metrics.decode_retries.inc()
-                leg = retry
-                self._show(leg)
+                next_leg = retry
+            leg, next_leg = next_leg, None
+            self._show(leg)
             tried += 1
             decode = leg.replica
             replica = c.replica(decode)
@@ -350,7 +381,7 @@ class RequestFlow:
                 lifecycle.decode_failed(self.request_id, c.now(), reached=False)
                 continue
             sent = kv_params if leg.with_kv else None
-            body = _encode(decode_leg_body(parsed.body, sent) if sent is not None else parsed.body)
+            body = _encode(decode_leg_body(base, sent) if sent is not None else base)
             url = replica.url + self.path
             try:
                 if parsed.stream:
@@ -358,7 +389,7 @@ class RequestFlow:
                         c.upstream, url, body, self.headers, c.stream_timeout
                     )
                 else:
-                    content, ctype = await decode_whole(c.upstream, url, body, self.headers)
+                    content, ctype = await self._whole(decode, url, body)
             except UpstreamAnswer as answer:
                 return Response(
                     answer.content,
@@ -369,9 +400,22 @@ class RequestFlow:
             except LegFailure as failure:
                 last = f"{decode}: {failure.detail}"
                 self.faults.failed(decode, failure.kind, failure.detail)
+                log.info("request %s: decode on %s failed: %s", self.request_id, decode, last)
+                mid_answer = not parsed.stream and failure.reached and failure.status == 0
+                if mid_answer and migrations < c.settings.migration_limit:
+                    migrations += 1
+                    reason = "stall" if failure.kind is FailureKind.TIMEOUT else "connection"
+                    c.metrics.migrations.labels(reason).inc()
+                    next_leg = lifecycle.migrate(self.request_id, c.now(), 0)
+                    if next_leg is None:
+                        c.metrics.migrations_refused.labels("no_replica").inc()
+                        break
+                    continue
+                if mid_answer:
+                    c.metrics.migrations_refused.labels("limit").inc()
+                    break
                 # `reached`: the engine may have claimed the blocks, the next one prefills
                 lifecycle.decode_failed(self.request_id, c.now(), reached=failure.reached)
-                log.info("request %s: decode on %s failed: %s", self.request_id, decode, last)
                 continue
             c.report_success(decode)
             self.faults.served(decode)
@@ -393,6 +437,32 @@ class RequestFlow:
         raise ApiError(
             502, f"Every decode attempt failed ({tried}); last: {last}", code="decode_failed"
         )
+
+    async def _whole(self, replica_id: str, url: str, body: bytes) -> tuple[bytes, str]:
+        """A non-streamed decode leg. Nothing times a hung engine here (no byte comes before
+        the whole answer), so when the health checker finds the replica unhealthy
+        (`Coordinator.waiting_legs`) the leg is hung up: a `LegFailure` (timeout, reached),
+        and `_decode` starts the request over elsewhere."""
+        c = self.c
+        why: list[str] = []
+
+        def hang_up(reason: str) -> None:
+            why.append(reason)
+            hung.reschedule(0)  # in the past: the block below is cancelled at once
+
+        try:
+            async with asyncio.timeout(None) as hung:
+                c.waiting_legs.begin(replica_id, self.request_id, hang_up)
+                try:
+                    return await decode_whole(c.upstream, url, body, self.headers)
+                finally:
+                    c.waiting_legs.end(replica_id, self.request_id)
+        except TimeoutError:
+            if not why:
+                raise
+            raise LegFailure(
+                FailureKind.TIMEOUT, f"the replica turned unhealthy mid-answer ({why[0]})"
+            ) from None
 
     # ---- bookkeeping -------------------------------------------------------------------------
 
@@ -437,122 +507,3 @@ def _completion_tokens(content: bytes) -> int | None:
     while end < len(digits) and 48 <= digits[end] <= 57:
         end += 1
     return int(digits[:end]) if end else None
-
-
-def _usage_events(parsed: ParsedRequest) -> int:
-    """1 when the stream ends with a usage event (`stream_options.include_usage`), else 0."""
-    options = parsed.body.get("stream_options")
-    return int(isinstance(options, dict) and bool(options.get("include_usage")))
-
-
-class ProxyStream(StreamingResponse):
-    """The decode engine's SSE bytes, unchanged, then release; see `RequestFlow`.
-
-    Ends with an OpenAI error event + `[DONE]` when the engine fails mid-stream (or closes
-    without `[DONE]`), so a client never hangs or gets a silently truncated stream. Whatever
-    ends it (last byte, failure, client disconnect), `__call__`'s `finally` closes the
-    upstream answer and releases the request.
-    """
-
-    def __init__(self, flow: RequestFlow, stream: DecodeStream, replica_id: str, pool: str) -> None:
-        self.flow = flow
-        self.stream = stream
-        self.replica_id = replica_id
-        self.pool = pool
-        self.completed = False
-        self.errored = False
-        flow.stream = self
-        super().__init__(
-            self._body(),
-            status_code=200,
-            media_type="text/event-stream",
-            headers={**flow._route_headers(), "cache-control": "no-cache"},
-        )
-
-    async def _body(self) -> AsyncIterator[bytes]:
-        flow = self.flow
-        c = flow.c
-        rid = flow.request_id
-        lifecycle = c.lifecycle
-        chunk = self.stream.first
-        events = chunk.count(b"data: ")
-        first_at = last_at = c.now()
-        first_events = events
-        lifecycle.tokens(rid, first_at, events)  # the first byte: the prompt is computed
-        tail = chunk[-32:]
-        yield chunk
-        try:
-            async for chunk in self.stream.rest:
-                if not chunk:
-                    continue
-                events += chunk.count(b"data: ")
-                last_at = c.now()
-                lifecycle.tokens(rid, last_at, events)
-                tail = (tail + chunk)[-32:]
-                yield chunk
-        except Exception as exc:  # aiohttp read/payload errors: the engine died or hung
-            if flow.cut_reason is not None:
-                c.metrics.stream_errors.inc()
-                self.errored = True
-                yield self._error_end(tail, f"stream ended early: {flow.cut_reason}")
-                return
-            kind = classify_error(exc)
-            c.report_failure(self.replica_id, kind, f"mid-stream: {type(exc).__name__}")
-            c.metrics.stream_errors.inc()
-            self.errored = True
-            yield self._error_end(
-                tail, f"decode replica {self.replica_id} failed mid-stream: {exc!r}"
-            )
-            return
-        if tail.endswith(_DONE):
-            self.completed = True
-            self._observe(events, events - first_events, last_at - first_at)
-            return
-        c.metrics.stream_errors.inc()
-        self.errored = True
-        why = (
-            f"stream ended early: {flow.cut_reason}"
-            if flow.cut_reason is not None
-            else f"decode replica {self.replica_id} ended the stream early"
-        )
-        yield self._error_end(tail, why)
-
-    def cut(self) -> None:
-        """Close the upstream answer: the body loop ends and sends the error event."""
-        self.stream.response.close()
-
-    def _observe(self, events: int, later_events: int, span_s: float) -> None:
-        """Per completed stream: output tokens and the mean gap between token events."""
-        flow = self.flow
-        metrics = flow.c.metrics
-        assert flow.parsed is not None
-        # one token per SSE event (vLLM without speculative decoding), less the events that
-        # carry none: [DONE], chat's opening role event, the usage event
-        usage = _usage_events(flow.parsed)
-        tokens = max(0, events - 1 - usage - (flow.parsed.kind == "chat"))
-        metrics.completed(flow.route_kind, tokens)
-        gaps = later_events - 1 - usage  # token events after the first chunk
-        if gaps > 0 and span_s > 0:
-            metrics.stream_itl(self.pool, self.replica_id, span_s / gaps)
-
-    @staticmethod
-    def _error_end(tail: bytes, message: str) -> bytes:
-        sep = b"" if tail.endswith(b"\n\n") or not tail else b"\n\n"
-        return sep + error_event(message)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._close()
-
-    async def _close(self) -> None:
-        body = self.body_iterator
-        aclose: Callable[[], Awaitable[Any]] | None = getattr(body, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):
-                await aclose()
-        await self.stream.aclose()
-        if not self.completed and not self.errored:
-            self.flow.c.metrics.disconnects.inc()
-        self.flow._finish(ok=self.completed, status=200)

@@ -12,6 +12,11 @@ Metrics (type; labels):
 - `pdorch_decode_retries_total`, `pdorch_stream_errors_total` (streams ended with an error
   event), `pdorch_client_disconnects_total` (counters)
 - `pdorch_rejected_total` (counter; `reason`: concurrency, body_size, auth)
+- `pdorch_migrations_total` (counter; `reason`: `connection` reset/refused/timed out, `eof`
+  the answer ended before `[DONE]`, `stall` no byte for `stall_timeout_s`): requests continued
+  on another decode replica (`migration.py`); `pdorch_migrations_refused_total` (counter;
+  `why`: `limit` (`migration_limit` reached), `no_replica`, `not_migratable` (n > 1, tools,
+  structured output, ...)): mid-answer failures that ended with an error event instead
 - `pdorch_request_duration_seconds`, `pdorch_first_byte_seconds` (histograms; `endpoint`)
 - `pdorch_requests_in_flight` (gauge)
 - planner inputs (`autoscale/metrics_sources/`; labels `pool`, `replica` = the replica's pool
@@ -272,6 +277,24 @@ class CoordinatorMetrics:
         self.disconnects = Counter(
             "pdorch_client_disconnects", "Clients that left before the answer ended.", registry=r
         )
+        self.migrations = Counter(
+            "pdorch_migrations",
+            "Requests continued on another decode replica after theirs failed mid-answer "
+            "(migration.py).",
+            ["reason"],
+            registry=r,
+        )
+        self.migrations_refused = Counter(
+            "pdorch_migrations_refused",
+            "Mid-answer decode failures that could not be continued (the stream ended with an "
+            "error event).",
+            ["why"],
+            registry=r,
+        )
+        for reason in ("connection", "eof", "stall"):
+            self.migrations.labels(reason)
+        for why in ("limit", "no_replica", "not_migratable"):
+            self.migrations_refused.labels(why)
         self._rejected = Counter(
             "pdorch_rejected", "Requests refused at admission.", ["reason"], registry=r
         )

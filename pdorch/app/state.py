@@ -58,7 +58,7 @@ from pools.fleet import (
 from pools.health import HealthChecker
 from pools.http_client import client_limits, http_client
 from pools.metrics_scrape import MetricsScraper
-from pools.replica import Replica
+from pools.replica import Replica, ReplicaState
 from router.approx_index import ApproxKvIndex
 from router.hash_match_monitor import HashMatchMonitor
 from router.kv_event_subscriber import EngineEventSource, KvEventSubscriber
@@ -172,6 +172,9 @@ class Coordinator:
         )
         # client requests per replica, for drains (pools/drain.py); the flow keeps it
         self.requests = RequestTracker()
+        # non-streamed decode legs waiting on each replica: one found unhealthy hangs them up,
+        # so they start over elsewhere (flow.py `_whole`) instead of waiting on a hung engine
+        self.waiting_legs = RequestTracker()
         # the scaling control (pdorch/app/scaling.py) when the fleet can be scaled
         self.scaling: Any = None
         # pools.kubernetes.discovery.KubernetesDiscovery when the fleet file has `discovery:`
@@ -282,6 +285,8 @@ class Coordinator:
             self.tokens.forget(replica.url)
         elif isinstance(event, ReplicaHealthChanged):
             self.lifecycle.set_static(rid, ReplicaStatic(healthy=replica.routable))
+            if event.new is ReplicaState.UNHEALTHY:
+                self.waiting_legs.cut(rid, event.reason)
             log.info("replica %s: %s → %s (%s)", rid, event.old, event.new, event.reason)
         elif isinstance(event, ReplicaMetricsUpdated):
             if event.now - self._hash_checked_at >= 1.0:  # piggy-backs on the scrape loop

@@ -149,6 +149,22 @@ class CoordinatorSettings(BaseModel):
     decode_retries: int = Field(
         default=1, ge=0, le=10, description="Other decode replicas tried before the first byte."
     )
+    migration_limit: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="How many times one request may be continued on another decode replica "
+        "after its decode engine died or stalled mid-answer (pdorch/app/migration.py); 0: never "
+        "(the stream ends with an error event).",
+    )
+    stall_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A streamed answer with no byte for this long after its first counts as a "
+        "hung engine: reported to health and continued elsewhere (default 10 s: a healthy "
+        "engine's gap is one decode step, tens of ms, plus a chunked prefill step of others; "
+        "a shared CPU box can pause seconds).",
+    )
     api_keys: list[str] = Field(
         default_factory=list, description="Accepted client keys (Bearer); empty: no auth."
     )

@@ -19,8 +19,9 @@ Wire rules copied from vLLM's behaviour (read from its source, re-implemented):
   response carries top-level `kv_transfer_params` for the decode engine (NixlConnector shape).
 - A client that disconnects aborts its request, streamed or not (vLLM's `with_cancellation`).
 
-Simulated, not modelled: sampling. Generated tokens are a pure function of (prompt, `seed`,
-position) (`pools.sim.token_gen`), so `temperature`, `top_p`, `stop`, `logprobs`, ... are
+Simulated, not modelled: sampling. The next generated token is a pure function of (`seed`,
+prompt + the outputs so far) (`pools.sim.token_gen`, like greedy decoding); `return_token_ids`
+returns the ids as vLLM does (SERVER.md), so `temperature`, `top_p`, `stop`, `logprobs`, ... are
 accepted (and validated where vLLM validates them) but do not change the output; output ends by
 length (`finish_reason` "length"). One choice per request (`n` = 1), one prompt per request.
 
@@ -257,8 +258,10 @@ def create_app(engine: SimEngine) -> FastAPI:
         except EngineUnavailable as exc:
             raise ApiError(str(exc), HTTPStatus.SERVICE_UNAVAILABLE) from exc
         created = int(time.time())
+        return_ids = bool(req.return_token_ids)
         if not req.stream:
             text_parts: list[str] = []
+            out_ids: list[int] = []
             n_out = 0
             # vLLM (`with_cancellation`) aborts a non-streamed request whose client hangs up;
             # a streamed one is aborted by StreamingResponse's own disconnect listener.
@@ -270,6 +273,8 @@ def create_app(engine: SimEngine) -> FastAPI:
                     for t in out.token_ids:
                         text_parts.append(tokenizer.token_text(t))
                     n_out += len(out.token_ids)
+                    if return_ids:
+                        out_ids.extend(out.token_ids)
             finally:
                 watcher.cancel()
                 stream.close()
@@ -302,14 +307,14 @@ def create_app(engine: SimEngine) -> FastAPI:
                             "logprobs": None,
                             "finish_reason": finish,
                             "stop_reason": None,
-                            "token_ids": None,
+                            "token_ids": out_ids if return_ids else None,
                         }
                     ],
                     "service_tier": None,
                     "system_fingerprint": None,
                     "usage": usage,
                     "prompt_logprobs": None,
-                    "prompt_token_ids": None,
+                    "prompt_token_ids": tokens if return_ids else None,
                     "kv_transfer_params": _wire_params(final),
                 }
             else:
@@ -333,13 +338,15 @@ def create_app(engine: SimEngine) -> FastAPI:
                     "usage": usage,
                     "kv_transfer_params": _wire_params(final),
                 }
+            if return_ids and not chat:  # vLLM's `CompletionResponseChoice` fields
+                body["choices"][0].update(prompt_token_ids=tokens, token_ids=out_ids)
             return json_response(body)
 
         opts = req.stream_options
         include_usage = bool(opts and opts.include_usage)
         continuous = include_usage and bool(opts and opts.continuous_usage_stats)
         return StreamingResponse(
-            _sse(stream, rid, model, created, len(tokens), chat, include_usage, continuous),
+            _sse(stream, rid, model, created, tokens, chat, include_usage, continuous, return_ids),
             media_type="text/event-stream",
         )
 
@@ -348,15 +355,21 @@ def create_app(engine: SimEngine) -> FastAPI:
         rid: str,
         model: str,
         created: int,
-        prompt_len: int,
+        prompt: list[int],
         chat: bool,
         include_usage: bool,
         continuous: bool,
+        return_ids: bool,
     ) -> AsyncIterator[bytes]:
+        """`return_ids` (vLLM's `return_token_ids`): chat's first chunk carries the prompt's
+        ids (`prompt_token_ids`, top level), completions' first token chunk (in the choice);
+        every token chunk's choice its `token_ids`."""
         obj = "chat.completion.chunk" if chat else "text_completion"
+        prompt_len = len(prompt)
         n_out = 0
+        prompt_ids_due = return_ids and not chat
 
-        def chunk(choice: dict[str, Any]) -> bytes:
+        def chunk(choice: dict[str, Any], prompt_ids: list[int] | None = None) -> bytes:
             body: dict[str, Any] = {
                 "id": rid,
                 "object": obj,
@@ -364,6 +377,8 @@ def create_app(engine: SimEngine) -> FastAPI:
                 "model": model,
                 "choices": [choice],
             }
+            if prompt_ids is not None:
+                body["prompt_token_ids"] = prompt_ids
             if continuous:
                 body["usage"] = usage_info(prompt_len, n_out, streaming=True)
             return b"data: " + JSON.encode(body) + b"\n\n"
@@ -376,7 +391,8 @@ def create_app(engine: SimEngine) -> FastAPI:
                         "delta": {"role": "assistant", "content": ""},
                         "logprobs": None,
                         "finish_reason": None,
-                    }
+                    },
+                    prompt if return_ids else None,
                 )
             async for out in stream:
                 if out.error is not None:
@@ -390,27 +406,30 @@ def create_app(engine: SimEngine) -> FastAPI:
                 finish = out.finish_reason
                 if not out.token_ids and finish is None:
                     continue
+                choice: dict[str, Any]
                 if chat:
                     delta: dict[str, Any] = {"content": text} if out.token_ids else {}
-                    yield chunk(
-                        {
-                            "index": 0,
-                            "delta": delta,
-                            "logprobs": None,
-                            "finish_reason": finish,
-                            "stop_reason": None,
-                        }
-                    )
+                    choice = {
+                        "index": 0,
+                        "delta": delta,
+                        "logprobs": None,
+                        "finish_reason": finish,
+                        "stop_reason": None,
+                    }
                 else:
-                    yield chunk(
-                        {
-                            "index": 0,
-                            "text": text,
-                            "logprobs": None,
-                            "finish_reason": finish,
-                            "stop_reason": None,
-                        }
-                    )
+                    choice = {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": finish,
+                        "stop_reason": None,
+                    }
+                if return_ids:
+                    if prompt_ids_due:
+                        choice["prompt_token_ids"] = prompt
+                        prompt_ids_due = False
+                    choice["token_ids"] = out.token_ids
+                yield chunk(choice)
             else:
                 if include_usage:
                     usage = usage_info(prompt_len, n_out, streaming=True)

@@ -38,6 +38,8 @@ class _SamplingFields(BaseModel):
     stop: str | list[str] | None = None
     kv_transfer_params: KvTransferParams | None = None
     request_id: str | None = None
+    # vLLM's: the prompt's ids (first chunk / the answer) and each choice's output ids
+    return_token_ids: bool | None = None
 
 
 class CompletionRequest(_SamplingFields):

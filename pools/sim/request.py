@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pools.sim.block_pool import KVCacheBlock
 from pools.sim.hashing import BlockHasher
 from transfer.params import KvTransferParams
+
+if TYPE_CHECKING:
+    from pools.sim.token_gen import SequenceHash
 
 
 class RequestStatus(enum.IntEnum):
@@ -105,7 +109,7 @@ class Request:
         "do_remote_decode",
         "do_remote_prefill",
         "first_token_done",
-        "gen_base",
+        "gen_state",
         "hasher",
         "ignore_eos",
         "kv_params",
@@ -130,7 +134,7 @@ class Request:
         "token_free",
     )
 
-    def __init__(self, sim: SimRequest, block_size: int, gen_base: int) -> None:
+    def __init__(self, sim: SimRequest, block_size: int, gen_state: SequenceHash) -> None:
         self.sim = sim
         self.request_id = sim.request_id
         self.all_token_ids: list[int] = list(sim.prompt_token_ids)
@@ -156,7 +160,7 @@ class Request:
             lora_path=sim.lora_path,
             cache_salt=sim.cache_salt,
         )
-        self.gen_base = gen_base
+        self.gen_state = gen_state  # the running hash `TokenGenerator.next` samples from
         self.max_tokens = sim.max_tokens
         self.min_tokens = sim.min_tokens
         self.ignore_eos = sim.ignore_eos

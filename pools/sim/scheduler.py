@@ -91,7 +91,7 @@ class Scheduler:
         if req.request_id in self.requests:
             raise ValueError(f"request_id: {req.request_id!r} is already in the engine")
         req.validate(self.config.max_model_len)
-        r = Request(req, self.block_size, TokenGenerator.base(req.prompt_token_ids, req.seed))
+        r = Request(req, self.block_size, TokenGenerator.start(req.prompt_token_ids, req.seed))
         if self.config.enable_prefix_caching and not r.token_free:
             r.hasher.extend(r.all_token_ids, r.block_hashes)
         self.requests[req.request_id] = r
@@ -266,7 +266,11 @@ class Scheduler:
         caching = self.config.enable_prefix_caching
         output = make_output
         for r in so.sampled:
-            tok = tg.token(r.gen_base, r.num_output_tokens)
+            tok = (
+                tg.positional(r.sim.seed, r.num_output_tokens)
+                if r.token_free
+                else tg.next(r.gen_state)
+            )
             r.num_tokens += 1
             r.num_output_tokens += 1
             if not r.token_free:
@@ -370,7 +374,7 @@ class Scheduler:
             if r.token_free:
                 new_tokens.append([])  # nobody reads token ids in token-free mode
                 continue
-            toks = [tg.token(r.gen_base, r.num_output_tokens + j) for j in range(k)]
+            toks = [tg.next(r.gen_state) for _ in range(k)]
             new_tokens.append(toks)
             r.all_token_ids.extend(toks)
             if caching:

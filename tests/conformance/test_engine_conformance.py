@@ -322,6 +322,49 @@ def test_chat_stream_without_usage(pair: Pair, client: httpx.Client) -> None:
     assert all(c["choices"] for c in chunks), "no usage chunk without include_usage"
 
 
+def test_return_token_ids_in_stream_and_a_greedy_continuation(
+    pair: Pair, client: httpx.Client
+) -> None:
+    """What the coordinator's stream migration reads (pdorch/app/migration.py): the prompt's
+    ids once and every chunk's `token_ids`; prompt + the first outputs as a prompt continue
+    with the same tokens under greedy sampling."""
+    url = pair.prefill.url
+    body = {
+        "model": SERVED_NAME,
+        "prompt": unique_text(),
+        "max_tokens": 10,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+    }
+    r = client.post(f"{url}/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    chunks = [json.loads(e) for e in sse_events(r.text)[:-1]]
+    *token_chunks, usage_chunk = chunks
+    prompt_ids = [c["choices"][0].get("prompt_token_ids") for c in token_chunks]
+    assert prompt_ids[0] and all(p is None for p in prompt_ids[1:])
+    assert len(prompt_ids[0]) == usage_chunk["usage"]["prompt_tokens"]
+    output = [t for c in token_chunks for t in c["choices"][0]["token_ids"]]
+    assert len(output) == usage_chunk["usage"]["completion_tokens"] == 10
+    more = {**body, "prompt": prompt_ids[0] + output[:4], "max_tokens": 6, "stream": False}
+    cont = completion(client, url, **more)["choices"][0]
+    assert cont["token_ids"] == output[4:]
+    chat = {
+        "model": SERVED_NAME,
+        "messages": [{"role": "user", "content": unique_text(10)}],
+        "max_tokens": 3,
+        "stream": True,
+        "return_token_ids": True,
+    }
+    r = client.post(f"{url}/v1/chat/completions", json=chat)
+    assert r.status_code == 200, r.text
+    opening, *rest = (json.loads(e) for e in sse_events(r.text)[:-1])
+    assert opening["prompt_token_ids"] and opening["choices"][0]["delta"]["role"] == "assistant"
+    assert sum(len(c["choices"][0]["token_ids"] or []) for c in rest) == 3
+
+
 def test_models(pair: Pair, client: httpx.Client) -> None:
     data = client.get(f"{pair.prefill.url}/v1/models").json()
     assert data["object"] == "list"

@@ -77,6 +77,9 @@ def _replay(
             lifecycle.decode_failed(rid, event.now, reached=event.reached)
         elif event.kind is EventKind.DECODE_RETRIED:
             assert lifecycle.retry_decode(rid, event.now) == event.leg, where
+        elif event.kind is EventKind.MIGRATED:
+            assert event.generated is not None
+            assert lifecycle.migrate(rid, event.now, event.generated) == event.leg, where
         elif event.kind is EventKind.FINISHED:
             sim.finished(rid, event.now)
         else:

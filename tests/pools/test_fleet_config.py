@@ -240,3 +240,14 @@ def test_model_validate_without_file_reports_paths() -> None:
     FleetConfig.model_validate(
         {"served_model_name": "m", "pools": {"decode": {"endpoints": [{"url": "http://d:1"}]}}}
     )
+
+
+def test_migration_settings_default_and_bad_values_are_named(tmp_path: Path) -> None:
+    base = 'served_model_name: m\npools:\n  decode:\n    endpoints: [{url: "http://d:1"}]\n'
+    config = load_fleet_config(write(tmp_path, base))
+    assert config.coordinator.migration_limit == 3
+    assert config.coordinator.stall_timeout_s == 10.0
+    for field, value in (("migration_limit", "-1"), ("stall_timeout_s", "0")):
+        err = error_of(tmp_path, base + f"coordinator:\n  {field}: {value}\n")
+        assert err.issues[0].path == f"coordinator.{field}", err.issues
+        assert err.issues[0].line == 6

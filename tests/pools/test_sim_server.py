@@ -4,6 +4,7 @@ engines in one process. (Behaviour shared with vLLM is in tests/conformance/.)""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -386,3 +387,37 @@ def test_touching_is_capped_to_the_leading_blocks() -> None:
     grown = _rss_bytes() - before
     assert 15 * 1024 * 1024 <= grown < 32 * 1024 * 1024, grown
     assert not blocks[:256].any()  # the first 256 blocks (16 MiB) are written
+
+
+async def test_return_token_ids_as_vllm_sends_them_and_a_continuation_goes_on_alike() -> None:
+    server = SimServer(settings(kv_transport="none"))
+    await server.start()
+    try:
+        async with http_client(base_url=url_of(server), timeout=30.0) as client:
+            base = {"prompt": "hello there", "max_tokens": 8, "return_token_ids": True}
+            whole = (await client.post("/v1/completions", json=base)).json()["choices"][0]
+            prompt, out = whole["prompt_token_ids"], whole["token_ids"]
+            assert len(out) == 8 and prompt
+            stream = await client.post("/v1/completions", json={**base, "stream": True})
+            chunks = [
+                json.loads(line[len("data: ") :])
+                for line in stream.text.split("\n\n")
+                if line.startswith("data: {")
+            ]
+            assert chunks[0]["choices"][0]["prompt_token_ids"] == prompt
+            assert all("prompt_token_ids" not in c["choices"][0] for c in chunks[1:])
+            assert [t for c in chunks for t in c["choices"][0]["token_ids"]] == out
+            # prompt + the first 3 outputs as a prompt: the same next 5 tokens
+            more = {**base, "prompt": prompt + out[:3], "max_tokens": 5}
+            cont = (await client.post("/v1/completions", json=more)).json()["choices"][0]
+            assert cont["token_ids"] == out[3:]
+            chat = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+            chat_ids = {**chat, "max_tokens": 2, "return_token_ids": True}
+            answer = await client.post("/v1/chat/completions", json=chat_ids)
+            opening = answer.text.split("\n\n")[0]
+            assert json.loads(opening[len("data: ") :])["prompt_token_ids"]
+            no_ids = {**base, "stream": True, "return_token_ids": False}
+            plain = (await client.post("/v1/completions", json=no_ids)).text
+            assert "token_ids" not in plain  # bytes unchanged without the flag
+    finally:
+        await server.stop()

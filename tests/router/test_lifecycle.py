@@ -180,3 +180,28 @@ def test_recorder_sees_every_event_with_its_inputs_and_the_load_after() -> None:
     assert admitted.lookup == lookup and admitted.static["d0"] == ReplicaStatic()
     assert admitted.loads["p0"] == ReplicaLoad(84, 0, 1)
     assert trace[-1].loads == {rid: ReplicaLoad() for rid in ("p0", "d0", "d1")}
+
+
+def test_migrate_ends_the_dead_replicas_entry_once_and_admits_prompt_plus_output_elsewhere() -> (
+    None
+):
+    trace: list[LifecycleEvent] = []
+    lc = lifecycle(recorder=trace)
+    lookup = KvLookup({"p0": 2, "d1": 1}, {})
+    lc.admit(req("r", 100, keys=6), 0.0, lookup=lookup)
+    lc.prefill_done("r", 1.0, ok=True)
+    lc.tokens("r", 1.1, 1)
+    lc.tokens("r", 1.2, 40)  # 140 tokens: 9 blocks on d0
+    assert load(lc, "d0") == (0, 9, 1)
+    leg = lc.migrate("r", 1.3, 40)
+    # d1 prefills the 140-token sequence less the one block it caches of the prompt
+    assert leg == DecodeLeg("d1", False, 140 - BS, RouteKind.PD, "d1")
+    assert load(lc, "d0") == (0, 0, 0)
+    assert load(lc, "d1") == (140 - BS, 0, 1)
+    lc.tokens("r", 1.4, 1)  # the continuation's first output: its prompt is computed
+    assert load(lc, "d1") == (0, 9, 1)  # ceil(141 / 16)
+    assert trace[-2].kind is EventKind.MIGRATED and trace[-2].generated == 40
+    assert lc.migrate("r", 1.5, 3) is None  # d0 and d1 tried: nobody left
+    assert load(lc, "d1") == (0, 0, 0) and lc.in_flight("r")
+    lc.aborted("r", 1.6)
+    assert all(load(lc, r) == (0, 0, 0) for r in ("p0", "d0", "d1")) and not lc.in_flight("r")

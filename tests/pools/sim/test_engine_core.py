@@ -377,3 +377,13 @@ def test_prefix_caching_disabled_no_hits_no_events() -> None:
     assert st.prefix_cache_queries == st.prefix_cache_hits == 0
     assert st.prompt_tokens_by_source["local_compute"] == 200
     assert core.drain_events() == []
+
+
+def test_a_sequence_continued_from_its_own_tokens_goes_on_as_the_uninterrupted_run() -> None:
+    # the coordinator's stream migration resends prompt + generated as a longer prompt
+    gen = TokenGenerator(4096)
+    p = prompt(30)
+    for seed in (None, 7):
+        whole = gen.tokens(p, seed, 12)
+        assert gen.tokens(p + whole[:5], seed, 7) == whole[5:]
+    assert gen.tokens(p, None, 12) != gen.tokens(prompt(31), None, 12)

@@ -112,9 +112,8 @@ def test_pd_flow_matches_vllm_nixl_connector(
         sampled = []
         for rid in ids:
             r = s.requests[rid]
-            base = TokenGenerator.base(r.prompt_token_ids, None)
             done = r.num_computed_tokens >= r.num_tokens
-            sampled.append([gen.token(base, r.num_output_tokens)] if done else [])
+            sampled.append([gen.after(r.all_token_ids, None)] if done else [])
         mro = ModelRunnerOutput(
             req_ids=ids,
             req_id_to_index={r: i for i, r in enumerate(ids)},

@@ -131,14 +131,14 @@ def test_step_by_step_parity_with_vllm_scheduler(
     arrivals: dict[int, list[SimRequest]] = {}
     for step_no, req in _workload(seed, n_req):
         arrivals.setdefault(step_no, []).append(req)
-    bases: dict[str, int] = {}
+    seeds: dict[str, int | None] = {}
     vq = vh = vpq = vph = 0
     n_events = 0
     step = 0
     while arrivals or core.has_unfinished() or sched.has_unfinished_requests():
         for req in arrivals.pop(step, []):
             core.add_request(req, float(step))
-            bases[req.request_id] = TokenGenerator.base(req.prompt_token_ids, req.seed)
+            seeds[req.request_id] = req.seed
             params = SamplingParams(max_tokens=req.max_tokens, ignore_eos=True)
             sched.add_request(
                 Request(
@@ -159,7 +159,7 @@ def test_step_by_step_parity_with_vllm_scheduler(
         for rid in req_ids:
             vr = sched.requests[rid]
             done = vr.num_computed_tokens >= vr.num_tokens
-            sampled.append([gen.token(bases[rid], vr.num_output_tokens)] if done else [])
+            sampled.append([gen.after(vr.all_token_ids, seeds[rid])] if done else [])
         index = {r: i for i, r in enumerate(req_ids)}
         outs = sched.update_from_output(
             so, ModelRunnerOutput(req_ids=req_ids, req_id_to_index=index, sampled_token_ids=sampled)

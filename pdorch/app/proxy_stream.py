@@ -1,0 +1,332 @@
+"""`ProxyStream`: the decode engine's SSE answer relayed to the client, continued on another
+decode replica when its engine fails mid-stream (`migration.py`).
+
+The relay, per chunk: count the `data:` events (token load: `lifecycle.tokens`), forward.
+When the request may migrate (`RequestFlow.trail`), only complete events go out and their
+token ids are read (`StreamTrail`); otherwise the bytes go out as read.
+
+Failures after the first byte, each reported to health as an engine fault
+(`Coordinator.report_failure`) and counted in `pdorch_migrations_total{reason}`:
+- `connection`: a read error (reset, refused, timed out: `pools.health.classify_error`);
+- `eof`: the answer ended before `[DONE]` (FailureKind.CONNECTION);
+- `stall`: no byte for `stall_timeout_s` while we wait on the engine (FailureKind.TIMEOUT).
+  A lazy watchdog: one timer per stream, re-armed only when it fires before the deadline (the
+  chunk loop only stores the loop time of each chunk), then it closes the upstream answer,
+  which ends the read. Time spent handing a chunk to a slow client (suspended in `yield`,
+  the client's TCP window full) does not count: the engine is not silent, we do not read.
+Then, while `migration_limit` allows and `lifecycle.migrate` finds a replica, the continuation
+(`continuation_body`) is sent to it as a local leg; its first byte must come within
+`prefill_timeout_s` (it prefills prompt + output), else that try counts as a `stall` and the
+next replica is tried. Its events are rewritten into the original stream (`Continuation`).
+When no continuation is possible (limit reached, no replica left, not migratable, cut by a
+drain) the stream ends with an OpenAI error event and `data: [DONE]`, so a client never
+hangs or gets a silently truncated stream.
+
+Whatever ends it (last byte, failure, client disconnect), `__call__`'s `finally` closes the
+upstream answer and releases the request. Response headers name the first decode replica
+(they were sent before any migration).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from pdorch.app.errors import error_event
+from pdorch.app.legs import DecodeStream, LegFailure, UpstreamAnswer, open_decode_stream
+from pdorch.app.migration import COMPLETIONS_PATH, Continuation, continuation_body
+from pools.fleet import FailureKind
+from pools.health import classify_error
+from pools.pd_protocol import REQUEST_ID_HEADER
+
+if TYPE_CHECKING:
+    from pdorch.app.flow import RequestFlow
+    from pdorch.app.openai_schema import ParsedRequest
+
+log = logging.getLogger(__name__)
+_encode = msgspec.json.Encoder().encode
+_DONE = b"data: [DONE]\n\n"
+
+
+def _usage_events(parsed: ParsedRequest) -> int:
+    """1 when the stream ends with a usage event (`stream_options.include_usage`), else 0."""
+    options = parsed.body.get("stream_options")
+    return int(isinstance(options, dict) and bool(options.get("include_usage")))
+
+
+class _Failed(Exception):
+    """The current decode leg failed mid-stream (`reason`, `kind`, `replica`, `detail`)."""
+
+    def __init__(self, reason: str, kind: FailureKind, replica: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.kind = kind
+        self.replica = replica
+        self.detail = detail
+
+
+class ProxyStream(StreamingResponse):
+    """The streamed answer of one request (see the module docstring)."""
+
+    def __init__(self, flow: RequestFlow, stream: DecodeStream, replica_id: str, pool: str) -> None:
+        self.flow = flow
+        self.stream = stream
+        self.replica_id = replica_id
+        self.pool = pool
+        self.completed = False
+        self.errored = False
+        self.stalled = False
+        self.migrations = 0
+        self._stall_s = flow.c.settings.stall_timeout_s
+        self._last_byte = 0.0
+        self._in_yield = False  # suspended in `yield` (the client reads slowly): no stall
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        flow.stream = self
+        super().__init__(
+            self._body(),
+            status_code=200,
+            media_type="text/event-stream",
+            headers={**flow._route_headers(), "cache-control": "no-cache"},
+        )
+
+    # ---- the relay ---------------------------------------------------------------------------
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        flow = self.flow
+        c = flow.c
+        rid = flow.request_id
+        lifecycle = c.lifecycle
+        trail = flow.trail
+        rewrite: Continuation | None = None
+        sent = 0  # events the client got
+        first_at = last_at = c.now()
+        first_sent = 0
+        tail = b""
+        while True:
+            # the first chunk of this leg (the decode leg's, or a continuation's)
+            chunk = self.stream.first
+            events = chunk.count(b"data: ")  # events of this leg: its token load
+            lifecycle.tokens(rid, c.now(), events)
+            out = chunk if trail is None else (rewrite or trail).feed(chunk)
+            if out:
+                sent += out.count(b"data: ")
+                tail = (tail + out)[-32:]
+                if not first_sent:
+                    first_sent = sent
+                yield out
+            self._arm_stall()
+            try:
+                try:
+                    async for chunk in self.stream.rest:
+                        if not chunk:
+                            continue
+                        self._last_byte = self._now()
+                        events += chunk.count(b"data: ")
+                        last_at = c.now()
+                        lifecycle.tokens(rid, last_at, events)
+                        if trail is not None:
+                            chunk = (rewrite or trail).feed(chunk)
+                            if not chunk:
+                                continue
+                            sent += chunk.count(b"data: ")
+                        else:
+                            sent = events
+                        tail = (tail + chunk)[-32:]
+                        # a slow client holds us here: that time is not the engine's silence
+                        self._in_yield = True
+                        yield chunk
+                        self._in_yield = False
+                        self._last_byte = self._now()
+                except Exception as exc:  # aiohttp read/payload errors: died, hung or cut
+                    raise self._failure(exc) from None
+                finally:
+                    self._disarm_stall()
+                if tail.endswith(_DONE):
+                    self.completed = True
+                    self._observe(sent, sent - first_sent, last_at - first_at)
+                    return
+                raise self._failure(None)
+            except _Failed as failed:
+                if flow.cut_reason is not None:
+                    yield self._error_end(tail, f"stream ended early: {flow.cut_reason}")
+                    return
+                c.report_failure(failed.replica, failed.kind, f"mid-stream: {failed.detail}")
+                why = await self._continue(failed)
+                if why is not None:
+                    yield self._error_end(
+                        tail,
+                        f"decode replica {failed.replica} failed mid-stream ({failed.detail}); "
+                        f"not continued: {why}",
+                    )
+                    return
+                assert trail is not None and flow.parsed is not None
+                rewrite = Continuation(flow.parsed, trail)
+
+    def _failure(self, exc: Exception | None) -> _Failed:
+        at = self.replica_id
+        if self.stalled:
+            self.stalled = False
+            return _Failed(
+                "stall", FailureKind.TIMEOUT, at, f"no byte for stall_timeout_s={self._stall_s:g}"
+            )
+        if exc is None:
+            return _Failed("eof", FailureKind.CONNECTION, at, "the stream ended before [DONE]")
+        return _Failed("connection", classify_error(exc), at, repr(exc))
+
+    async def _continue(self, failed: _Failed) -> str | None:
+        """Continue on another replica (`self.stream` is then the continuation); None when it
+        goes on, else why not (the refusal is counted)."""
+        flow = self.flow
+        c = flow.c
+        refused = c.metrics.migrations_refused
+        trail = flow.trail
+        parsed = flow.parsed
+        assert parsed is not None
+        reason = failed.reason
+        with contextlib.suppress(Exception):
+            await self.stream.aclose()
+        if trail is None:
+            refused.labels("not_migratable").inc()
+            return f"the request cannot be continued elsewhere ({flow.not_migratable})"
+        limit = c.settings.migration_limit
+        while True:
+            if self.migrations >= limit:
+                refused.labels("limit").inc()
+                return f"migration_limit={limit} reached"
+            body = continuation_body(parsed, trail)
+            if body is None:
+                refused.labels("not_migratable").inc()
+                return "no token ids to continue from, or no tokens left to generate"
+            trail.pending = b""  # a half-sent event of the failed leg is dropped
+            generated = len(trail.output_ids) - flow.carried
+            leg = c.lifecycle.migrate(flow.request_id, c.now(), generated)
+            flow.carried = len(trail.output_ids)
+            flow.untrack(self.replica_id)
+            if leg is None:
+                refused.labels("no_replica").inc()
+                return "no healthy decode replica left"
+            self.migrations += 1
+            c.metrics.migrations.labels(reason).inc()
+            flow.track(leg.replica)
+            replica = c.replica(leg.replica)
+            self.replica_id = leg.replica
+            if replica is None:
+                reason = "connection"
+                continue
+            headers = {**flow.headers, REQUEST_ID_HEADER: f"{flow.request_id}-m{self.migrations}"}
+            log.info(
+                "request %s: continuing on %s after %s (%d tokens streamed)",
+                flow.request_id,
+                leg.replica,
+                reason,
+                len(trail.output_ids),
+            )
+            try:
+                async with asyncio.timeout(c.settings.prefill_timeout_s):
+                    stream = await open_decode_stream(
+                        c.upstream,
+                        replica.url + COMPLETIONS_PATH,
+                        _encode(body),
+                        headers,
+                        c.stream_timeout,
+                    )
+            except TimeoutError:
+                reason = "stall"
+                c.report_failure(leg.replica, FailureKind.TIMEOUT, "continuation: no first byte")
+                continue
+            except UpstreamAnswer as answer:
+                refused.labels("not_migratable").inc()
+                text = answer.content[:200].decode("utf-8", errors="replace")
+                return f"{leg.replica} refused the continuation ({answer.status}: {text})"
+            except LegFailure as failure:
+                reason = "connection"
+                if failure.kind is not None:
+                    c.report_failure(leg.replica, failure.kind, f"continuation: {failure.detail}")
+                continue
+            c.report_success(leg.replica)
+            self.pool = replica.pool
+            self.stream = stream
+            return None
+
+    # ---- stall watchdog ----------------------------------------------------------------------
+
+    def _now(self) -> float:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop.time()
+
+    def _arm_stall(self) -> None:
+        self._last_byte = self._now()
+        assert self._loop is not None
+        self._timer = self._loop.call_later(self._stall_s, self._stall_check)
+
+    def _disarm_stall(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _stall_check(self) -> None:
+        if self._timer is None or self._loop is None:
+            return
+        left = self._last_byte + self._stall_s - self._loop.time()
+        if self._in_yield:  # waiting on the client, not on the engine
+            left = self._stall_s
+        if left > 0:  # bytes came since the timer was set: wait for the rest of the window
+            self._timer = self._loop.call_later(left, self._stall_check)
+            return
+        self._timer = None
+        self.stalled = True
+        self.stream.response.close()  # the chunk loop's read ends with an error
+
+    # ---- ends --------------------------------------------------------------------------------
+
+    def cut(self) -> None:
+        """Close the upstream answer: the body loop ends and sends the error event."""
+        self.stream.response.close()
+
+    def _observe(self, events: int, later_events: int, span_s: float) -> None:
+        """Per completed stream: output tokens and the mean gap between token events."""
+        flow = self.flow
+        metrics = flow.c.metrics
+        assert flow.parsed is not None
+        # one token per SSE event (vLLM without speculative decoding), less the events that
+        # carry none: [DONE], chat's opening role event, the usage event
+        usage = _usage_events(flow.parsed)
+        tokens = max(0, events - 1 - usage - (flow.parsed.kind == "chat"))
+        metrics.completed(flow.route_kind, tokens)
+        gaps = later_events - 1 - usage  # token events after the first chunk
+        if gaps > 0 and span_s > 0:
+            metrics.stream_itl(self.pool, self.replica_id, span_s / gaps)
+
+    def _error_end(self, tail: bytes, message: str) -> bytes:
+        self.flow.c.metrics.stream_errors.inc()
+        self.errored = True
+        sep = b"" if tail.endswith(b"\n\n") or not tail else b"\n\n"
+        return sep + error_event(message)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
+        self._disarm_stall()
+        body = self.body_iterator
+        aclose: Callable[[], Awaitable[Any]] | None = getattr(body, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+        await self.stream.aclose()
+        if not self.completed and not self.errored:
+            self.flow.c.metrics.disconnects.inc()
+        self.flow._finish(ok=self.completed, status=200)

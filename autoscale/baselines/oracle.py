@@ -9,9 +9,10 @@ interval `[t, t + interval_s)`:
   interval's own requests meet the TTFT target, by replaying them through `N` FCFS servers
   (`prefill_queue_replicas`): each arrival of `[t - warmup_s, t + interval_s)` (`warmup_s` =
   `window_s/2`, 30 s, so the interval opens with the backlog it inherits) goes to the server
-  that frees first (what least-queued-work routing does), and its TTFT is its wait plus its own
-  prefill `s_i = perf.prefill_time_s(ISL_i)` plus `perf.transfer_s` (prompts priced
-  uncached, below). `N` is the
+  that frees first (what least-queued-work routing does) and keeps it busy for its own prefill
+  `s_i = perf.prefill_time_s(ISL_i)` (prompts priced uncached, below); its TTFT is its wait
+  plus `s_i` plus `perf.transfer_s(ISL_i)` (the KV transfer delays the first token but does
+  not occupy the prefill replica's compute). `N` is the
   smallest with `met / feasible ≥ slo.attainment` over the interval's requests, where
   `feasible` counts those whose `s_i + transfer` fits the target on an idle replica (a request
   that needs > 2 s of prefill alone misses whatever `N` is, so it does not buy replicas) and
@@ -99,16 +100,17 @@ class OraclePlanner(Planner):
         start_s: float | None = None,
         cap: dict[Pool, int] | None = None,
     ) -> None:
-        # (arrival_s, prefill service s_i, feasible) per request, by arrival: the replay's input
-        self._prefill: list[tuple[float, float, bool]] | None = None
+        # (arrival_s, busy s_i, own TTFT s_i + transfer, feasible) per request, by arrival
+        self._prefill: list[tuple[float, float, float, bool]] | None = None
         self._arrivals: list[float] = []
         if requests is not None:
             ttft = ttft_target_s(policy)
             jobs = []
             for a, isl, _osl, _hit in sorted(requests, key=lambda r: r[0]):
                 u = isl  # priced uncached: see "prompts priced uncached" in the module docstring
-                service = perf_model.prefill_time_s(u) + transfer_s(perf_model, u)
-                jobs.append((a, service, service <= ttft))
+                busy = perf_model.prefill_time_s(u)
+                own = busy + transfer_s(perf_model, u)
+                jobs.append((a, busy, own, own <= ttft))
             self._prefill = jobs
             self._arrivals = [j[0] for j in jobs]
         if future is None:
@@ -208,7 +210,7 @@ def transfer_s(perf: PerfModel, uncached: int) -> float:
 
 
 def prefill_queue_replicas(
-    jobs: Sequence[tuple[float, float, bool]],
+    jobs: Sequence[tuple[float, float, float, bool]],
     first: int,
     ttft_s: float,
     attainment: float,
@@ -216,27 +218,28 @@ def prefill_queue_replicas(
 ) -> int:
     """Fewest FCFS servers under which `jobs[first:]` meet `ttft_s` (module docstring).
 
-    `jobs`: (arrival_s, service_s, feasible) by arrival; `jobs[:first]` only warm the queue
-    up. Each job starts on the server that frees first (ties: lowest index) at
-    `max(arrival, free)`; its TTFT is `start + service - arrival`. Returns the smallest
+    `jobs`: (arrival_s, busy_s, own_ttft_s, feasible) by arrival; `jobs[:first]` only warm
+    the queue up. Each job starts on the server that frees first (ties: lowest index) at
+    `max(arrival, free)` and holds it for `busy_s`; its TTFT is `start - arrival +
+    own_ttft_s`. Returns the smallest
     `n ≤ max_replicas` with `met ≥ attainment · feasible` (feasible jobs only), else
     `max_replicas`; 0 when the interval has no job, 1 when none is feasible.
     """
     counted = len(jobs) - first
     if counted <= 0:
         return 0
-    feasible = sum(1 for j in jobs[first:] if j[2])
+    feasible = sum(1 for j in jobs[first:] if j[3])
     if feasible == 0:
         return 1
     need_met = attainment * feasible - 1e-9
     for n in range(1, max_replicas + 1):
         free = [(jobs[0][0], i) for i in range(n)]  # (free at, server): a heap
         met = 0
-        for k, (arrival, service, ok) in enumerate(jobs):
+        for k, (arrival, busy, own, ok) in enumerate(jobs):
             at, server = free[0]
-            done = (arrival if arrival > at else at) + service
-            heapq.heapreplace(free, (done, server))
-            if k >= first and ok and done - arrival <= ttft_s:
+            start = arrival if arrival > at else at
+            heapq.heapreplace(free, (start + busy, server))
+            if k >= first and ok and start - arrival + own <= ttft_s:
                 met += 1
         if met >= need_met:
             return n

@@ -303,19 +303,24 @@ def test_oracle_counts_sequences_still_decoding() -> None:
 def test_prefill_queue_replicas_by_hand() -> None:
     # four 1.5 s prefills at t = 0, target 2 s: N servers serve N of them at 1.5 s, the next
     # N at 3 s (missed); so all four need 4, three of four (0.75) need 3
-    burst = [(0.0, 1.5, True)] * 4
+    burst = [(0.0, 1.5, 1.5, True)] * 4
     assert prefill_queue_replicas(burst, 0, 2.0, 1.0, 16) == 4
     assert prefill_queue_replicas(burst, 0, 2.0, 0.75, 16) == 3
     assert prefill_queue_replicas(burst, 0, 2.0, 1.0, 2) == 2  # capped at the pool's max
     # a 3 s prefill misses on any fleet: it buys no replica (1, not 16)
-    assert prefill_queue_replicas([(0.0, 3.0, False)], 0, 2.0, 0.99, 16) == 1
-    assert prefill_queue_replicas([(0.0, 3.0, False), (0.0, 1.0, True)], 0, 2.0, 1.0, 16) == 2
+    assert prefill_queue_replicas([(0.0, 3.0, 3.0, False)], 0, 2.0, 0.99, 16) == 1
+    two = [(0.0, 3.0, 3.0, False), (0.0, 1.0, 1.0, True)]
+    assert prefill_queue_replicas(two, 0, 2.0, 1.0, 16) == 2
     # the warm-up job (before `first`) is the inherited backlog: a 1.2 s prefill arriving at
     # 0.5 s behind a 1.5 s one starts at 1.5 s and is done at 2.7 s (TTFT 2.2 s > 2 s)
-    warm = [(0.0, 1.5, True), (0.5, 1.2, True)]
+    warm = [(0.0, 1.5, 1.5, True), (0.5, 1.2, 1.2, True)]
     assert prefill_queue_replicas(warm, 1, 2.0, 1.0, 16) == 2
     assert prefill_queue_replicas(warm[1:], 0, 2.0, 1.0, 16) == 1
     assert prefill_queue_replicas([], 0, 2.0, 1.0, 16) == 0
+    # the KV transfer delays the first token, not the server: two jobs of 0.5 s busy and
+    # 1.2 s own TTFT on one server: the second starts at 0.5 s (not 1.2 s), TTFT 1.7 s
+    assert prefill_queue_replicas([(0.0, 0.5, 1.2, True)] * 2, 0, 2.0, 1.0, 16) == 1
+    assert prefill_queue_replicas([(0.0, 1.0, 1.6, True)] * 2, 0, 2.0, 1.0, 16) == 2
 
 
 def test_oracle_sizes_prefill_for_the_queue_the_intervals_requests_form() -> None:

@@ -12,7 +12,7 @@ Units: tokens and KV blocks of `RoutingRequest.block_size` tokens; `kv_usage` is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -163,12 +163,26 @@ class PolicyDecision:
     `rejected[replica_id]` saying why). `higher_is_better` says how to read them (llm-d scores
     are maximised, Dynamo costs and token-load times minimised). `details` holds the terms of
     each score (e.g. `{"prefix": 0.92, "queue": 0.93}`) for the explain API.
+
+    `why` is the reason as given: a string, or a function that builds it. Read it as `reason`
+    (built on first read, then kept). Why lazy: formatting a reason costs more than some
+    decisions themselves, and the fleet simulator and the proxy's hot path never read it; only
+    `/admin/explain` and reports do (issue 15's proxy profile, issue 11's simulator profile).
     """
 
     policy: str
     chosen: str | None
-    reason: str
+    why: str | Callable[[], str]
     scores: dict[str, float] = field(default_factory=dict)
     higher_is_better: bool = False
     details: dict[str, dict[str, float]] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def reason(self) -> str:
+        """Why this replica (or why none): built from `why` on first read."""
+        why = self.why
+        if isinstance(why, str):
+            return why
+        text = self.why = why()
+        return text

@@ -5,22 +5,53 @@ It knows the trace and its replicas start instantly (the simulator's matter). At
 no correction), for the fewest replicas per pool that meet both SLO targets in the next
 interval `[t, t + interval_s)`:
 
-- **prefill**: `size_window` of the load of the `window_s` (60 s) window centred on the
-  interval, `[c - window_s/2, c + window_s/2)` with `c = t + interval_s/2`, its start clipped
-  to the trace's first arrival (nothing arrives before it);
+- **prefill** (given the trace's requests): the fewest replicas `N` under which the
+  interval's own requests meet the TTFT target, by replaying them through `N` FCFS servers
+  (`prefill_queue_replicas`): each arrival of `[t - warmup_s, t + interval_s)` (`warmup_s` =
+  `window_s/2`, 30 s, so the interval opens with the backlog it inherits) goes to the server
+  that frees first (what least-queued-work routing does) and keeps it busy for its own prefill
+  `s_i = perf.prefill_time_s(ISL_i)` (prompts priced uncached, below); its TTFT is its wait
+  plus `s_i` plus `perf.transfer_s(ISL_i)` (the KV transfer delays the first token but does
+  not occupy the prefill replica's compute). `N` is the
+  smallest with `met / feasible ≥ slo.attainment` over the interval's requests, where
+  `feasible` counts those whose `s_i + transfer` fits the target on an idle replica (a request
+  that needs > 2 s of prefill alone misses whatever `N` is, so it does not buy replicas) and
+  `met` those whose replayed TTFT fits. Not capped at static-peak: on Mooncake the
+  static-peak fleet itself misses (82.9 %), so it is no bound there.
+  Given only `future=` (no per-request trace), `size_window` of the load of the `window_s`
+  (60 s) window centred on the interval, `[c - window_s/2, c + window_s/2)` with
+  `c = t + interval_s/2`, its start clipped to the trace's first arrival (`mean_need`);
 - **decode**: the larger of the same window's Little's-law count and the sequences still in
   flight at `t`: the arrivals of `[t - R, t)`, `R = t_own + OSL·ITL` the decode residence (OSL
   from the last `lookback_s`, 120 s), so a pool is not emptied while the sequences of a load
   that just stopped still decode;
-- both **capped at the static-peak count** (`StaticPlanner`'s rule: the same model on the
-  trace's 60 s windows, each pool's busiest): that fixed fleet is a plan the oracle knows to
-  meet the SLO per the same model, so the fewest replicas that do never exceed it.
+- decode (and prefill in `mean_need`) **capped at the static-peak count** (`StaticPlanner`'s
+  rule: the same model on the trace's 60 s windows, each pool's busiest): that fixed fleet is
+  a plan the oracle knows to meet the SLO per the same model, so the fewest replicas that do
+  never exceed it.
 
 Then [min, max] and the GPU budget (`autoscale.budget`).
 
-Why a 60 s window, not the worst 10 s piece of the interval (the rule until 2026-12-01): the
-perf model's capacity `C_p` is already the rate a replica sustains with its p99 queueing
-(`autoscale.perf_model`), so sizing again for the peak of a 10 s cut double-counts the
+Why the prefill replay (2026-12-01, issue 11): sized on the window's mean prompt, the oracle
+got 80.9 % on Mooncake x2 (static-peak 82.9 %, pdorch 93.05 %): the mean hides the long
+prompts' queueing (mean 13.5k tokens, p99 95k; 5.2 % of requests need > 2 s of prefill alone,
+so ~94.8 % is the physical ceiling there). Replaying the interval's actual requests sizes for
+the queue they really form, and asks for no more than that.
+
+Prompts priced uncached in the replay: the trace's hit (`hit_i`, what an infinite cache over
+all earlier requests would hold) is far above what the fleet's per-replica caches keep: on
+Mooncake x2 it is 32.0 % of prompt tokens, the fleet realised 5.3 % (the oracle's own run,
+prefill replicas holding ~30 long prompts each). Priced at the trace's hit the replay sized
+for a third less prefill work than there was (88.9 %); uncached is an upper bound on the work
+that is off by the realised hit only.
+
+The runs' shared start fleet (`benchmarks/autoscale_sim/runner.initial_fleet`) stays the
+window-mean sizing, `mean_need(0, interval_s)`, so every other planner starts as before.
+
+Why a 60 s window for the mean sizing, not the worst 10 s piece of the interval (the rule
+until 2026-12-01): the perf model's capacity `C_p` is already the rate a replica sustains with
+its p99 queueing (`autoscale.perf_model`), so sizing again for the peak of a 10 s cut
+double-counts the
 burstiness; on the overlaid traces (k copies of a request within ±0.5 s) the 10 s rule cost
 1.14x (Azure) and 1.22x (Mooncake) static-peak's GPU-hours while static-peak, sized on 60 s
 windows, already met the SLO for 100 % of Azure's requests. The same window as static-peak
@@ -37,6 +68,8 @@ observation.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +100,19 @@ class OraclePlanner(Planner):
         start_s: float | None = None,
         cap: dict[Pool, int] | None = None,
     ) -> None:
+        # (arrival_s, busy s_i, own TTFT s_i + transfer, feasible) per request, by arrival
+        self._prefill: list[tuple[float, float, float, bool]] | None = None
+        self._arrivals: list[float] = []
+        if requests is not None:
+            ttft = ttft_target_s(policy)
+            jobs = []
+            for a, isl, _osl, _hit in sorted(requests, key=lambda r: r[0]):
+                u = isl  # priced uncached: see "prompts priced uncached" in the module docstring
+                busy = perf_model.prefill_time_s(u)
+                own = busy + transfer_s(perf_model, u)
+                jobs.append((a, busy, own, own <= ttft))
+            self._prefill = jobs
+            self._arrivals = [j[0] for j in jobs]
         if future is None:
             if requests is None:
                 raise ValueError("oracle needs the future load: future= or requests=")
@@ -90,7 +136,29 @@ class OraclePlanner(Planner):
 
     def need(self, start_s: float, end_s: float) -> dict[Pool, int]:
         """Fewest replicas per pool for the real load of `[start_s, end_s)` (before limits):
-        the module docstring's window, in-flight and cap rules."""
+        the module docstring's replay (prefill), window, in-flight and cap rules (decode)."""
+        out = self.mean_need(start_s, end_s)
+        if self._prefill is not None:
+            out[Pool.PREFILL] = self._replay_need(start_s, end_s)
+        return out
+
+    def _replay_need(self, start_s: float, end_s: float) -> int:
+        lo = bisect.bisect_left(self._arrivals, start_s - self.window_s / 2.0)
+        first = bisect.bisect_left(self._arrivals, start_s)
+        hi = bisect.bisect_left(self._arrivals, end_s)
+        assert self._prefill is not None
+        jobs = self._prefill[lo:hi]
+        return prefill_queue_replicas(
+            jobs,
+            first - lo,
+            ttft_target_s(self.policy),
+            self.policy.slo.attainment,
+            self.policy.limits(Pool.PREFILL).max,
+        )
+
+    def mean_need(self, start_s: float, end_s: float) -> dict[Pool, int]:
+        """Both pools sized by the perf model on the window's mean load (module docstring):
+        the rule before the prefill replay, still the runs' shared start fleet."""
         centre = (start_s + end_s) / 2.0
         lo = centre - self.window_s / 2.0
         if self.start_s is not None:
@@ -133,6 +201,49 @@ class OraclePlanner(Planner):
                     desired[p], reasons[p] = split[p], "budget"
         details: dict[str, Any] = {"need": {str(p): n for p, n in need.items()}}
         return ScaleDecision(now, desired, reasons, (), details)
+
+
+def transfer_s(perf: PerfModel, uncached: int) -> float:
+    """The perf model's KV-transfer part of TTFT, where it has one (`PerfModelBase`)."""
+    fn = getattr(perf, "transfer_s", None)
+    return float(fn(uncached)) if fn is not None else 0.0
+
+
+def prefill_queue_replicas(
+    jobs: Sequence[tuple[float, float, float, bool]],
+    first: int,
+    ttft_s: float,
+    attainment: float,
+    max_replicas: int,
+) -> int:
+    """Fewest FCFS servers under which `jobs[first:]` meet `ttft_s` (module docstring).
+
+    `jobs`: (arrival_s, busy_s, own_ttft_s, feasible) by arrival; `jobs[:first]` only warm
+    the queue up. Each job starts on the server that frees first (ties: lowest index) at
+    `max(arrival, free)` and holds it for `busy_s`; its TTFT is `start - arrival +
+    own_ttft_s`. Returns the smallest
+    `n ≤ max_replicas` with `met ≥ attainment · feasible` (feasible jobs only), else
+    `max_replicas`; 0 when the interval has no job, 1 when none is feasible.
+    """
+    counted = len(jobs) - first
+    if counted <= 0:
+        return 0
+    feasible = sum(1 for j in jobs[first:] if j[3])
+    if feasible == 0:
+        return 1
+    need_met = attainment * feasible - 1e-9
+    for n in range(1, max_replicas + 1):
+        free = [(jobs[0][0], i) for i in range(n)]  # (free at, server): a heap
+        met = 0
+        for k, (arrival, busy, own, ok) in enumerate(jobs):
+            at, server = free[0]
+            start = arrival if arrival > at else at
+            heapq.heapreplace(free, (start + busy, server))
+            if k >= first and ok and start - arrival + own <= ttft_s:
+                met += 1
+        if met >= need_met:
+            return n
+    return max_replicas
 
 
 register_planner("oracle", lambda policy, perf_model, **o: OraclePlanner(policy, perf_model, **o))

@@ -9,8 +9,9 @@ Every metrics tick (`tick_s`, 0.5 s) the controller checks two clocks:
   model has one), calls `plan` and hands the decision to the `SimActuator`;
 - the recorder's: every `record_s` (10 s) one timeline sample (`result.py`).
 
-Start: every planner starts from the same fleet, the one the oracle sizes for the first
-`oracle.interval_s` of the trace (clamped to the pools' limits), ready at t = 0 (a fleet sized
+Start: every planner starts from the same fleet, the one the oracle's window-mean sizing
+(`OraclePlanner.mean_need`) gives the first `oracle.interval_s` of the trace (clamped to the
+pools' limits), ready at t = 0 (a fleet sized
 for the load before the trace began); `initial=` overrides it. A planner's first tick is at
 `interval_s`, after one whole window (at t = 0 it would see an idle fleet and no load, and
 the reactive baselines would drain the warm fleet before the first request). The static
@@ -146,7 +147,9 @@ def initial_fleet(
         return {p: max(1, d.desired.get(p, 1)) for p in Pool}
     oracle, _ = make_planner("oracle", policy, requests)
     assert isinstance(oracle, OraclePlanner)
-    need = oracle.need(0.0, oracle.interval_s)
+    # the window-mean sizing (not the oracle's prefill replay): every planner's start fleet
+    # stays what it was before the replay rule (autoscale/baselines/oracle.py)
+    need = oracle.mean_need(0.0, oracle.interval_s)
     return {p: max(1, clamp_to_limits(policy, p, need[p])[0]) for p in Pool}
 
 

@@ -116,18 +116,20 @@ def make_output(r: Request, toks: list[int], finished: bool, first: bool = False
     """`r`'s output for this step (`toks`: its new tokens)."""
     local = r.num_local_cached_tokens
     ext = r.num_external_tokens
+    prompt = r.num_prompt_tokens
+    # Positional, in field order: one of these per request per step (the simulator's hot path).
     return RequestOutput(
-        request_id=r.request_id,
-        new_token_ids=toks,
-        finished=finished,
-        finish_reason=r.status.finish_reason if finished else None,
-        stop_reason=r.stop_reason,
-        num_prompt_tokens=r.num_prompt_tokens,
-        num_output_tokens=r.num_output_tokens,
-        is_first_token=first,
-        num_cached_tokens=local + ext,
-        num_local_cached_tokens=local,
-        num_external_tokens=ext,
-        num_local_compute_tokens=r.num_prompt_tokens - local - ext,
-        num_preemptions=r.num_preemptions,
+        r.request_id,
+        toks,
+        finished,
+        r.status.finish_reason if finished else None,
+        r.stop_reason,
+        prompt,
+        r.num_output_tokens,
+        first,
+        local + ext,
+        local,
+        ext,
+        prompt - local - ext,
+        r.num_preemptions,
     )

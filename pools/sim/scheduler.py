@@ -184,7 +184,7 @@ class Scheduler:
             if n <= 0:
                 i += 1
                 continue
-            need = _cdiv(c + n, bs) - len(r.blocks)
+            need = -(-(c + n) // bs) - len(r.blocks)  # _cdiv inlined: once per running request
             self_preempted = False
             while need > free_q.num_free_blocks:
                 victim = running.pop()
@@ -339,6 +339,14 @@ class Scheduler:
             return None
         if len(running) > self.config.max_num_batched_tokens:
             return None
+        start = now if now > self.busy_until else self.busy_until
+        s = len(running)
+        # The cheapest step this batch could take (every context at its floor, one token per
+        # sequence; `step_time` grows with context): if even it ends after `until`, no stretch
+        # fits, so skip the O(batch) checks below. Most attempts end here when arrivals come
+        # faster than decode steps (the fleet simulator's horizon is the next arrival).
+        if start + step_time(s, s, float(s), s, num_new_seqs=0) > until:
+            return None
         for r in running:
             if (
                 not r.first_token_done
@@ -347,7 +355,6 @@ class Scheduler:
                 or r.status != RequestStatus.RUNNING
             ):
                 return None
-        start = now if now > self.busy_until else self.busy_until
         expiry = self.connector.next_expiry()
         kv = self.kv_cache_manager
         plan = plan_decode_stretch(

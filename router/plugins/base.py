@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, TypeVar
 
@@ -127,10 +127,13 @@ class Scored:
 
 @dataclass(slots=True)
 class Pick:
-    """A picker's answer: the choice, why, the scores to report and how to read them."""
+    """A picker's answer: the choice, why, the scores to report and how to read them.
+
+    `reason` may be a function that builds the text: the profile calls it only when the
+    decision's reason is read (`PolicyDecision.reason`), so pickers pass lambdas."""
 
     chosen: str
-    reason: str
+    reason: str | Callable[[], str]
     scores: dict[str, float]
     higher_is_better: bool
     terms: dict[str, dict[str, float]] = field(default_factory=dict)  # e.g. probabilities

@@ -82,10 +82,15 @@ class Profile:
         details = scored.terms
         for rid, extra in pick.terms.items():
             details[rid].update(extra)
+        row = details[pick.chosen]
+        chosen = pick.chosen
+        head = pick.reason
+        # Built only when read (`PolicyDecision.reason`: /admin/explain, reports): on the
+        # simulator's and the proxy's hot path nobody reads it (issues 11 and 15).
         return PolicyDecision(
             policy=self.name,
-            chosen=pick.chosen,
-            reason=self._reason(pick.reason, scored, pick.chosen, notes),
+            chosen=chosen,
+            why=lambda: self._reason(head if isinstance(head, str) else head(), row, notes),
             scores=pick.scores,
             higher_is_better=pick.higher_is_better,
             details=details,
@@ -129,9 +134,8 @@ class Profile:
         assert total is not None  # a profile has at least one scorer
         return Scored(total, self.higher_is_better, by_scorer, directions, terms)
 
-    def _reason(self, head: str, scored: Scored, chosen: str, notes: list[str]) -> str:
+    def _reason(self, head: str, row: dict[str, float], notes: list[str]) -> str:
         parts = [head]
-        row = scored.terms[chosen]
         if len(self.scorers) > 1:
             parts.append(
                 "= " + " + ".join(f"{w:g}*{row[s.name]:.3g} {s.name}" for s, w in self.scorers)

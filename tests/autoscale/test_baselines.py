@@ -12,7 +12,7 @@ from autoscale.baselines.dynamo_planner import DynamoPlanner
 from autoscale.baselines.hpa_behavior import Behavior, HpaController, metric_recommendation
 from autoscale.baselines.hpa_kv_util import HpaKvUtilPlanner
 from autoscale.baselines.llmd_slo import LlmdSloPlanner, llmd_replicas
-from autoscale.baselines.oracle import OraclePlanner
+from autoscale.baselines.oracle import OraclePlanner, prefill_queue_replicas
 from autoscale.baselines.static import StaticPlanner
 from autoscale.forecast_seam import EwmaForecaster
 from autoscale.load_window import LoadWindow
@@ -251,16 +251,22 @@ def steady(rate: float, until: float, osl: int) -> list[tuple[float, int, int, f
 
 
 def test_oracle_sizes_the_60_s_window_centred_on_the_interval() -> None:
-    # 16 rps all along plus 48 rps more in [40, 50). Interval [30, 60): window [15, 75) holds
-    # 960 + 480 = 1440 requests = 24 rps -> 24k tok/s / 8k = 3 prefill (the old rule sized
-    # the worst 10 s piece, 64 rps -> 8). Decode: S = 24 * (0.1 + 100 * 0.05) = 122.4 -> 2.
+    # The window-mean rule (`mean_need`: decode, the shared start fleet, and prefill when the
+    # oracle has only `future=`). 16 rps all along plus 48 rps more in [40, 50). Interval
+    # [30, 60): window [15, 75) holds 960 + 480 = 1440 requests = 24 rps -> 24k tok/s / 8k =
+    # 3 prefill (the old rule sized the worst 10 s piece, 64 rps -> 8). Decode: S = 24 *
+    # (0.1 + 100 * 0.05) = 122.4 -> 2.
     trace = steady(16.0, 120.0, 100) + [(40.0 + i / 48.0, 1000, 100, 0.0) for i in range(480)]
     oracle = OraclePlanner(policy(), PERF, requests=trace)
     assert oracle.cap == {P: 3, D: 2}  # static-peak: [0, 60) has 24 rps
+    assert oracle.mean_need(30.0, 60.0) == {P: 3, D: 2}
     d = oracle.plan(observation(30.0))
-    assert d.desired == {P: 3, D: 2} and d.reasons[P] == "oracle-ttft"
+    assert d.desired[D] == 2 and d.reasons[P] == "oracle-ttft"
     # [90, 120): window [75, 135) has 45 s x 16 rps = 720 / 60 s = 12 rps -> 1.5 -> 2
-    assert oracle.plan(observation(90.0)).desired[P] == 2
+    assert oracle.mean_need(90.0, 120.0)[P] == 2
+    # given only the future load (no per-request trace), prefill is the window rule too
+    window_only = OraclePlanner(policy(), PERF, future=oracle.future, cap=oracle.cap)
+    assert window_only.plan(observation(30.0)).desired == {P: 3, D: 2}
 
 
 def test_oracle_never_runs_more_than_static_peak() -> None:
@@ -269,19 +275,20 @@ def test_oracle_never_runs_more_than_static_peak() -> None:
     trace = steady(16.0, 120.0, 100) + [(50.0 + i / 48.0, 1000, 100, 0.0) for i in range(960)]
     oracle = OraclePlanner(policy(), PERF, requests=trace)
     assert oracle.cap is not None and oracle.cap[P] == 3
-    assert OraclePlanner(policy(), PERF, requests=trace, cap={P: 9, D: 9}).need(45.0, 75.0)[P] == 4
-    assert oracle.need(45.0, 75.0)[P] == 3
+    uncapped = OraclePlanner(policy(), PERF, requests=trace, cap={P: 9, D: 9})
+    assert uncapped.mean_need(45.0, 75.0)[P] == 4
+    assert oracle.mean_need(45.0, 75.0)[P] == 3
     peak = StaticPlanner(policy(), PERF, requests=trace).plan(observation()).desired
     for t in range(0, 120, 5):
-        need = oracle.need(float(t), t + 30.0)
-        assert need[P] <= peak[P] and need[D] <= peak[D]
+        need = oracle.mean_need(float(t), t + 30.0)
+        assert need[P] <= peak[P] and need[D] <= oracle.need(float(t), t + 30.0)[D] <= peak[D]
 
 
 def test_oracle_window_starts_at_the_first_arrival() -> None:
     # 20 rps from t = 0: the window of [0, 30) is [0, 45), not [-15, 45) (nothing arrived
     # before the trace): 20k tok/s / 8k = 2.5 -> 3 (an unclipped window would say 15 rps -> 2)
     oracle = OraclePlanner(policy(), PERF, requests=steady(20.0, 120.0, 100))
-    assert oracle.need(0.0, 30.0)[P] == 3
+    assert oracle.mean_need(0.0, 30.0)[P] == 3
 
 
 def test_oracle_counts_sequences_still_decoding() -> None:
@@ -291,6 +298,48 @@ def test_oracle_counts_sequences_still_decoding() -> None:
     oracle = OraclePlanner(policy(), PERF, requests=steady(16.0, 60.0, 1000))
     d = oracle.plan(observation(60.0))
     assert d.desired == {P: 1, D: 9} and d.reasons[D] == "oracle-itl"
+
+
+def test_prefill_queue_replicas_by_hand() -> None:
+    # four 1.5 s prefills at t = 0, target 2 s: N servers serve N of them at 1.5 s, the next
+    # N at 3 s (missed); so all four need 4, three of four (0.75) need 3
+    burst = [(0.0, 1.5, 1.5, True)] * 4
+    assert prefill_queue_replicas(burst, 0, 2.0, 1.0, 16) == 4
+    assert prefill_queue_replicas(burst, 0, 2.0, 0.75, 16) == 3
+    assert prefill_queue_replicas(burst, 0, 2.0, 1.0, 2) == 2  # capped at the pool's max
+    # a 3 s prefill misses on any fleet: it buys no replica (1, not 16)
+    assert prefill_queue_replicas([(0.0, 3.0, 3.0, False)], 0, 2.0, 0.99, 16) == 1
+    two = [(0.0, 3.0, 3.0, False), (0.0, 1.0, 1.0, True)]
+    assert prefill_queue_replicas(two, 0, 2.0, 1.0, 16) == 2
+    # the warm-up job (before `first`) is the inherited backlog: a 1.2 s prefill arriving at
+    # 0.5 s behind a 1.5 s one starts at 1.5 s and is done at 2.7 s (TTFT 2.2 s > 2 s)
+    warm = [(0.0, 1.5, 1.5, True), (0.5, 1.2, 1.2, True)]
+    assert prefill_queue_replicas(warm, 1, 2.0, 1.0, 16) == 2
+    assert prefill_queue_replicas(warm[1:], 0, 2.0, 1.0, 16) == 1
+    assert prefill_queue_replicas([], 0, 2.0, 1.0, 16) == 0
+    # the KV transfer delays the first token, not the server: two jobs of 0.5 s busy and
+    # 1.2 s own TTFT on one server: the second starts at 0.5 s (not 1.2 s), TTFT 1.7 s
+    assert prefill_queue_replicas([(0.0, 0.5, 1.2, True)] * 2, 0, 2.0, 1.0, 16) == 1
+    assert prefill_queue_replicas([(0.0, 1.0, 1.6, True)] * 2, 0, 2.0, 1.0, 16) == 2
+
+
+def test_oracle_sizes_prefill_for_the_queue_the_intervals_requests_form() -> None:
+    # 30 prompts of 1000 tokens (0.1 s each) every 10 s: 3 rps, 3k tok/s -> the window-mean
+    # rule says 1 replica, but each clump queues for 3 s on one (TTFTs 0.1 .. 3.0 s: 20 of
+    # 30 within 2 s); on 2 the last of 15 is done at 1.5 s, so the oracle runs 2
+    clumps = [(10.0 * k, 1000, 10, 0.0) for k in range(12) for _ in range(30)]
+    oracle = OraclePlanner(policy(), PERF, requests=clumps)
+    assert oracle.mean_need(30.0, 60.0)[P] == 1
+    assert oracle.need(30.0, 60.0)[P] == 2
+    assert oracle.plan(observation(30.0)).desired[P] == 2
+    # not capped at static-peak's window count (1): that fleet misses a third of them
+    assert oracle.cap is not None and oracle.cap[P] == 1
+    # prompts are priced uncached: the trace's infinite-cache hit is not what replicas keep
+    cached = [(a, isl, osl, 0.9) for a, isl, osl, _ in clumps]
+    assert OraclePlanner(policy(), PERF, requests=cached).need(30.0, 60.0)[P] == 2
+    # spread evenly instead (one every 1/3 s), one replica meets every TTFT: it asks for 1
+    spread = [(i / 3.0, 1000, 10, 0.0) for i in range(360)]
+    assert OraclePlanner(policy(), PERF, requests=spread).need(30.0, 60.0)[P] == 1
 
 
 def test_every_planner_is_registered_and_takes_policy_model_options() -> None:

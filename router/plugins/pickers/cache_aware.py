@@ -69,19 +69,28 @@ class CacheAwarePicker(Picker[CacheAwareParams]):
         loads = scored.by_scorer["least_request"]
         if self.is_imbalanced(list(loads.values())):
             chosen = min(loads, key=lambda rid: (loads[rid], rid))
-            reason = (
-                f"imbalanced (max {max(loads.values()):.0f}, min {min(loads.values()):.0f}): "
-                "shortest queue"
+            hi, lo = max(loads.values()), min(loads.values())
+            return Pick(
+                chosen,
+                lambda: f"imbalanced (max {hi:.0f}, min {lo:.0f}): shortest queue",
+                dict(loads),
+                False,
             )
-            return Pick(chosen, reason, dict(loads), False)
         rates = scored.by_scorer["text_prefix"]
         top = min(rates, key=lambda rid: (-rates[rid], rid))
-        if rates[top] > params.cache_threshold:
-            reason = f"balanced: highest match rate {rates[top]:.2f} > {params.cache_threshold}"
-            return Pick(top, reason, dict(rates), True)
+        rate, threshold = rates[top], params.cache_threshold
+        if rate > threshold:
+            return Pick(
+                top,
+                lambda: f"balanced: highest match rate {rate:.2f} > {threshold}",
+                dict(rates),
+                True,
+            )
         sizes = {rid: terms["tree_chars"] for rid, terms in scored.terms.items()}
         chosen = min(sizes, key=lambda rid: (sizes[rid], rid))
-        reason = (
-            f"balanced: best match rate {rates[top]:.2f} <= {params.cache_threshold}: smallest tree"
+        return Pick(
+            chosen,
+            lambda: f"balanced: best match rate {rate:.2f} <= {threshold}: smallest tree",
+            sizes,
+            False,
         )
-        return Pick(chosen, reason, sizes, False)

@@ -73,12 +73,13 @@ class LexicographicPicker(Picker[LexicographicParams]):
 
         chosen = min(candidates, key=key).replica_id
         first = scored.by_scorer[order[0]]
-        decided_by = order[0] if sum(v == first[chosen] for v in first.values()) == 1 else None
-        reason = (
-            f"{decided_by} decides"
-            if decided_by is not None
-            else f"{order[0]} ties: {' then '.join(order[1:]) or 'replica id'}"
-        )
+        best_value = first[chosen]
+
+        def reason() -> str:
+            if sum(v == best_value for v in first.values()) == 1:
+                return f"{order[0]} decides"
+            return f"{order[0]} ties: {' then '.join(order[1:]) or 'replica id'}"
+
         return Pick(
             chosen,
             reason,

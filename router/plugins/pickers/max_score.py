@@ -91,9 +91,10 @@ class MaxScorePicker(Picker[MaxScoreParams]):
     ) -> Pick:
         chosen = best(candidates, scored.total, scored.higher_is_better, self.params.tie_break)
         word = "max" if scored.higher_is_better else "min"
+        value = scored.total[chosen]
         return Pick(
             chosen,
-            f"{word} score {scored.total[chosen]:.4g}",
+            lambda: f"{word} score {value:.4g}",
             scored.total,
             scored.higher_is_better,
         )

@@ -76,7 +76,8 @@ class SoftmaxPicker(Picker[SoftmaxParams]):
         if params.temperature == 0.0:
             chosen = best(candidates, total, higher, params.tie_break)
             word = "max" if higher else "min"
-            return Pick(chosen, f"{word} score {total[chosen]:.4g}", total, higher)
+            value = total[chosen]
+            return Pick(chosen, lambda: f"{word} score {value:.4g}", total, higher)
         ids = sorted(r.replica_id for r in candidates)
         costs = {rid: -total[rid] if higher else total[rid] for rid in ids}
         probs = softmax_probabilities(costs, params.temperature)
@@ -90,10 +91,13 @@ class SoftmaxPicker(Picker[SoftmaxParams]):
             if sample <= cumulative:
                 chosen = rid
                 break
+        value, p_chosen, temperature = total[chosen], probs[chosen], params.temperature
         return Pick(
             chosen,
-            f"softmax sample {sample:.3f} (T={params.temperature:g}): score "
-            f"{total[chosen]:.4g}, p={probs[chosen]:.3f}",
+            lambda: (
+                f"softmax sample {sample:.3f} (T={temperature:g}): score "
+                f"{value:.4g}, p={p_chosen:.3f}"
+            ),
             total,
             higher,
             terms={rid: {"probability": p} for rid, p in probs.items()},

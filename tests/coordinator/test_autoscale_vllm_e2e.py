@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from autoscale.policy import load_policy
+from pdorch.app.scaling import ScalingControl
 from pdorch.app.server import run_coordinator
 from pdorch.config.fleet import parse_fleet_config
 from pools.fleet import FleetEvent, ReplicaHealthChanged
@@ -155,12 +156,18 @@ async def test_autoscale_once_adds_a_vllm_decode_engine_that_serves_pd(
             replica = coordinator.fleet.get(NEW)
             return replica if replica is not None and replica.routable else None
 
-        replica = await async_wait_until(
-            new_routable,
-            timeout=480.0,
-            interval=0.5,
-            message=f"{NEW} routable",
-        )
+        scaling = coordinator.scaling
+        assert isinstance(scaling, ScalingControl)
+        try:
+            replica = await async_wait_until(
+                new_routable,
+                timeout=480.0,
+                interval=0.5,
+                message=f"{NEW} routable",
+            )
+        except TimeoutError as timeout:
+            # why: the actuator's failed starts and the engine's own log, not just "timed out"
+            pytest.fail(f"{timeout}\n{scaling.actuator.start_report(NEW)}")
         print(f"{NEW} routable {time.monotonic() - asked:.0f} s after the decision")
         assert admitted == [(200, True)]
         assert NEW in {s.replica_id for s in coordinator.subscriber.engines()}

@@ -86,6 +86,8 @@ class _Engine(Protocol):
 
     async def stop(self) -> None: ...
 
+    def log_tail(self) -> str: ...
+
 
 def _role_of(pool: str, spec: SimLaunchSpec | VllmLaunchSpec) -> EngineRole:
     """The pool's role, or `both` for a switchable spec (it may serve either pool)."""
@@ -108,6 +110,11 @@ class _EngineBase:
     block_size: int
     events_endpoint: str | None
     replay_endpoint: str | None
+
+    def log_tail(self) -> str:
+        """The last lines of the engine's log ("": it has none, e.g. in-process)."""
+        log_path: Path | None = getattr(self, "log_path", None)
+        return _tail(log_path) if log_path is not None else ""
 
 
 @dataclass

@@ -159,6 +159,7 @@ class VllmLaunchSpec(BaseModel):
     device: EngineDevice = "cpu"
     gpu_ids: tuple[int, ...] | None = None
     host_ip: str | None = None
+    nixl_progress_delay_us: int | None = Field(default=None, ge=0)
     extra_args: tuple[str, ...] = ()
 
     @model_validator(mode="after")

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pools.roles import EngineRole
+from transfer.nixl_progress import ENV as NIXL_PROGRESS_DELAY_ENV
 from transfer.vllm_config import (
     KvLoadFailurePolicy,
     KvRole,
@@ -39,6 +40,17 @@ CPU_BLOCK_SIZE_MULTIPLE = 32
 # Cores vLLM 0.32 keeps free of its OpenMP threads for one engine with a KV connector: one for
 # the engine-core process and one for the connector (`vllm/utils/ompmultiprocessing.py`).
 VLLM_CPU_RESERVED_WITH_CONNECTOR = 2
+# NIXL progress-thread poll timeout (µs) for NixlConnector engines on small hosts, and what
+# "small" is. NIXL's Python API builds agents with 0, so the thread spins: one core per idle
+# engine (measured 89 % of a core, and 47 % on a loaded 2-core box where it competes with the
+# engines' own work), 0.7 % of one core with 10 ms (docs/RUNTIME-FACTS.md, 2026-12-01). The
+# thread still wakes on every worker event; the delay only bounds how long a completion NIXL's
+# poll misses (a UCX quirk NIXL works around with this periodic round) waits. 10 ms: 0.4 % CPU
+# idle for an agent alone against 2 % at 1 ms, and no transfer measured slower than with 0.
+# Hosts of more than `NIXL_SPIN_AFFORDABLE_ABOVE_CORES` cores keep NIXL's spin (a core each is
+# a small share there, and the lowest wake-up latency) unless the spec asks otherwise.
+NIXL_PROGRESS_DELAY_US_SMALL_HOST = 10_000
+NIXL_SPIN_AFFORDABLE_ABOVE_CORES = 8
 _CORES = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 
@@ -110,6 +122,14 @@ class VllmEngineSpec(BaseModel):
         min_length=1,
         description="Address other engines reach this one on (VLLM_HOST_IP); "
         "default: side_channel_host.",
+    )
+    nixl_progress_delay_us: int | None = Field(
+        default=None,
+        ge=0,
+        description="NIXL progress-thread poll timeout in µs (PDORCH_NIXL_PROGRESS_DELAY_US, "
+        "applied by pdorch's vLLM plugin); 0: NIXL's busy spin; unset: "
+        f"{NIXL_PROGRESS_DELAY_US_SMALL_HOST} on hosts of at most "
+        f"{NIXL_SPIN_AFFORDABLE_ABOVE_CORES} cores, else NIXL's spin.",
     )
     extra_args: tuple[str, ...] = Field(
         default=(), description="Further vLLM flags, passed verbatim."
@@ -261,6 +281,12 @@ class VllmEngineSpec(BaseModel):
         a preempted peer. Measured on the tiny model: ~130-900 ms per decode step instead of
         a few ms (`benchmarks/results/perf-model.md`). One reserved core leaves one OpenMP
         thread, which the pin moves but cannot pair with another.
+
+        With NixlConnector, `PDORCH_NIXL_PROGRESS_DELAY_US` (read by pdorch's vLLM plugin,
+        `transfer/nixl_progress.py`, in the engine's processes) is `nixl_progress_delay_us`;
+        an explicit 0 removes it (NIXL spins). Unset, an engine on a host of at most
+        `NIXL_SPIN_AFFORDABLE_ABOVE_CORES` cores gets `NIXL_PROGRESS_DELAY_US_SMALL_HOST`
+        unless `base` sets the variable already.
         """
         env = dict(base)
         env["HF_HUB_OFFLINE"] = "1"
@@ -275,6 +301,7 @@ class VllmEngineSpec(BaseModel):
                     cpu_only=self.device == "cpu",
                 )
             )
+            self._set_nixl_progress_delay(env, host_cores)
         if self.device == "cpu":
             if self.kv_cache_space_gib is not None:
                 env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_space_gib)
@@ -290,3 +317,16 @@ class VllmEngineSpec(BaseModel):
         elif self.gpu_ids is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in self.gpu_ids)
         return env
+
+    def _set_nixl_progress_delay(self, env: dict[str, str], host_cores: int | None) -> None:
+        """Set (or, for an explicit 0, remove) `PDORCH_NIXL_PROGRESS_DELAY_US` in `env`."""
+        if self.nixl_progress_delay_us == 0:
+            env.pop(NIXL_PROGRESS_DELAY_ENV, None)
+        elif self.nixl_progress_delay_us is not None:
+            env[NIXL_PROGRESS_DELAY_ENV] = str(self.nixl_progress_delay_us)
+        elif (
+            host_cores is not None
+            and host_cores <= NIXL_SPIN_AFFORDABLE_ABOVE_CORES
+            and NIXL_PROGRESS_DELAY_ENV not in env
+        ):
+            env[NIXL_PROGRESS_DELAY_ENV] = str(NIXL_PROGRESS_DELAY_US_SMALL_HOST)

@@ -57,12 +57,31 @@ class UnknownPoolError(ActuatorError):
     """The pool is not one this actuator manages."""
 
 
+@dataclass(frozen=True)
+class StartFailure:
+    """One replica that did not become ready: why, and the tail of its engine's log."""
+
+    pool: str
+    replica_id: str
+    after_s: float  # from the start of its bring-up
+    reason: str
+    log_tail: str
+
+    def describe(self) -> str:
+        """A multi-line account for an error message or a log line."""
+        text = f"{self.replica_id} ({self.pool}) failed after {self.after_s:.0f}s: {self.reason}"
+        if self.log_tail and self.log_tail not in self.reason:
+            text += f"\nlast lines of its log:\n{self.log_tail}"
+        return text
+
+
 @dataclass
 class ActuatorStats:
     """What the actuator did (the coordinator's metrics read it)."""
 
     started: Counter[str] = field(default_factory=Counter)  # pool → replicas that became ready
     failed_starts: Counter[str] = field(default_factory=Counter)
+    failures: list[StartFailure] = field(default_factory=list)  # each failed start, in order
     stopped: Counter[str] = field(default_factory=Counter)
     role_switches: Counter[tuple[str, str]] = field(default_factory=Counter)  # (from, to)
     drains: list[tuple[str, DrainOutcome]] = field(default_factory=list)  # (pool, outcome)
@@ -134,6 +153,17 @@ class LocalActuator(Actuator):
 
     def status(self, pool: str) -> PoolStatus:
         return self.current().get(_pool_key(pool), PoolStatus())
+
+    def start_report(self, replica_id: str | None = None) -> str:
+        """Every failed start so far, and the current log tail of `replica_id` when this
+        fleet launched it: what a caller that timed out waiting for a replica should show."""
+        lines = [f"failed starts: {dict(self.stats.failed_starts) or 'none'}"]
+        lines += [failure.describe() for failure in self.stats.failures]
+        engine = self.running.engine(replica_id) if replica_id is not None else None
+        if engine is not None:
+            state = "starting" if replica_id in self._starting else "not starting"
+            lines.append(f"{replica_id} ({state}), last lines of its log:\n{engine.log_tail()}")
+        return "\n".join(lines)
 
     def switchable(self, pool: Pool | str) -> list[str]:
         return [r.replica_id for r in self._ready(str(pool)) if r.endpoint.switchable]
@@ -305,8 +335,12 @@ class LocalActuator(Actuator):
             log.info("replica %s (%s) ready in %.2fs", replica_id, pool, self.clock() - started)
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError):
+                failure = StartFailure(
+                    pool, replica_id, self.clock() - started, str(exc), engine.log_tail()
+                )
                 self.stats.failed_starts[pool] += 1
-                log.warning("replica %s (%s) did not start: %s", replica_id, pool, exc)
+                self.stats.failures.append(failure)
+                log.warning("replica %s did not start: %s", replica_id, failure.describe())
             if added and replica_id in self.fleet:
                 self.fleet.remove_replica(replica_id, self.clock())
             await asyncio.shield(engine.stop())

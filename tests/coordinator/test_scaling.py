@@ -262,3 +262,24 @@ async def test_prefill_drain_waits_for_held_kv_leases() -> None:
         assert (pool, outcome.replica_id, outcome.timed_out) == ("prefill", "prefill-1", False)
         assert outcome.duration_s >= 1.0  # waited for the lease, not for requests
         assert pid is not None and not _alive(pid)
+
+
+async def test_a_failed_start_is_reported_with_its_engine_log_tail() -> None:
+    config = fleet(decode=[sim(1, in_process=False)])
+    async with run_coordinator(config) as pd:
+        scaling = _scaling(pd)
+        # new decode replicas copy this template: a deadline no engine process can meet
+        template = pd.fleet.templates["decode"]
+        pd.fleet.templates["decode"] = template.model_copy(update={"start_timeout_s": 0.001})
+        scaling.set("decode", delta=+1)
+        await scaling.actuator.idle(60)
+        assert scaling.actuator.stats.failed_starts == {"decode": 1}
+        (failure,) = scaling.actuator.stats.failures
+        assert (failure.pool, failure.replica_id) == ("decode", "decode-1")
+        assert "no ready line" in failure.reason
+        assert "engine sim" in failure.log_tail  # the log's first line: the command
+        report = scaling.actuator.start_report("decode-1")
+        assert "failed starts: {'decode': 1}" in report
+        assert "decode-1 (decode) failed after" in report
+        assert report.count("engine sim") >= 1
+        assert [r.replica_id for r in pd.coordinator.routable("decode")] == ["decode-0"]

@@ -137,6 +137,38 @@ def test_reserved_cores_are_left_to_vllm_otherwise(
     assert env.get(RESERVED) == base.get(RESERVED)
 
 
+DELAY = "PDORCH_NIXL_PROGRESS_DELAY_US"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "base", "host_cores", "expected"),
+    [
+        # small hosts: NIXL's progress thread would spin a core per idle engine
+        ({}, {}, 2, "10000"),
+        ({"device": "cuda", "gpu_ids": None}, {}, 8, "10000"),
+        # a big host keeps NIXL's default, and so does an unknown one
+        ({}, {}, 9, None),
+        ({}, {}, None, None),
+        # the spec's own value wins, everywhere; 0 removes an inherited one (NIXL spins)
+        ({"nixl_progress_delay_us": 500}, {}, 64, "500"),
+        ({"nixl_progress_delay_us": 500}, {DELAY: "7"}, 2, "500"),
+        ({"nixl_progress_delay_us": 0}, {DELAY: "7"}, 2, None),
+        # unset in the spec, the caller's environment wins
+        ({}, {DELAY: "2000"}, 2, "2000"),
+        ({}, {DELAY: "2000"}, 64, "2000"),
+    ],
+)
+def test_nixl_progress_delay_env(
+    overrides: dict[str, Any], base: dict[str, str], host_cores: int | None, expected: str | None
+) -> None:
+    env = cpu_spec(**overrides).env({**BASE_ENV, **base}, host_cores=host_cores)
+    assert env.get(DELAY) == expected
+
+
+def test_no_connector_gets_no_nixl_progress_delay() -> None:
+    assert DELAY not in cpu_spec(kv_transfer=False).env(BASE_ENV, host_cores=2)
+
+
 def test_gpu_argv_and_env() -> None:
     spec = gpu_spec()
     argv = spec.argv("python")

@@ -278,6 +278,8 @@ def test_prestop_hook_takes_the_replica_out_of_routing(
     done = _prestop(env)
     assert done.returncode == 0, done.stderr
     assert _replica_url(url, "prefill", "prefill-0") is None
+    # drained through the coordinator first (its requests and KV leases), then removed
+    assert f"{url}: drained prefill-0" in done.stderr
     assert f"{url}: removed prefill-0 from prefill (200)" in done.stderr
     assert f"{nobody}: never reached" in done.stderr
     assert "prefill-0 drained" in done.stderr  # the idle engine reported 0 requests

@@ -60,11 +60,14 @@ def test_every_overlay_renders_the_whole_fleet_in_one_namespace(overlay: str) ->
         ("PodDisruptionBudget", "pdorch-decode"),
         ("PodDisruptionBudget", "pdorch-prefill"),
         ("PrometheusRule", "pdorch-slo"),
+        ("Role", "pdorch-autoscaler"),
         ("Role", "pdorch-coordinator"),
+        ("RoleBinding", "pdorch-autoscaler"),
         ("RoleBinding", "pdorch-coordinator"),
         ("Service", "pdorch"),
         ("Service", "pdorch-coordinator-peers"),
         ("Service", "pdorch-engines"),
+        ("ServiceAccount", "pdorch-autoscaler"),
         ("ServiceAccount", "pdorch-coordinator"),
         ("ServiceMonitor", "pdorch-coordinator"),
         ("ServiceMonitor", "pdorch-engines"),
@@ -176,19 +179,17 @@ def test_kv_roles_per_overlay() -> None:
     gpu = render("vllm-gpu")
     assert _kv_role(container(one(gpu, "Deployment", "pdorch-prefill"), "engine")) == "kv_producer"
     assert _kv_role(container(one(gpu, "Deployment", "pdorch-decode"), "engine")) == "kv_consumer"
+    # the runtime's role label (discovery.role_label, default pdorch.io/kv-role) says the same
+    for pool, role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
+        labels = one(gpu, "Deployment", f"pdorch-{pool}")["spec"]["template"]["metadata"]["labels"]
+        assert labels["pdorch.io/kv-role"] == role
     both = render("vllm-gpu-kv-both")
     for pool in POOLS:
         deployment = one(both, "Deployment", f"pdorch-{pool}")
         assert _kv_role(container(deployment, "engine")) == "kv_both"
-        assert (
-            deployment["spec"]["template"]["metadata"]["labels"]["pdorch.io/switchable"] == "true"
-        )
-        assert (
-            "pdorch.io/switchable"
-            not in (
-                one(gpu, "Deployment", f"pdorch-{pool}")["spec"]["template"]["metadata"]["labels"]
-            )
-        )
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert labels["pdorch.io/kv-role"] == "kv_both"
+        assert "pdorch.io/switchable" not in labels  # a label nothing reads
 
 
 @pytest.mark.parametrize("pool", POOLS)

@@ -35,22 +35,29 @@ from tests.deploy.kustomize import (
 
 pytestmark = pytest.mark.integration  # runs kubectl
 
-# ---- RBAC: exactly the grants listed in the task, nothing else -----------------------------------
+# ---- RBAC: exactly these grants per ServiceAccount, nothing else ---------------------------------
 
-ALLOWED_RULES = {
-    ("", "pods", "get", ()),
-    ("", "pods", "list", ()),
-    ("", "pods", "watch", ()),
-    ("", "pods", "patch", ()),
-    ("discovery.k8s.io", "endpointslices", "get", ()),
-    ("discovery.k8s.io", "endpointslices", "list", ()),
-    ("discovery.k8s.io", "endpointslices", "watch", ()),
-    ("apps", "deployments/scale", "get", ("pdorch-decode", "pdorch-prefill")),
-    ("apps", "deployments/scale", "patch", ("pdorch-decode", "pdorch-prefill")),
+SCALED = ("pdorch-decode", "pdorch-prefill")
+ROLES = {
+    # discovery: read-only on pods (tests/deploy/test_kubernetes_runtime.py checks the calls)
+    "pdorch-coordinator": {
+        ("", "pods", "get", ()),
+        ("", "pods", "list", ()),
+        ("", "pods", "watch", ()),
+    },
+    # the Kubernetes actuator in `pdorch autoscale --actuator kubernetes`
+    "pdorch-autoscaler": {
+        ("", "pods", "get", ()),
+        ("", "pods", "list", ()),
+        ("", "pods", "watch", ()),
+        ("", "pods", "patch", ()),
+        ("apps", "deployments/scale", "get", SCALED),
+        ("apps", "deployments/scale", "patch", SCALED),
+    },
 }
 
 
-def _grants(role: Object) -> set[tuple[str, str, str, tuple[str, ...]]]:
+def grants(role: Object) -> set[tuple[str, str, str, tuple[str, ...]]]:
     grants = set()
     for rule in role["rules"]:
         assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule
@@ -74,26 +81,32 @@ def _pod_specs(objects: list[Object]) -> dict[str, Object]:
 def test_rbac_grants_nothing_beyond_the_list(overlay: str) -> None:
     objects = render(overlay)
     assert not find(objects, "ClusterRole") and not find(objects, "ClusterRoleBinding")
-    roles = find(objects, "Role")
-    assert len(roles) == 1
-    assert _grants(roles[0]) == ALLOWED_RULES
-    assert "*" not in str(roles[0]["rules"])
-    (binding,) = find(objects, "RoleBinding")
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": "pdorch-coordinator",
-    }
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "pdorch-coordinator", "namespace": NAMESPACE}
-    ]
+    roles = {r["metadata"]["name"]: r for r in find(objects, "Role")}
+    assert set(roles) == set(ROLES)
+    for name, role in roles.items():
+        assert grants(role) == ROLES[name], name
+        assert "*" not in str(role["rules"])
+    bindings = {b["metadata"]["name"]: b for b in find(objects, "RoleBinding")}
+    assert set(bindings) == set(ROLES)
+    for name, binding in bindings.items():
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": name,
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}
+        ]
+    accounts = {a["metadata"]["name"] for a in find(objects, "ServiceAccount")}
+    assert accounts == set(ROLES)
     # the scale grant names exactly the engine Deployments there are
     deployments = {o["metadata"]["name"] for o in find(objects, "Deployment")}
-    assert {"pdorch-prefill", "pdorch-decode"} <= deployments
-    # only the coordinators run with that account; every other pod has no API token
+    assert set(SCALED) <= deployments
+    # the coordinators and the autoscaler run with their own account; engines have no token
     for name, spec in _pod_specs(objects).items():
-        if name == "pdorch-coordinator":
-            assert spec["serviceAccountName"] == "pdorch-coordinator"
+        if name in ROLES:
+            assert spec["serviceAccountName"] == name
+            assert spec.get("automountServiceAccountToken", True) is True, name
         else:
             assert "serviceAccountName" not in spec, name
             assert spec["automountServiceAccountToken"] is False, name
@@ -107,7 +120,17 @@ def _fleet(objects: list[Object]) -> dict[str, Any]:
     return fleet
 
 
-DISCOVERY_KEYS = {"kind", "namespace", "label_selector", "ports"}
+# the runtime's shape (pools/kubernetes/settings.py); test_kubernetes_runtime.py loads it
+DISCOVERY_KEYS = {
+    "kind",
+    "namespace",
+    "port",
+    "kv_events_port",
+    "kv_events_replay_port",
+    "kv_events_topic",
+    "side_channel_port",
+    "pools",
+}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -118,24 +141,29 @@ def test_fleet_file_matches_the_engine_pods(overlay: str) -> None:
     assert fleet["served_model_name"] == engines.served_model_name
     assert fleet["block_size"] == engines.block_size
     discovery = fleet["discovery"]
-    assert set(discovery) == DISCOVERY_KEYS  # the shape agreed with the discovery's config
+    assert set(discovery) == DISCOVERY_KEYS
     assert discovery["kind"] == "kubernetes"
     assert discovery["namespace"] == NAMESPACE
-    assert set(discovery["label_selector"]) == set(POOLS)
+    assert set(discovery["pools"]) == set(POOLS)
     pod = engines.pod
     for pool in POOLS:
         deployment = one(objects, "Deployment", f"pdorch-{pool}")
+        assert discovery["pools"][pool] == {
+            "label_selector": discovery["pools"][pool]["label_selector"],
+            "deployment": deployment["metadata"]["name"],
+        }
         labels = deployment["spec"]["template"]["metadata"]["labels"]
-        selector = dict(term.split("=", 1) for term in discovery["label_selector"][pool].split(","))
+        terms = discovery["pools"][pool]["label_selector"].split(",")
+        selector = dict(term.split("=", 1) for term in terms)
         assert selector.items() <= labels.items(), pool
         other = one(objects, "Deployment", f"pdorch-{'decode' if pool == 'prefill' else 'prefill'}")
         assert not selector.items() <= other["spec"]["template"]["metadata"]["labels"].items()
         c = container(deployment, pod.container)
         assert ports(c) == {
-            "http": discovery["ports"]["http"],
-            "kv-events": discovery["ports"]["kv_events"],
-            "kv-replay": discovery["ports"]["kv_events_replay"],
-            "nixl": discovery["ports"]["side_channel"],
+            "http": discovery["port"],
+            "kv-events": discovery["kv_events_port"],
+            "kv-replay": discovery["kv_events_replay_port"],
+            "nixl": discovery["side_channel_port"],
         }
         assert ports(c) == {
             "http": pod.http_port,
@@ -143,6 +171,7 @@ def test_fleet_file_matches_the_engine_pods(overlay: str) -> None:
             "kv-replay": pod.kv_events_replay_port,
             "nixl": pod.side_channel_port,
         }
+    assert discovery["kv_events_topic"] == pod.kv_events_topic
     # what exists today validates as it is
     coordinator = dict(fleet["coordinator"], admin_token="0123abcd")
     assert CoordinatorSettings.model_validate(coordinator).host == "0.0.0.0"
@@ -167,8 +196,14 @@ def test_two_coordinators_peer_over_stable_names(overlay: str) -> None:
     assert pdb["spec"]["minAvailable"] == 1
     # the autoscaler and the engines' preStop reach the coordinators by the same names
     autoscaler = container(one(objects, "Deployment", "pdorch-autoscaler"), "autoscaler")
-    url = autoscaler["command"][autoscaler["command"].index("--url") + 1]
+    command = autoscaler["command"]
+    url = command[command.index("--url") + 1]
     assert url == f"http://{name}-0.{service}:8000"
+    # it scales through the Kubernetes actuator and drains a pod through every coordinator
+    assert command[command.index("--actuator") + 1] == "kubernetes"
+    assert command[command.index("--drain-url") + 1].split(",") == [
+        f"http://{name}-{i}.{service}:8000" for i in range(replicas)
+    ]
     for pool in POOLS:
         c = container(one(objects, "Deployment", f"pdorch-{pool}"), "engine")
         assert env_values(c)["PDORCH_COORDINATORS"].split(",") == [

@@ -22,14 +22,16 @@ MODEL = "sim-model"
 
 
 class SimPodEngine:
-    def __init__(self, log_path: Path, role: str = "both", time_scale: float = 0.1) -> None:
+    def __init__(
+        self, log_path: Path, role: str = "both", time_scale: float = 0.1, model: str = MODEL
+    ) -> None:
         self.port, self.kv_events_port = free_ports(2)
         self._log = log_path.open("wb")
         args = [
             "engine", "sim", "--role", role, "--port", str(self.port),
             "--time-scale", str(time_scale), "--kv-transport", "none",
             "--kv-events-endpoint", f"tcp://*:{self.kv_events_port}",
-            "--kv-events-topic", TOPIC, "--served-model-name", MODEL,
+            "--kv-events-topic", TOPIC, "--served-model-name", model,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from pdorch.cli import main; main()", *args],

@@ -359,6 +359,7 @@ class RequestLifecycle:
             now,
             prompt_tokens=request.prompt_tokens,
             block_size=request.block_size,
+            max_tokens=request.max_tokens,
         )
 
     def _admit_local(
@@ -373,6 +374,7 @@ class RequestLifecycle:
             prompt_tokens=request.prompt_tokens,
             uncached_tokens=uncached,
             block_size=request.block_size,
+            max_tokens=request.max_tokens,
         )
         return uncached
 

@@ -26,7 +26,7 @@ chunks, so the per-step weight read is inside it), else `default_prefill_tokens_
 
 Parameters (defaults): `default_prefill_tokens_per_s` 10000, `max_num_batched_tokens` 8192
 (vLLM's), `decode_s_per_kv_token` 4e-8, `expected_output_tokens` 256, `remaining_decode`
-false, `peer_weight` 1.0 (read only with `remaining_decode`).
+false, `peer_weight` 0.0 (read only with `remaining_decode`).
 
 **Straggler-aware decode term** (`remaining_decode: true`, issue 15). The term above assumes
 every sequence on `r` outlives this request's `out` tokens. Two sequences that start together
@@ -48,9 +48,10 @@ moves short turns off a replica running a long decode (that replica's `rem_j` is
 overlap) onto one whose sequences finish soon, and sends a long decode where the least work
 remains, so the long decode runs in a smaller batch. `peer_weight` prices the slow-down we
 inflict on the sequences already there (1.0: the decision minimises the total added decode
-time, not only ours). `max_tokens` is an upper bound in production (a client may stop early
-or set it high); in `pdorch bench sim` it is the exact output length, so the simulator shows
-this term with a perfect length signal.
+time, not only ours; measured worse than 0.0 on Mooncake 16C and rl-rollouts 2C, so 0.0:
+benchmarks/results/sim-remaining-decode/). `max_tokens` is an upper bound in production (a
+client may stop early or set it high); in `pdorch bench sim` it is the exact output length,
+so the simulator shows this term with a perfect length signal.
 
 Example::
 
@@ -77,7 +78,7 @@ class TokenLoadParams(BaseModel):
     decode_s_per_kv_token: float = Field(default=4e-8, ge=0.0)
     expected_output_tokens: int = Field(default=256, ge=0)
     remaining_decode: bool = False
-    peer_weight: float = Field(default=1.0, ge=0.0)
+    peer_weight: float = Field(default=0.0, ge=0.0)
 
 
 def _remaining_decode(

@@ -85,12 +85,16 @@ def test_the_lifecycle_feeds_max_tokens_and_streamed_tokens() -> None:
 def test_remaining_decode_formula() -> None:
     # r decodes a long sequence (5000 to go, 100 blocks) and a nearly done one (10, 50 blocks).
     r = rep("r", ((10, 50), (5000, 100)))
-    req = request(320, max_tokens=1000)
+    req = request(320, max_tokens=1000)  # out = min(1000, expected_output_tokens 256)
     got = scorer(remaining_decode=True, peer_weight=0.5).pick(req, [r], 0.0)
     step = 1 / TPS
-    own = 10 * (step + C * 50 * BS) + 1000 * (step + C * 100 * BS)
-    peers = (10 + 1000) * (step + C * 320)
+    own = 10 * (step + C * 50 * BS) + 256 * (step + C * 100 * BS)
+    peers = (10 + 256) * (step + C * 320)
     assert got.details["r"]["decode_s"] == pytest.approx(own + 0.5 * peers)
+    # A horizon of 1000 (expected_output_tokens): the long one shares all 1000 steps.
+    wide = scorer(remaining_decode=True, expected_output_tokens=1000).pick(req, [r], 0.0)
+    own = 10 * (step + C * 50 * BS) + 1000 * (step + C * 100 * BS)
+    assert wide.details["r"]["decode_s"] == pytest.approx(own)
 
 
 def test_without_max_tokens_it_is_the_step_model_term() -> None:
@@ -105,21 +109,21 @@ def test_without_max_tokens_it_is_the_step_model_term() -> None:
 
 def test_a_short_turn_avoids_the_replica_of_a_long_decode() -> None:
     # "lone" runs one straggler with 6000 tokens to go; "busy" runs three turns that end within
-    # 50 tokens. The plain term counts sequences (1 < 3) and joins the straggler for all 1024
-    # steps; the remaining-decode term sees that busy's batch empties almost at once.
+    # 50 tokens. The plain term counts sequences (1 < 3) and joins the straggler for all 256
+    # steps of its horizon; the remaining-decode term sees that busy's batch empties at once.
     lone = rep("lone", ((6000, 600),))
     busy = rep("busy", ((20, 200), (40, 200), (50, 200)))
     req = request(2048, max_tokens=1024)
-    assert scorer(expected_output_tokens=1024).pick(req, [lone, busy], 0.0).chosen == "lone"
+    assert scorer().pick(req, [lone, busy], 0.0).chosen == "lone"
     for weight in (0.0, 1.0):
         aware = scorer(remaining_decode=True, peer_weight=weight)
         assert aware.pick(req, [lone, busy], 0.0).chosen == "busy"
 
 
-def test_a_long_decode_goes_where_the_least_work_remains() -> None:
-    # Equal batches of two; "a"'s sequences have 900 tokens left each, "b"'s 100 each. A
-    # straggler turn (8192 tokens) shares every remaining step: b. The plain term, capped at
-    # expected_output_tokens (256), and blind to what remains, ties and takes the first (a).
+def test_a_long_decode_goes_where_the_batch_ends_soonest() -> None:
+    # Equal batches of two; "a"'s sequences have 900 tokens left each, "b"'s 100 each. Over
+    # its 256-step horizon a straggler turn (8192 tokens) shares 2 x 256 steps on a, 2 x 100
+    # on b: b. The plain term, blind to what remains, ties.
     a = rep("a", ((900, 100), (900, 100)))
     b = rep("b", ((100, 100), (100, 100)))
     req = request(2048, max_tokens=8192)

@@ -20,6 +20,10 @@ Lifecycle, per (request, replica) entry; every call is idempotent and takes `now
                                                            ceil((prompt + generated) / bs)
     on_finished / on_aborted                               entry removed (tombstoned)
 
+`on_admitted` / `on_reserved` also take the request's `max_tokens`: `load(r).decoding` lists
+every decoding entry's remaining output, `max(0, max_tokens - generated)` (-1 without one),
+with its decode blocks: the straggler-aware signal `token_load`'s `remaining_decode` reads.
+
 `generated_total` is cumulative, so a duplicated or reordered token event never double counts;
 `on_tokens`/`on_prefill_done` for an unknown entry are ignored, and a tombstone keeps a late
 delta from another coordinator from resurrecting a finished request.

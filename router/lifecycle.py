@@ -409,6 +409,7 @@ class RequestLifecycle:
             now,
             prompt_tokens=request.prompt_tokens,
             block_size=request.block_size,
+            max_tokens=request.max_tokens,
         )
 
     def _admit_local(
@@ -423,6 +424,7 @@ class RequestLifecycle:
             prompt_tokens=request.prompt_tokens,
             uncached_tokens=uncached,
             block_size=request.block_size,
+            max_tokens=request.max_tokens,
         )
         return uncached
 

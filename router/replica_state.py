@@ -62,6 +62,10 @@ class ReplicaSnapshot:
     - `cached_blocks`: blocks the index holds for the replica (Dynamo's tie-break: smaller tree).
     - `role`: the replica's pool (`prefill` | `decode` | `colocated`) when the caller mixes
       pools in one candidate list (the `role` filter reads it); None = not given.
+    - `decoding`: (remaining output tokens, decode blocks) of each sequence the replica decodes
+      or will decode; remaining = `max_tokens` minus tokens generated so far, -1 when the request
+      gave no `max_tokens` (token load, `TokenLoad._decoding`). The straggler-aware decode term
+      of `token_load` reads it.
 
     Read-only by convention; not `frozen` because frozen dataclasses construct several times
     slower and one decision builds a snapshot per candidate replica.
@@ -80,6 +84,7 @@ class ReplicaSnapshot:
     prefill_tokens_per_s: float | None = None
     cached_blocks: int = 0
     role: str | None = None
+    decoding: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(slots=True)
@@ -93,6 +98,8 @@ class ReplicaLoad:
     num_running: int = 0
     num_waiting: int = 0
     kv_capacity_blocks: int = 0
+    # (remaining output tokens or -1 if unknown, decode blocks) per decoding sequence
+    decoding: tuple[tuple[int, int], ...] = ()
 
 
 class LoadSource(Protocol):
@@ -150,6 +157,8 @@ def build_snapshots(
                 load.requests_in_flight,
                 info.prefill_tokens_per_s,
                 get_cached(rid, 0),
+                None,
+                load.decoding,
             )
         )
     return snapshots

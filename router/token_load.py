@@ -20,6 +20,10 @@ Lifecycle, per (request, replica) entry; every call is idempotent and takes `now
                                                            ceil((prompt + generated) / bs)
     on_finished / on_aborted                               entry removed (tombstoned)
 
+`on_admitted` / `on_reserved` also take the request's `max_tokens`: `load(r).decoding` lists
+every decoding entry's remaining output, `max(0, max_tokens - generated)` (-1 without one),
+with its decode blocks: the straggler-aware signal `token_load`'s `remaining_decode` reads.
+
 `generated_total` is cumulative, so a duplicated or reordered token event never double counts;
 `on_tokens`/`on_prefill_done` for an unknown entry are ignored, and a tombstone keeps a late
 delta from another coordinator from resurrecting a finished request.
@@ -80,6 +84,10 @@ class TokenLoadDelta(BaseModel):
     prefill_tokens: int = Field(default=0, ge=0)
     decode_blocks: int = Field(default=0, ge=0)
     updated_at: float = 0.0
+    # The remaining-decode signal (`ReplicaLoad.decoding`); absent from older peers' records.
+    prompt_tokens: int = Field(default=0, ge=0)
+    generated: int = Field(default=0, ge=0)
+    max_tokens: int | None = Field(default=None, ge=0)
 
 
 @dataclass(slots=True)
@@ -94,6 +102,7 @@ class _Entry:
     origin: str
     version: int
     reserved: bool = False
+    max_tokens: int | None = None  # the request's output bound (None: not given)
 
 
 @dataclass(slots=True)
@@ -157,10 +166,12 @@ class TokenLoad:
         uncached_tokens: int,
         block_size: int,
         decodes: bool = True,
+        max_tokens: int | None = None,
     ) -> None:
         """The request was sent to `replica_id`; `uncached_tokens` of its prompt need prefill.
 
         `decodes=False` for a prefill-only leg (disaggregated), whose entry ends at prefill.
+        `max_tokens`: the request's output bound, for the remaining-decode signal.
         """
         key = (request_id, replica_id)
         if key in self._entries:
@@ -178,6 +189,7 @@ class TokenLoad:
             updated_at=now,
             origin=self.origin,
             version=self._next_version(),
+            max_tokens=max_tokens,
         )
         self._insert(key, entry, now)
         self._dirty.add(key)
@@ -194,7 +206,14 @@ class TokenLoad:
         self._set(key, entry, now, prefill_tokens=0, generated=entry.generated)
 
     def on_reserved(
-        self, request_id: str, replica_id: str, now: float, *, prompt_tokens: int, block_size: int
+        self,
+        request_id: str,
+        replica_id: str,
+        now: float,
+        *,
+        prompt_tokens: int,
+        block_size: int,
+        max_tokens: int | None = None,
     ) -> None:
         """`replica_id` will decode the request once its leg is sent: its whole prompt's KV is
         promised to it now (no prefill tokens), and no scrape bounds it until `on_leg_sent`."""
@@ -214,6 +233,7 @@ class TokenLoad:
             origin=self.origin,
             version=self._next_version(),
             reserved=True,
+            max_tokens=max_tokens,
         )
         self._insert(key, entry, now)
         self._dirty.add(key)
@@ -310,14 +330,35 @@ class TokenLoad:
         self._load_cache[replica_id] = load
         return load
 
+    def _decoding(self, replica_id: str) -> tuple[tuple[int, int], ...]:
+        """`ReplicaLoad.decoding`: (remaining output tokens, decode blocks) of every entry that
+        decodes on the replica, remaining = max(0, max_tokens - generated), -1 when the request
+        gave no `max_tokens`. `generated` is as fresh as the last token event (the lifecycle
+        sends one per new KV block, so it lags by under one block)."""
+        keys = self._by_replica.get(replica_id)
+        if not keys:
+            return ()
+        entries = self._entries
+        out: list[tuple[int, int]] = []
+        for key in keys:
+            e = entries[key]
+            if not e.decodes:
+                continue
+            bound = e.max_tokens
+            remaining = -1 if bound is None else max(0, bound - e.generated)
+            out.append((remaining, e.decode_blocks))
+        out.sort()  # sets iterate in hash order: sorted, so equal states give equal loads
+        return tuple(out)
+
     def _compute_load(self, replica_id: str) -> ReplicaLoad:
         totals = self._totals.get(replica_id)
         metrics = self._metrics.get(replica_id)
         prefill = totals.prefill_tokens if totals else 0
         decode = totals.decode_blocks if totals else 0
         requests = totals.requests if totals else 0
+        decoding = self._decoding(replica_id)
         if metrics is None:
-            return ReplicaLoad(prefill, decode, requests)
+            return ReplicaLoad(prefill, decode, requests, decoding=decoding)
         last_change = totals.last_change if totals else float("-inf")
         if metrics.kv_capacity_blocks > 0 and metrics.sampled_at >= last_change:
             reserved = totals.reserved_blocks if totals else 0
@@ -331,6 +372,7 @@ class TokenLoad:
             metrics.num_running,
             metrics.num_waiting,
             metrics.kv_capacity_blocks,
+            decoding,
         )
 
     def tracked_load(self, replica_id: str) -> ReplicaLoad:
@@ -368,6 +410,9 @@ class TokenLoad:
                         prefill_tokens=entry.prefill_tokens,
                         decode_blocks=entry.decode_blocks,
                         updated_at=entry.updated_at,
+                        prompt_tokens=entry.prompt_tokens,
+                        generated=entry.generated,
+                        max_tokens=entry.max_tokens,
                     )
                 )
                 continue
@@ -408,16 +453,17 @@ class TokenLoad:
             heapq.heappush(self._tombstone_heap, (delta.updated_at, key))
             return True
         new = _Entry(
-            prompt_tokens=0,
+            prompt_tokens=delta.prompt_tokens,
             block_size=0,
             prefill_tokens=delta.prefill_tokens,
             decodes=True,
-            generated=0,
+            generated=delta.generated,
             decode_blocks=delta.decode_blocks,
             updated_at=max(delta.updated_at, now),
             origin=delta.origin,
             version=delta.version,
             reserved=delta.reserved,
+            max_tokens=delta.max_tokens,
         )
         if entry is not None:
             self._drop(key, now)

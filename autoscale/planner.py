@@ -58,13 +58,20 @@ loan).
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from dataclasses import replace
 from typing import Any
 
 from autoscale.budget import split_budget
 from autoscale.decision import RoleMove, ScaleDecision
-from autoscale.forecast_seam import EwmaForecaster, Forecaster, LoadForecast, PredictorForecaster
+from autoscale.forecast_seam import (
+    EwmaForecaster,
+    Forecaster,
+    LoadForecast,
+    PredictorForecaster,
+    SlidingLoad,
+    aggregate,
+)
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_base import Planner, register_planner
 from autoscale.planner_terms import (
@@ -113,6 +120,10 @@ class PdorchPlanner(Planner):
         trend_cap: float = 1.5,
         trend_hold_s: float = 30.0,
         fast_down_s: float = 60.0,
+        level_window_s: float = 30.0,
+        floor_quantile: float = 1.0,
+        floor_hold_s: float | None = None,
+        floor_band: float = 0.0,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -130,6 +141,13 @@ class PdorchPlanner(Planner):
         self.trend_cap = trend_cap
         self.trend_hold_s = trend_hold_s
         self.fast_down_s = fast_down_s
+        self.level_window_s = level_window_s
+        self.floor_quantile = floor_quantile
+        self.floor_hold_s = (
+            policy.stabilization.scale_down_s if floor_hold_s is None else floor_hold_s
+        )
+        self.floor_band = floor_band
+        self._level = SlidingLoad(level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         self._fit: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
         self._floors: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
@@ -298,7 +316,7 @@ class PdorchPlanner(Planner):
         while fit and now - fit[0][0] > self.fast_down_s:
             fit.popleft()
         floors = self._floors[pool]
-        while floors and now - floors[0][0] > st.scale_down_s:
+        while floors and now - floors[0][0] > self.floor_hold_s:
             floors.popleft()
         if raw >= current:
             if st.scale_up_s <= 0:
@@ -317,7 +335,7 @@ class PdorchPlanner(Planner):
         if self.fast_down_s > 0 and watched >= self.fast_down_s:
             fast = max(c for _, c in fit)
             if floors:
-                fast = max(fast, max(f for _, f in floors))
+                fast = max(fast, quantile([f for _, f in floors], self.floor_quantile))
             fast = min(current, fast)
         if watched < st.scale_down_s:
             if fast < current:
@@ -339,7 +357,10 @@ class PdorchPlanner(Planner):
         now = obs.now
         if self._started is None:
             self._started = now
-        fed = self._feed_forecaster(obs)
+        # the load of the last `level_window_s` (`forecast_seam.SlidingLoad`): the floor's
+        # forecaster input (when fed every tick) and what the reactive and fit terms read
+        view = self._level.add(obs)
+        fed = self._feed_forecaster(view if self.forecast_window_s <= 0 else obs)
         self._update_corrections(obs)
         if (
             self._floor_at is None
@@ -353,12 +374,15 @@ class PdorchPlanner(Planner):
         reasons: dict[Pool, str] = {}
         raw: dict[Pool, int] = {}
         details: dict[str, Any] = {"correction": {str(p): k for p, k in self.correction.items()}}
+        # the reactive and fit terms read the load as the last `level_window_s`' mean (the
+        # pools, queues and latencies of this window): a one-tick spike of arrivals is not a
+        # steady need; a real burst shows up in the queue, which is read as it is
         for pool in POOLS:
             floor = self._floor[pool]
             react = reactive_term(
                 self.perf,
                 self.policy,
-                obs,
+                view,
                 pool,
                 self.correction[pool],
                 min_samples=self.min_samples,
@@ -366,10 +390,14 @@ class PdorchPlanner(Planner):
                 start_s=self._arrival_s(obs, pool),
             )
             term = react if react.replicas > floor.replicas else floor
-            self._floors[pool].append((now, clamp_to_limits(self.policy, pool, floor.replicas)[0]))
+            # what the fast scale-down may not go below: the floor's need plus `floor_band`
+            # (a hysteresis: a level hovering at a replica boundary does not flap the pool)
+            need = float(floor.inputs.get("need", floor.replicas))
+            held = max(floor.replicas, replicas_for(need * (1.0 + self.floor_band)))
+            self._floors[pool].append((now, clamp_to_limits(self.policy, pool, held)[0]))
             n, bound = clamp_to_limits(self.policy, pool, term.replicas)
             raw[pool] = n
-            desired[pool], reasons[pool] = self._stabilize(obs, pool, n, bound or term.reason)
+            desired[pool], reasons[pool] = self._stabilize(view, pool, n, bound or term.reason)
             details[str(pool)] = {
                 "floor": floor.replicas,
                 "floor_inputs": floor.inputs,
@@ -454,27 +482,12 @@ class PdorchPlanner(Planner):
         )
 
 
-def aggregate(windows: list[Observation]) -> Observation:
-    """One observation over consecutive windows: request-weighted ISL/OSL, token-weighted
-    hit rate, rate = requests / seconds; the rest (pools, latencies) from the last window."""
-    last = windows[-1]
-    if len(windows) == 1:
-        return last
-    secs = sum(o.window_s for o in windows)
-    n = [o.num_requests or o.arrival_rps * o.window_s for o in windows]
-    total = sum(n)
-    isl = sum(k * o.mean_isl_tokens for k, o in zip(n, windows, strict=True))
-    osl = sum(k * o.mean_osl_tokens for k, o in zip(n, windows, strict=True))
-    hit = sum(k * o.mean_isl_tokens * o.prefix_hit_rate for k, o in zip(n, windows, strict=True))
-    return replace(
-        last,
-        window_s=secs,
-        num_requests=round(total),
-        arrival_rps=total / secs if secs > 0 else 0.0,
-        mean_isl_tokens=isl / total if total else last.mean_isl_tokens,
-        mean_osl_tokens=osl / total if total else last.mean_osl_tokens,
-        prefix_hit_rate=hit / isl if isl else last.prefix_hit_rate,
-    )
+def quantile(values: list[int], q: float) -> int:
+    """The `q`-quantile of `values` (nearest rank: the smallest value with at least a share `q`
+    of the values at or below it; `q` 1 = the max)."""
+    ranked = sorted(values)
+    k = max(0, min(len(ranked) - 1, math.ceil(q * len(ranked) - 1e-9) - 1))
+    return ranked[k]
 
 
 def _make_pdorch(policy: SloPolicy, perf_model: PerfModel, **options: Any) -> PdorchPlanner:

@@ -25,6 +25,7 @@ def planner(pol: SloPolicy | None = None, **options: Any) -> PdorchPlanner:
     options.setdefault("forecaster", EwmaForecaster(alpha=1.0))
     options.setdefault("headroom", 1.0)
     options.setdefault("forecast_window_s", 0.0)  # feed the forecaster every tick (rule tests)
+    options.setdefault("level_window_s", 0.0)  # each window's load as it is (rule tests)
     return PdorchPlanner(pol or policy(), LinearPerfModel(), **options)
 
 
@@ -313,10 +314,38 @@ def test_scale_down_sooner_once_n_minus_k_fits_for_a_minute() -> None:
         d = pl.plan(observation(float(t), rate=8.0, p=(4, 0), d=(8, 0), reps=reps))
         assert d.desired[P] == 4, t
     assert pl.plan(observation(95.0, rate=8.0, p=(4, 0), d=(8, 0))).desired[P] == 2
-    # a forecast of 20k tok/s at t = 30 (floor 3) stays in the 600 s window: down to 3 only
+    # a forecast of 20k tok/s at t = 30 (floor 3, each window read as it is) stays in the
+    # 600 s window: down to 3 only
     pl = planner(policy(down_s=600.0))
     for t in range(0, 95, 5):
         d = pl.plan(observation(float(t), rate=20.0 if t == 30 else 8.0, p=(4, 0), d=(8, 0)))
         assert d.desired[P] == 4, t
     d = pl.plan(observation(95.0, rate=8.0, p=(4, 0), d=(8, 0)))
     assert d.desired[P] == 3 and d.reasons[P] == "sustained-fit"
+    # read as the last 30 s' mean (the default), that tick is (5 * 8 + 20) / 6 = 10 rps ->
+    # floor ceil(10k / 8k) = 2, and 10k <= 0.8 * 2 * 8k fits 2: down to 2 at t = 60
+    pl = planner(policy(down_s=600.0), level_window_s=30.0)
+    for t in range(0, 60, 5):
+        d = pl.plan(observation(float(t), rate=20.0 if t == 30 else 8.0, p=(4, 0), d=(8, 0)))
+        assert d.desired[P] == 4, t
+    d = pl.plan(observation(60.0, rate=8.0, p=(4, 0), d=(8, 0)))
+    assert d.desired[P] == 2 and d.reasons[P] == "sustained-fit"
+
+
+def test_floor_and_reactive_terms_read_the_load_as_the_last_30_s_mean() -> None:
+    # five 5 s windows at 8 rps, then one at 20 rps: the terms read the windows that started
+    # within the last 30 s, (5 * 8 + 20) / 6 = 10 rps (the t = 5 window began 35 s ago).
+    # floor ceil(10k / 8k) = 2, not the spike's ceil(20k / 8k) = 3; the reactive steady need
+    # ceil(10k / 10k raw) = 1, not 2
+    assert planner_factory("pdorch")(policy(), LinearPerfModel()).level_window_s == 30.0
+    pl = planner(level_window_s=30.0)
+    for t in range(5, 35, 5):
+        pl.plan(observation(float(t), rate=8.0, p=(4, 0), d=(8, 0)))
+    d = pl.plan(observation(35.0, rate=20.0, p=(4, 0), d=(8, 0)))
+    assert d.details["prefill"]["floor_inputs"]["rate_rps"] == pytest.approx(10.0)
+    assert d.details["prefill"]["floor"] == 2
+    assert d.details["prefill"]["reactive"] == 1
+    # a queue is read as it is: 30k tokens on 4 replicas is backlog the mean does not hide
+    q = replicas(P, 4, queued_prefill_tokens=30_000)
+    d = pl.plan(observation(40.0, rate=8.0, p=(4, 0), d=(8, 0), reps=q))
+    assert d.details["prefill"]["reactive_inputs"]["queued_tokens"] == 120_000.0

@@ -2,6 +2,14 @@
 
 Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
 
+0. **The load is read as its sliding mean** over the last `level_window_s` (default
+   `LEVEL_WINDOWS` 6 planner windows: 30 s at the 5 s tick; `forecast_seam.SlidingLoad`):
+   rate = requests / seconds, request-weighted ISL/OSL, token-weighted hit rate, over the
+   windows that started within it; pools, queues and latencies are the newest window's. The
+   forecaster is fed it (every tick) and the reactive and fit terms read it. Why: a 5 s
+   window's arrivals are noise (Azure x14: single ticks at 80-130 rps where ~70-80 arrive),
+   each spike became a floor and a fit count that the scale-down windows then held for
+   minutes; a burst that matters shows in the queue, which is read as it is.
 1. **Predictive floor** (recomputed whenever the forecaster is fed: every tick by default, or
    one aggregate per `forecast_window_s`, and at least every `intervals.predictive_s`) from
    the forecaster's load at now and at `startup_s` ahead (the larger need wins, so capacity
@@ -20,7 +28,7 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    whose pool neither breached its target nor had replicas pending (a short pool's latency
    measures its shortage, not the model).
 3. **Reactive term** (`planner_terms.reactive_term`): queue / concurrency / KV needs of the
-   observed window, and +1 on an observed percentile breach unless replicas are pending. The
+   observed load (step 0), and +1 on an observed percentile breach unless replicas are pending. The
    prefill queue term projects the backlog to when a cold start ordered now would serve
    (`startup_s`; step 7 sizes moved replicas on `switch_s`).
 4. `raw = max(floor, reactive)` clamped to the pool's [min, max].
@@ -32,11 +40,15 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    records `c = ` the smallest count in `[raw, provisioned]` that the observed load fits
    with `margin` (provisioned when none does, or while the target is breached); the pool
    may go down to the largest `c` of the last `fast_down_s` (60 s), but not below the
-   largest predictive floor of the last `scale_down_s`, without waiting the window: N-k
-   that kept meeting the SLO for a minute, at or above every raw need of that minute and
-   every forecast of the window (the backlog and breach terms' high-water mark is what it
-   skips: on Azure the 180 s window's maximum held 8P + 8D for 200 s after the opening
-   backlog drained, where 4P fitted).
+   largest *held floor* of the last `floor_hold_s` (default `fast_down_s`), without waiting
+   the window: N-k that kept meeting the SLO for a minute, at or above every raw need and
+   every forecast of that minute. A tick's held floor is `ceil(need·(1 + floor_band))`
+   (`need` the floor's fractional count, `floor_band` 0.1; at least the floor): a
+   hysteresis, so a level hovering at a replica boundary does not take the pool down and
+   back up. (The backlog and breach terms' high-water mark is what the fast path skips; the
+   floors of the whole 180 s window held Azure's 120 s-ahead ramp projections, 9-11 prefill
+   replicas at 150-200 s, until 375 s, where 4-5 fitted; the minute without the band took
+   decode 5 -> 4 -> 5 twice.)
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
@@ -58,7 +70,6 @@ loan).
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from typing import Any
 
@@ -96,6 +107,7 @@ from autoscale.sizing import (
 )
 
 POOLS = (Pool.PREFILL, Pool.DECODE)
+LEVEL_WINDOWS = 6  # planner windows in the load's sliding mean (`level_window_s` default)
 
 
 class PdorchPlanner(Planner):
@@ -120,10 +132,9 @@ class PdorchPlanner(Planner):
         trend_cap: float = 1.5,
         trend_hold_s: float = 30.0,
         fast_down_s: float = 60.0,
-        level_window_s: float = 30.0,
-        floor_quantile: float = 1.0,
+        level_window_s: float | None = None,
         floor_hold_s: float | None = None,
-        floor_band: float = 0.0,
+        floor_band: float = 0.1,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -141,13 +152,14 @@ class PdorchPlanner(Planner):
         self.trend_cap = trend_cap
         self.trend_hold_s = trend_hold_s
         self.fast_down_s = fast_down_s
-        self.level_window_s = level_window_s
-        self.floor_quantile = floor_quantile
-        self.floor_hold_s = (
-            policy.stabilization.scale_down_s if floor_hold_s is None else floor_hold_s
+        # default: six planner windows (30 s at the default 5 s tick; a policy with a faster
+        # loop, like the live closed-loop tests' 0.25 s, averages over as many windows)
+        self.level_window_s = (
+            LEVEL_WINDOWS * self.interval_s if level_window_s is None else level_window_s
         )
+        self.floor_hold_s = fast_down_s if floor_hold_s is None else floor_hold_s
         self.floor_band = floor_band
-        self._level = SlidingLoad(level_window_s)
+        self._level = SlidingLoad(self.level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         self._fit: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
         self._floors: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
@@ -335,7 +347,7 @@ class PdorchPlanner(Planner):
         if self.fast_down_s > 0 and watched >= self.fast_down_s:
             fast = max(c for _, c in fit)
             if floors:
-                fast = max(fast, quantile([f for _, f in floors], self.floor_quantile))
+                fast = max(fast, max(f for _, f in floors))
             fast = min(current, fast)
         if watched < st.scale_down_s:
             if fast < current:
@@ -480,14 +492,6 @@ class PdorchPlanner(Planner):
             maximum=limits.max,
             breach=observed_breach(obs, pool, self.policy, self.min_samples) is not None,
         )
-
-
-def quantile(values: list[int], q: float) -> int:
-    """The `q`-quantile of `values` (nearest rank: the smallest value with at least a share `q`
-    of the values at or below it; `q` 1 = the max)."""
-    ranked = sorted(values)
-    k = max(0, min(len(ranked) - 1, math.ceil(q * len(ranked) - 1e-9) - 1))
-    return ranked[k]
 
 
 def _make_pdorch(policy: SloPolicy, perf_model: PerfModel, **options: Any) -> PdorchPlanner:

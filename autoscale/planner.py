@@ -40,15 +40,13 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    records `c = ` the smallest count in `[raw, provisioned]` that the observed load fits
    with `margin` (provisioned when none does, or while the target is breached); the pool
    may go down to the largest `c` of the last `fast_down_s` (60 s), but not below the
-   largest *held floor* of the last `floor_hold_s` (default `fast_down_s`), without waiting
-   the window: N-k that kept meeting the SLO for a minute, at or above every raw need and
-   every forecast of that minute. A tick's held floor is `ceil(need·(1 + floor_band))`
-   (`need` the floor's fractional count, `floor_band` 0.1; at least the floor): a
-   hysteresis, so a level hovering at a replica boundary does not take the pool down and
-   back up. (The backlog and breach terms' high-water mark is what the fast path skips; the
-   floors of the whole 180 s window held Azure's 120 s-ahead ramp projections, 9-11 prefill
-   replicas at 150-200 s, until 375 s, where 4-5 fitted; the minute without the band took
-   decode 5 -> 4 -> 5 twice.)
+   largest predictive floor of the last `floor_hold_s` (90 s), without waiting the window:
+   N-k that kept meeting the SLO for a minute, at or above every raw need of that minute and
+   every forecast of the last 90 s. (The backlog and breach terms' high-water mark is what
+   the fast path skips. Over the whole 180 s window, as before, the floors held Azure's
+   120 s-ahead ramp projections, 9-11 prefill replicas at 150-200 s, until 375 s where 4-5
+   fitted; over 60 s the level's drift across a replica boundary took decode 4 -> 5 twice
+   within 140 s; measured in benchmarks/results/AUTOSCALE.md, Round 4.)
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
@@ -133,8 +131,7 @@ class PdorchPlanner(Planner):
         trend_hold_s: float = 30.0,
         fast_down_s: float = 60.0,
         level_window_s: float | None = None,
-        floor_hold_s: float | None = None,
-        floor_band: float = 0.1,
+        floor_hold_s: float = 90.0,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -157,8 +154,7 @@ class PdorchPlanner(Planner):
         self.level_window_s = (
             LEVEL_WINDOWS * self.interval_s if level_window_s is None else level_window_s
         )
-        self.floor_hold_s = fast_down_s if floor_hold_s is None else floor_hold_s
-        self.floor_band = floor_band
+        self.floor_hold_s = floor_hold_s
         self._level = SlidingLoad(self.level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         self._fit: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
@@ -402,11 +398,7 @@ class PdorchPlanner(Planner):
                 start_s=self._arrival_s(obs, pool),
             )
             term = react if react.replicas > floor.replicas else floor
-            # what the fast scale-down may not go below: the floor's need plus `floor_band`
-            # (a hysteresis: a level hovering at a replica boundary does not flap the pool)
-            need = float(floor.inputs.get("need", floor.replicas))
-            held = max(floor.replicas, replicas_for(need * (1.0 + self.floor_band)))
-            self._floors[pool].append((now, clamp_to_limits(self.policy, pool, held)[0]))
+            self._floors[pool].append((now, clamp_to_limits(self.policy, pool, floor.replicas)[0]))
             n, bound = clamp_to_limits(self.policy, pool, term.replicas)
             raw[pool] = n
             desired[pool], reasons[pool] = self._stabilize(view, pool, n, bound or term.reason)

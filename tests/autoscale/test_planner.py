@@ -315,14 +315,14 @@ def test_scale_down_sooner_once_n_minus_k_fits_for_a_minute() -> None:
         assert d.desired[P] == 4, t
     assert pl.plan(observation(95.0, rate=8.0, p=(4, 0), d=(8, 0))).desired[P] == 2
     # a forecast of 20k tok/s at t = 30 (floor 3, each window read as it is; the fit check
-    # allows only 4 at that tick) is held for `floor_hold_s` (60 s), not the 600 s window:
-    # 4 until t = 90, then 2 (the floor of 8 rps, 1.0 * 1.1 band -> 2, and the fit's 2)
+    # allows only 4 at that tick) bounds the fast path for `floor_hold_s` (90 s): 4 until
+    # the fit minute has passed, 3 at t = 95
     pl = planner(policy(down_s=600.0))
     for t in range(0, 95, 5):
         d = pl.plan(observation(float(t), rate=20.0 if t == 30 else 8.0, p=(4, 0), d=(8, 0)))
         assert d.desired[P] == 4, t
     d = pl.plan(observation(95.0, rate=8.0, p=(4, 0), d=(8, 0)))
-    assert d.desired[P] == 2 and d.reasons[P] == "sustained-fit"
+    assert d.desired[P] == 3 and d.reasons[P] == "sustained-fit"
     # read as the last 30 s' mean (the default), that tick is (5 * 8 + 20) / 6 = 10 rps ->
     # floor ceil(10k / 8k) = 2, and 10k <= 0.8 * 2 * 8k fits 2: down to 2 at t = 60
     pl = planner(policy(down_s=600.0), level_window_s=30.0)
@@ -361,26 +361,23 @@ class AheadForecaster(EwmaForecaster):
         return (8.0 if horizon_s < 60.0 else self.ahead, 1000.0, 200.0, 0.0)
 
 
-def _fast_path(**options: Any) -> dict[float, int]:
+def _fast_path(**options: Any) -> dict[int, int]:
     """4 prefill replicas at 8 rps (the fit check allows 2 at every tick: 8k <= 0.8 * 2 * 8k);
-    at t = 30 alone the forecast for +120 s is 15 rps: the floor's need 15k / 8k = 1.875 -> 2."""
+    at t = 30 alone the forecast for +120 s is 24 rps: a floor of 24k / 8k = 3."""
     fc = AheadForecaster(alpha=1.0)
-    pl = planner(policy(down_s=600.0), forecaster=fc, trend_cap=2.0, trend_hold_s=0.0, **options)
+    pl = planner(policy(down_s=600.0), forecaster=fc, trend_cap=3.0, trend_hold_s=0.0, **options)
     out = {}
-    for t in range(0, 100, 5):
-        fc.ahead = 15.0 if t == 30 else 8.0
+    for t in range(0, 135, 5):
+        fc.ahead = 24.0 if t == 30 else 8.0
         out[t] = pl.plan(observation(float(t), rate=8.0, p=(4, 0), d=(8, 0))).desired[P]
     return out
 
 
-def test_fast_scale_down_holds_the_floor_with_a_band_for_a_minute() -> None:
-    # defaults: the floor's need is held with a 10 % band (1.875 * 1.1 = 2.06 -> 3) for
-    # `floor_hold_s` 60 s (not the 600 s scale-down window): 3 from t = 60, when the fit
-    # minute is whole, until the t = 30 floor leaves the minute; 2 from t = 95
-    seen = _fast_path()
-    assert seen[55] == 4 and seen[60] == seen[90] == 3 and seen[95] == 2
-    # without the band the floor of 2 never binds above the fit check's 2: down to 2 at once,
-    # and a level hovering at a replica boundary would flap the pool (Azure x14 decode 5 <-> 4)
-    assert _fast_path(floor_band=0.0)[60] == 2
-    # held over the whole 600 s window (the previous rule), the pool stays at 3 past t = 95
-    assert _fast_path(floor_hold_s=600.0)[95] == 3
+def test_fast_scale_down_is_bounded_by_the_floors_of_the_last_90_s() -> None:
+    # the fit minute is whole at t = 60 (it allows 2); the t = 30 floor of 3 bounds the fast
+    # path for `floor_hold_s` 90 s, to t = 120, not for the 600 s scale-down window
+    held = _fast_path()
+    assert held[55] == 4 and held[60] == held[120] == 3 and held[125] == 2
+    assert _fast_path(floor_hold_s=600.0)[130] == 3  # the whole window (the previous rule)
+    # this tick's floor alone: the t = 30 raw count of 3 is the fit minute's bound, to t = 90
+    assert _fast_path(floor_hold_s=0.0)[95] == 2 and held[95] == 3

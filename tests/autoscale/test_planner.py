@@ -338,7 +338,7 @@ def test_floor_and_reactive_terms_read_the_load_as_the_last_30_s_mean() -> None:
     # within the last 30 s, (5 * 8 + 20) / 6 = 10 rps (the t = 5 window began 35 s ago).
     # floor ceil(10k / 8k) = 2, not the spike's ceil(20k / 8k) = 3; the reactive steady need
     # ceil(10k / 10k raw) = 1, not 2
-    assert planner_factory("pdorch")(policy(), LinearPerfModel()).level_window_s == 30.0
+    assert PdorchPlanner(policy(), LinearPerfModel()).level_window_s == 30.0  # 6 x 5 s ticks
     pl = planner(level_window_s=30.0)
     for t in range(5, 35, 5):
         pl.plan(observation(float(t), rate=8.0, p=(4, 0), d=(8, 0)))

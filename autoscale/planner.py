@@ -2,14 +2,16 @@
 
 Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
 
-0. **The load is read as its sliding mean** over the last `level_window_s` (default
-   `LEVEL_WINDOWS` 6 planner windows: 30 s at the 5 s tick; `forecast_seam.SlidingLoad`):
-   rate = requests / seconds, request-weighted ISL/OSL, token-weighted hit rate, over the
-   windows that started within it; pools, queues and latencies are the newest window's. The
-   forecaster is fed it (every tick) and the reactive and fit terms read it. Why: a 5 s
-   window's arrivals are noise (Azure x14: single ticks at 80-130 rps where ~70-80 arrive),
-   each spike became a floor and a fit count that the scale-down windows then held for
-   minutes; a burst that matters shows in the queue, which is read as it is.
+0. **The load may be read as its sliding mean** over the last `level_window_s` (default 0:
+   each 5 s window as it is; measured at `LEVEL_WINDOWS` 6 windows, 30 s;
+   `forecast_seam.SlidingLoad`): rate = requests / seconds, request-weighted ISL/OSL,
+   token-weighted hit rate, over the windows that started within it; pools, queues and
+   latencies are the newest window's. The forecaster is fed it (every tick) and the reactive
+   and fit terms read it. Why: a 5 s window's arrivals are noise (Azure x14: single ticks at
+   80-130 rps where ~70-80 arrive) and the scale-down windows hold each spike. Not the
+   default: with it and `floor_hold_s` 90 Azure spent 14 % fewer GPU-hours (1.628 vs 1.894)
+   at -0.2 points, but the diurnal day lost its first ramp's minute (99.17 %) or, read ahead
+   by the mean's age, Mooncake's decode flapped (benchmarks/results/AUTOSCALE.md, Round 4).
 1. **Predictive floor** (recomputed whenever the forecaster is fed: every tick by default, or
    one aggregate per `forecast_window_s`, and at least every `intervals.predictive_s`) from
    the forecaster's load at now and at `startup_s` ahead (read `level_window_s / 2` further
@@ -41,13 +43,13 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    records `c = ` the smallest count in `[raw, provisioned]` that the observed load fits
    with `margin` (provisioned when none does, or while the target is breached); the pool
    may go down to the largest `c` of the last `fast_down_s` (60 s), but not below the
-   largest predictive floor of the last `floor_hold_s` (90 s), without waiting the window:
-   N-k that kept meeting the SLO for a minute, at or above every raw need of that minute and
-   every forecast of the last 90 s. (The backlog and breach terms' high-water mark is what
-   the fast path skips. Over the whole 180 s window, as before, the floors held Azure's
-   120 s-ahead ramp projections, 9-11 prefill replicas at 150-200 s, until 375 s where 4-5
-   fitted; over 60 s the level's drift across a replica boundary took decode 4 -> 5 twice
-   within 140 s; measured in benchmarks/results/AUTOSCALE.md, Round 4.)
+   largest predictive floor of the last `floor_hold_s` (default `scale_down_s`), without
+   waiting the window: N-k that kept meeting the SLO for a minute, at or above every raw need
+   of that minute and every forecast of the window. (The backlog and breach terms'
+   high-water mark is what the fast path skips. Over the whole 180 s window the floors held
+   Azure's 120 s-ahead ramp projections, 9-11 prefill replicas at 150-200 s, until 375 s
+   where 4-5 fitted; 60 s or 90 s release that, but the level's drift across a replica boundary then
+   flaps decode (Azure 4 <-> 5 at 60 s; Mooncake 3 <-> 4 at 90 s): Round 4.)
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
@@ -106,7 +108,7 @@ from autoscale.sizing import (
 )
 
 POOLS = (Pool.PREFILL, Pool.DECODE)
-LEVEL_WINDOWS = 6  # planner windows in the load's sliding mean (`level_window_s` default)
+LEVEL_WINDOWS = 6  # planner windows in the load's sliding mean, the measured `level_window_s`
 
 
 class PdorchPlanner(Planner):
@@ -132,7 +134,7 @@ class PdorchPlanner(Planner):
         trend_hold_s: float = 30.0,
         fast_down_s: float = 60.0,
         level_window_s: float | None = None,
-        floor_hold_s: float = 90.0,
+        floor_hold_s: float | None = None,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -150,12 +152,14 @@ class PdorchPlanner(Planner):
         self.trend_cap = trend_cap
         self.trend_hold_s = trend_hold_s
         self.fast_down_s = fast_down_s
-        # default: six planner windows (30 s at the default 5 s tick; a policy with a faster
-        # loop, like the live closed-loop tests' 0.25 s, averages over as many windows)
-        self.level_window_s = (
-            LEVEL_WINDOWS * self.interval_s if level_window_s is None else level_window_s
+        # default 0 (each window as it is); `LEVEL_WINDOWS` x the tick is the measured option:
+        # Azure -1 % GPU-h alone, and the diurnal day's first ramp ordered later (Round 4)
+        self.level_window_s = 0.0 if level_window_s is None else level_window_s
+        # default: the whole `scale_down_s` window (90 s cut Azure's GPU-hours 9 % but let
+        # Mooncake's decode flap 3 <-> 4 seven times: benchmarks/results/AUTOSCALE.md, Round 4)
+        self.floor_hold_s = (
+            policy.stabilization.scale_down_s if floor_hold_s is None else floor_hold_s
         )
-        self.floor_hold_s = floor_hold_s
         self._level = SlidingLoad(self.level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         self._fit: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}

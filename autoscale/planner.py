@@ -10,12 +10,11 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    and fit terms read it. Why: a 5 s window's arrivals are noise (Azure x14: single ticks at
    80-130 rps where ~70-80 arrive) and the scale-down windows hold each spike. Not the
    default: with it and `floor_hold_s` 90 Azure spent 14 % fewer GPU-hours (1.628 vs 1.894)
-   at -0.2 points, but the diurnal day lost its first ramp's minute (99.17 %) or, read ahead
-   by the mean's age, Mooncake's decode flapped (benchmarks/results/AUTOSCALE.md, Round 4).
+   at -0.2 points, but the diurnal day lost its first ramp's minute (99.17 %: the mean's lag)
+   and Mooncake's decode flapped (benchmarks/results/AUTOSCALE.md, Round 4).
 1. **Predictive floor** (recomputed whenever the forecaster is fed: every tick by default, or
    one aggregate per `forecast_window_s`, and at least every `intervals.predictive_s`) from
-   the forecaster's load at now and at `startup_s` ahead (read `level_window_s / 2` further
-   ahead when it is fed the sliding mean: the mean's age; the larger need wins, so capacity
+   the forecaster's load at now and at `startup_s` ahead (the larger need wins, so capacity
    is asked for before the load arrives and not released before it leaves; only the rate is
    projected, at most `trend_cap` 1.5 x its level, and only by the mean growth projected
    over the last `trend_hold_s` 30 s, so a one-tick trend is noise, not an order; before the
@@ -255,13 +254,8 @@ class PdorchPlanner(Planner):
                 level = LoadForecast(
                     a.arrival_rps, a.mean_isl_tokens, a.mean_osl_tokens, a.prefix_hit_rate
                 )
-            # fed the load's sliding mean, the forecaster is `level_window_s / 2` behind now
-            # (the mean's age): read it that much further ahead, so a ramp is ordered for as
-            # early as with 5 s windows (without, the diurnal day's first ramp was ordered
-            # 10-15 s later and its minute fell from 97.8 % to 95.0 %)
-            lag = self.level_window_s / 2.0 if self.forecast_window_s <= 0 else 0.0
             for h in (0.0, horizon):
-                fc = self.forecaster.forecast(h + lag) if self._fed else level
+                fc = self.forecaster.forecast(h) if self._fed else level
                 ahead = LoadForecast(*fc)
                 # only the rate is projected (lengths and hit rate at their level), and by at
                 # most `trend_cap` x the level: a trend is evidence of growth, not a measure

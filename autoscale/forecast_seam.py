@@ -11,6 +11,8 @@ planner constructed directly.
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import replace
 from typing import NamedTuple, Protocol
 
 from autoscale.policy import PredictorKind, PredictorParams
@@ -123,3 +125,57 @@ class PredictorForecaster:
             f.mean_osl_tokens,
             f.prefix_hit_rate,
         )
+
+
+def aggregate(windows: list[Observation]) -> Observation:
+    """One observation over consecutive windows: request-weighted ISL/OSL, token-weighted
+    hit rate, rate = requests / seconds; the rest (pools, latencies) from the last window."""
+    last = windows[-1]
+    if len(windows) == 1:
+        return last
+    secs = sum(o.window_s for o in windows)
+    n = [o.num_requests or o.arrival_rps * o.window_s for o in windows]
+    total = sum(n)
+    isl = sum(k * o.mean_isl_tokens for k, o in zip(n, windows, strict=True))
+    osl = sum(k * o.mean_osl_tokens for k, o in zip(n, windows, strict=True))
+    hit = sum(k * o.mean_isl_tokens * o.prefix_hit_rate for k, o in zip(n, windows, strict=True))
+    return replace(
+        last,
+        window_s=secs,
+        num_requests=round(total),
+        arrival_rps=total / secs if secs > 0 else 0.0,
+        mean_isl_tokens=isl / total if total else last.mean_isl_tokens,
+        mean_osl_tokens=osl / total if total else last.mean_osl_tokens,
+        prefix_hit_rate=hit / isl if isl else last.prefix_hit_rate,
+    )
+
+
+class SlidingLoad:
+    """The load of the last `span_s` seconds, as one observation (`aggregate` of the windows
+    that started within it; the newest is always kept; `span_s` 0: the newest alone).
+
+    Why: pdorch's planner ticks every 5 s, and a 5 s window's arrivals are noisy (Azure x14:
+    single ticks at 80-130 rps where ~70-80 arrive, the overlay's copies arriving in clumps), so
+    a floor or a reactive need read from one window is a one-tick spike that a 180 s
+    stabilization window then holds for three minutes. Over 30 s (six windows) the same
+    trace's spikes are averaged out, at ~15 s of lag on a ramp (the forecaster's horizon is
+    120 s). Only the load (rate, lengths, hit rate) is averaged: the pools, queues and
+    latencies are the newest window's, so a real burst still shows in the queue at once.
+    """
+
+    def __init__(self, span_s: float) -> None:
+        self.span_s = span_s
+        self._windows: deque[Observation] = deque()
+
+    def add(self, observation: Observation) -> Observation:
+        """Fold in the newest window; the load of the last `span_s` seconds."""
+        w = self._windows
+        w.append(observation)
+        now = observation.now
+        while len(w) > 1 and now - (w[0].now - w[0].window_s) > self.span_s + 1e-9:
+            w.popleft()
+        return aggregate(list(w))
+
+    def current(self) -> Observation | None:
+        """The last answer of `add` (None before the first window)."""
+        return aggregate(list(self._windows)) if self._windows else None

@@ -2,6 +2,16 @@
 
 Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
 
+0. **The load may be read as its sliding mean** over the last `level_window_s` (default 0:
+   each 5 s window as it is; measured at `LEVEL_WINDOWS` 6 windows, 30 s;
+   `forecast_seam.SlidingLoad`): rate = requests / seconds, request-weighted ISL/OSL,
+   token-weighted hit rate, over the windows that started within it; pools, queues and
+   latencies are the newest window's. The forecaster is fed it (every tick) and the reactive
+   and fit terms read it. Why: a 5 s window's arrivals are noise (Azure x14: single ticks at
+   80-130 rps where ~70-80 arrive) and the scale-down windows hold each spike. Not the
+   default: with it and `floor_hold_s` 90 Azure spent 14 % fewer GPU-hours (1.628 vs 1.894)
+   at -0.2 points, but the diurnal day lost its first ramp's minute (99.17 %: the mean's lag)
+   and Mooncake's decode flapped (benchmarks/results/AUTOSCALE.md, Round 4).
 1. **Predictive floor** (recomputed whenever the forecaster is fed: every tick by default, or
    one aggregate per `forecast_window_s`, and at least every `intervals.predictive_s`) from
    the forecaster's load at now and at `startup_s` ahead (the larger need wins, so capacity
@@ -20,7 +30,7 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    whose pool neither breached its target nor had replicas pending (a short pool's latency
    measures its shortage, not the model).
 3. **Reactive term** (`planner_terms.reactive_term`): queue / concurrency / KV needs of the
-   observed window, and +1 on an observed percentile breach unless replicas are pending. The
+   observed load (step 0), and +1 on an observed percentile breach unless replicas are pending. The
    prefill queue term projects the backlog to when a cold start ordered now would serve
    (`startup_s`; step 7 sizes moved replicas on `switch_s`).
 4. `raw = max(floor, reactive)` clamped to the pool's [min, max].
@@ -32,11 +42,13 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    records `c = ` the smallest count in `[raw, provisioned]` that the observed load fits
    with `margin` (provisioned when none does, or while the target is breached); the pool
    may go down to the largest `c` of the last `fast_down_s` (60 s), but not below the
-   largest predictive floor of the last `scale_down_s`, without waiting the window: N-k
-   that kept meeting the SLO for a minute, at or above every raw need of that minute and
-   every forecast of the window (the backlog and breach terms' high-water mark is what it
-   skips: on Azure the 180 s window's maximum held 8P + 8D for 200 s after the opening
-   backlog drained, where 4P fitted).
+   largest predictive floor of the last `floor_hold_s` (default `scale_down_s`), without
+   waiting the window: N-k that kept meeting the SLO for a minute, at or above every raw need
+   of that minute and every forecast of the window. (The backlog and breach terms'
+   high-water mark is what the fast path skips. Over the whole 180 s window the floors held
+   Azure's 120 s-ahead ramp projections, 9-11 prefill replicas at 150-200 s, until 375 s
+   where 4-5 fitted; 60 s or 90 s release that, but the level's drift across a replica boundary then
+   flaps decode (Azure 4 <-> 5 at 60 s; Mooncake 3 <-> 4 at 90 s): Round 4.)
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
@@ -59,12 +71,18 @@ loan).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import replace
 from typing import Any
 
 from autoscale.budget import split_budget
 from autoscale.decision import RoleMove, ScaleDecision
-from autoscale.forecast_seam import EwmaForecaster, Forecaster, LoadForecast, PredictorForecaster
+from autoscale.forecast_seam import (
+    EwmaForecaster,
+    Forecaster,
+    LoadForecast,
+    PredictorForecaster,
+    SlidingLoad,
+    aggregate,
+)
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_base import Planner, register_planner
 from autoscale.planner_terms import (
@@ -89,6 +107,7 @@ from autoscale.sizing import (
 )
 
 POOLS = (Pool.PREFILL, Pool.DECODE)
+LEVEL_WINDOWS = 6  # planner windows in the load's sliding mean, the measured `level_window_s`
 
 
 class PdorchPlanner(Planner):
@@ -113,6 +132,8 @@ class PdorchPlanner(Planner):
         trend_cap: float = 1.5,
         trend_hold_s: float = 30.0,
         fast_down_s: float = 60.0,
+        level_window_s: float | None = None,
+        floor_hold_s: float | None = None,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -130,6 +151,15 @@ class PdorchPlanner(Planner):
         self.trend_cap = trend_cap
         self.trend_hold_s = trend_hold_s
         self.fast_down_s = fast_down_s
+        # default 0 (each window as it is); `LEVEL_WINDOWS` x the tick is the measured option:
+        # Azure -1 % GPU-h alone, and the diurnal day's first ramp ordered later (Round 4)
+        self.level_window_s = 0.0 if level_window_s is None else level_window_s
+        # default: the whole `scale_down_s` window (90 s cut Azure's GPU-hours 9 % but let
+        # Mooncake's decode flap 3 <-> 4 seven times: benchmarks/results/AUTOSCALE.md, Round 4)
+        self.floor_hold_s = (
+            policy.stabilization.scale_down_s if floor_hold_s is None else floor_hold_s
+        )
+        self._level = SlidingLoad(self.level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         self._fit: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
         self._floors: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
@@ -225,7 +255,8 @@ class PdorchPlanner(Planner):
                     a.arrival_rps, a.mean_isl_tokens, a.mean_osl_tokens, a.prefix_hit_rate
                 )
             for h in (0.0, horizon):
-                ahead = LoadForecast(*self.forecaster.forecast(h)) if self._fed else level
+                fc = self.forecaster.forecast(h) if self._fed else level
+                ahead = LoadForecast(*fc)
                 # only the rate is projected (lengths and hit rate at their level), and by at
                 # most `trend_cap` x the level: a trend is evidence of growth, not a measure
                 rate = min(ahead.rate_rps, self.trend_cap * level.rate_rps)
@@ -298,7 +329,7 @@ class PdorchPlanner(Planner):
         while fit and now - fit[0][0] > self.fast_down_s:
             fit.popleft()
         floors = self._floors[pool]
-        while floors and now - floors[0][0] > st.scale_down_s:
+        while floors and now - floors[0][0] > self.floor_hold_s:
             floors.popleft()
         if raw >= current:
             if st.scale_up_s <= 0:
@@ -339,7 +370,10 @@ class PdorchPlanner(Planner):
         now = obs.now
         if self._started is None:
             self._started = now
-        fed = self._feed_forecaster(obs)
+        # the load of the last `level_window_s` (`forecast_seam.SlidingLoad`): the floor's
+        # forecaster input (when fed every tick) and what the reactive and fit terms read
+        view = self._level.add(obs)
+        fed = self._feed_forecaster(view if self.forecast_window_s <= 0 else obs)
         self._update_corrections(obs)
         if (
             self._floor_at is None
@@ -353,12 +387,15 @@ class PdorchPlanner(Planner):
         reasons: dict[Pool, str] = {}
         raw: dict[Pool, int] = {}
         details: dict[str, Any] = {"correction": {str(p): k for p, k in self.correction.items()}}
+        # the reactive and fit terms read the load as the last `level_window_s`' mean (the
+        # pools, queues and latencies of this window): a one-tick spike of arrivals is not a
+        # steady need; a real burst shows up in the queue, which is read as it is
         for pool in POOLS:
             floor = self._floor[pool]
             react = reactive_term(
                 self.perf,
                 self.policy,
-                obs,
+                view,
                 pool,
                 self.correction[pool],
                 min_samples=self.min_samples,
@@ -369,7 +406,7 @@ class PdorchPlanner(Planner):
             self._floors[pool].append((now, clamp_to_limits(self.policy, pool, floor.replicas)[0]))
             n, bound = clamp_to_limits(self.policy, pool, term.replicas)
             raw[pool] = n
-            desired[pool], reasons[pool] = self._stabilize(obs, pool, n, bound or term.reason)
+            desired[pool], reasons[pool] = self._stabilize(view, pool, n, bound or term.reason)
             details[str(pool)] = {
                 "floor": floor.replicas,
                 "floor_inputs": floor.inputs,
@@ -452,29 +489,6 @@ class PdorchPlanner(Planner):
             maximum=limits.max,
             breach=observed_breach(obs, pool, self.policy, self.min_samples) is not None,
         )
-
-
-def aggregate(windows: list[Observation]) -> Observation:
-    """One observation over consecutive windows: request-weighted ISL/OSL, token-weighted
-    hit rate, rate = requests / seconds; the rest (pools, latencies) from the last window."""
-    last = windows[-1]
-    if len(windows) == 1:
-        return last
-    secs = sum(o.window_s for o in windows)
-    n = [o.num_requests or o.arrival_rps * o.window_s for o in windows]
-    total = sum(n)
-    isl = sum(k * o.mean_isl_tokens for k, o in zip(n, windows, strict=True))
-    osl = sum(k * o.mean_osl_tokens for k, o in zip(n, windows, strict=True))
-    hit = sum(k * o.mean_isl_tokens * o.prefix_hit_rate for k, o in zip(n, windows, strict=True))
-    return replace(
-        last,
-        window_s=secs,
-        num_requests=round(total),
-        arrival_rps=total / secs if secs > 0 else 0.0,
-        mean_isl_tokens=isl / total if total else last.mean_isl_tokens,
-        mean_osl_tokens=osl / total if total else last.mean_osl_tokens,
-        prefix_hit_rate=hit / isl if isl else last.prefix_hit_rate,
-    )
 
 
 def _make_pdorch(policy: SloPolicy, perf_model: PerfModel, **options: Any) -> PdorchPlanner:

@@ -25,6 +25,7 @@ def planner(pol: SloPolicy | None = None, **options: Any) -> PdorchPlanner:
     options.setdefault("forecaster", EwmaForecaster(alpha=1.0))
     options.setdefault("headroom", 1.0)
     options.setdefault("forecast_window_s", 0.0)  # feed the forecaster every tick (rule tests)
+    options.setdefault("level_window_s", 0.0)  # each window's load as it is (rule tests)
     return PdorchPlanner(pol or policy(), LinearPerfModel(), **options)
 
 
@@ -313,10 +314,71 @@ def test_scale_down_sooner_once_n_minus_k_fits_for_a_minute() -> None:
         d = pl.plan(observation(float(t), rate=8.0, p=(4, 0), d=(8, 0), reps=reps))
         assert d.desired[P] == 4, t
     assert pl.plan(observation(95.0, rate=8.0, p=(4, 0), d=(8, 0))).desired[P] == 2
-    # a forecast of 20k tok/s at t = 30 (floor 3) stays in the 600 s window: down to 3 only
+    # a forecast of 20k tok/s at t = 30 (floor 3, each window read as it is; the fit check
+    # allows only 4 at that tick) bounds the fast path for `floor_hold_s` (default: the 600 s
+    # window): 4 until the fit minute has passed, 3 at t = 95
     pl = planner(policy(down_s=600.0))
     for t in range(0, 95, 5):
         d = pl.plan(observation(float(t), rate=20.0 if t == 30 else 8.0, p=(4, 0), d=(8, 0)))
         assert d.desired[P] == 4, t
     d = pl.plan(observation(95.0, rate=8.0, p=(4, 0), d=(8, 0)))
     assert d.desired[P] == 3 and d.reasons[P] == "sustained-fit"
+    # read as the last 30 s' mean (`level_window_s` 30), that tick is (5 * 8 + 20) / 6 = 10 rps ->
+    # floor ceil(10k / 8k) = 2, and 10k <= 0.8 * 2 * 8k fits 2: down to 2 at t = 60
+    pl = planner(policy(down_s=600.0), level_window_s=30.0)
+    for t in range(0, 60, 5):
+        d = pl.plan(observation(float(t), rate=20.0 if t == 30 else 8.0, p=(4, 0), d=(8, 0)))
+        assert d.desired[P] == 4, t
+    d = pl.plan(observation(60.0, rate=8.0, p=(4, 0), d=(8, 0)))
+    assert d.desired[P] == 2 and d.reasons[P] == "sustained-fit"
+
+
+def test_floor_and_reactive_terms_read_the_load_as_the_last_30_s_mean() -> None:
+    # five 5 s windows at 8 rps, then one at 20 rps: the terms read the windows that started
+    # within the last 30 s, (5 * 8 + 20) / 6 = 10 rps (the t = 5 window began 35 s ago).
+    # floor ceil(10k / 8k) = 2, not the spike's ceil(20k / 8k) = 3; the reactive steady need
+    # ceil(10k / 10k raw) = 1, not 2
+    assert PdorchPlanner(policy(), LinearPerfModel()).level_window_s == 0.0  # off by default
+    pl = planner(level_window_s=30.0)
+    for t in range(5, 35, 5):
+        pl.plan(observation(float(t), rate=8.0, p=(4, 0), d=(8, 0)))
+    d = pl.plan(observation(35.0, rate=20.0, p=(4, 0), d=(8, 0)))
+    assert d.details["prefill"]["floor_inputs"]["rate_rps"] == pytest.approx(10.0)
+    assert d.details["prefill"]["floor"] == 2
+    assert d.details["prefill"]["reactive"] == 1
+    # a queue is read as it is: 30k tokens on 4 replicas is backlog the mean does not hide
+    q = replicas(P, 4, queued_prefill_tokens=30_000)
+    d = pl.plan(observation(40.0, rate=8.0, p=(4, 0), d=(8, 0), reps=q))
+    assert d.details["prefill"]["reactive_inputs"]["queued_tokens"] == 120_000.0
+
+
+class AheadForecaster(EwmaForecaster):
+    """8 rps now; `ahead` rps at 120 s (set by the test between ticks)."""
+
+    ahead = 8.0
+
+    def forecast(self, horizon_s: float) -> tuple[float, float, float, float]:  # type: ignore[override]
+        return (8.0 if horizon_s < 60.0 else self.ahead, 1000.0, 200.0, 0.0)
+
+
+def _fast_path(**options: Any) -> dict[int, int]:
+    """4 prefill replicas at 8 rps (the fit check allows 2 at every tick: 8k <= 0.8 * 2 * 8k);
+    at t = 30 alone the forecast for +120 s is 24 rps: a floor of 24k / 8k = 3."""
+    fc = AheadForecaster(alpha=1.0)
+    pl = planner(policy(down_s=600.0), forecaster=fc, trend_cap=3.0, trend_hold_s=0.0, **options)
+    out = {}
+    for t in range(0, 135, 5):
+        fc.ahead = 24.0 if t == 30 else 8.0
+        out[t] = pl.plan(observation(float(t), rate=8.0, p=(4, 0), d=(8, 0))).desired[P]
+    return out
+
+
+def test_fast_scale_down_is_bounded_by_the_floors_of_the_last_90_s() -> None:
+    # the fit minute is whole at t = 60 (it allows 2); the t = 30 floor of 3 bounds the fast
+    # path for `floor_hold_s` 90 s, to t = 120, not for the 600 s scale-down window (the
+    # default, `scale_down_s`, keeps it to t = 130)
+    held = _fast_path(floor_hold_s=90.0)
+    assert held[55] == 4 and held[60] == held[120] == 3 and held[125] == 2
+    assert _fast_path()[130] == 3  # the whole window (the default)
+    # this tick's floor alone: the t = 30 raw count of 3 is the fit minute's bound, to t = 90
+    assert _fast_path(floor_hold_s=0.0)[95] == 2 and held[95] == 3

@@ -58,6 +58,13 @@ class FleetSettings:
     served_model_name: str = "chaos-model"
     min_uncached_tokens: int = 32
     start_timeout_s: float = 90.0
+    # The coordinator's `stall_timeout_s` (its default is 10 s): a stream silent this long is
+    # continued on the other decode replica. The bench counts a client "hung" past 5 s without a
+    # byte, so the stall must be caught well inside 5 s: 2.5 s leaves 2.5 s for the continuation
+    # (a local prefill of prompt + tokens streamed on the other decode engine, tens of ms idle,
+    # seconds on a starved 2-core box) to send its first byte. Lower it and a healthy engine's
+    # pause on a loaded box (seen up to 9 s at load average 17) is taken for a hang more often.
+    stall_timeout_s: float = 2.5
 
 
 @dataclass
@@ -111,7 +118,7 @@ class ChaosFleet:
             "    endpoints:\n" + "".join(pools["decode"]) + "pd: {min_uncached_tokens: "
             f"{s.min_uncached_tokens}}}\n"
             "tokenizer: {mode: engine}\n"
-            "coordinator: {host: 127.0.0.1}\n"
+            f"coordinator: {{host: 127.0.0.1, stall_timeout_s: {s.stall_timeout_s}}}\n"
         )
 
     def _command(self, spec: EngineSpec) -> list[str]:

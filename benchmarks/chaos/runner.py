@@ -137,6 +137,7 @@ async def run_scenario(
                 await asyncio.sleep(config.poll_s)
                 view = (await admin.get("/admin/pools")).json()
             zero_after_s = time.perf_counter() - origin - load_stopped_at
+            migrations = _migration_counts((await admin.get("/metrics")).text)
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
@@ -164,6 +165,7 @@ async def run_scenario(
         "token_load_zero_after_s": round(zero_after_s, 3) if zero else None,
         "tracked_requests_after": view.get("tracked_requests"),
         "token_load_after": token_load_left(view),
+        "migrations": migrations,
         "errors": first_errors(results),
         "hung_requests": hung_requests(results),
         "polls": len(polls),
@@ -192,6 +194,26 @@ async def run_chaos(
                 await run_scenario(SCENARIOS[name], config, scenario_dir, on_request, on_status)
             )
     return {"rows": rows, "config": _config_view(config)}
+
+
+def _migration_counts(metrics: str) -> dict[str, int]:
+    """`pdorch_migrations_total` by reason and `pdorch_migrations_refused_total` by why, from
+    the coordinator's `/metrics` text: `{"stall": 3, "refused:limit": 0, ...}` (series at 0
+    left out)."""
+    counts: dict[str, int] = {}
+    for line in metrics.splitlines():
+        for name, key in (
+            ("pdorch_migrations_total{", "reason"),
+            ("pdorch_migrations_refused_total{", "why"),
+        ):
+            if not line.startswith(name):
+                continue
+            labels, _, value = line.rpartition("} ")
+            label = labels.split(f'{key}="', 1)[-1].split('"', 1)[0]
+            count = int(float(value))
+            if count:
+                counts[label if key == "reason" else f"refused:{label}"] = count
+    return counts
 
 
 def _round(value: float | None) -> float | None:

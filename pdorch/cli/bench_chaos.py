@@ -47,6 +47,14 @@ def bench_chaos(
     time_scale: float = typer.Option(
         1.0, min=0.0, help="Engines' real seconds per simulated second (1.0 = real time)."
     ),
+    stall_timeout_s: float = typer.Option(
+        2.5,
+        min=0.001,
+        help="The coordinator's coordinator.stall_timeout_s: a stream silent this long is "
+        "continued on the other decode replica (migration). Default 2.5 s, not the coordinator's "
+        "10 s, so that a stalled stream is caught and continued inside the 5 s after which the "
+        "bench counts a client as hung.",
+    ),
     model_profile: str = typer.Option(
         "llama-3.1-8b", help="Simulated engines' model profile (timing model; `pdorch profile`)."
     ),
@@ -88,7 +96,9 @@ def bench_chaos(
     config = ChaosConfig(
         scenarios=chosen,
         load=LoadSettings(concurrency=concurrency, max_tokens=max_tokens),
-        fleet=FleetSettings(model_profile=model_profile, time_scale=time_scale),
+        fleet=FleetSettings(
+            model_profile=model_profile, time_scale=time_scale, stall_timeout_s=stall_timeout_s
+        ),
         warmup_s=warmup_s,
         down_s=down_s,
         stop_s=stop_s,

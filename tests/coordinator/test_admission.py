@@ -18,8 +18,8 @@ from tests.coordinator.helpers import MODEL, assert_openai_error, fleet, sim
 
 
 async def test_a_burst_over_capacity_is_shed_fast_and_the_admitted_complete() -> None:
-    limits = {"max_concurrent_requests": 2, "admission": {"max_queue": 4, "max_wait_s": 60.0}}
-    limits["admission"]["retry_after_s"] = 2
+    admission = {"max_queue": 4, "max_wait_s": 60.0, "retry_after_s": 2}
+    limits: dict[str, Any] = {"max_concurrent_requests": 2, "admission": admission}
     config = fleet(decode=[sim(time_scale=1.0)], coordinator={"port": 0, **limits})
     assert config.coordinator.admission.max_queue == 4  # read from the fleet file's block
     body: dict[str, Any] = {"model": MODEL, "prompt": "hello there", "max_tokens": 300}

@@ -24,6 +24,7 @@ import httpx
 
 from benchmarks.chaos.fleet import ChaosFleet, FleetSettings
 from benchmarks.chaos.load import LoadSettings, run_load
+from benchmarks.chaos.overload import OverloadSettings, run_overload
 from benchmarks.chaos.scenarios import (
     SCENARIOS,
     Poll,
@@ -38,6 +39,8 @@ from benchmarks.chaos.scenarios import (
 from benchmarks.live.client import RequestResult
 from pools.http_client import http_client
 
+OVERLOAD = "overload"  # not a fault of the steady-load timeline: its own run (overload.py)
+
 
 @dataclass(frozen=True, slots=True)
 class ChaosConfig:
@@ -51,6 +54,7 @@ class ChaosConfig:
     poll_s: float = 0.05
     drain_wait_s: float = 5.0
     log_dir: Path | None = None
+    overload: OverloadSettings = field(default_factory=OverloadSettings)
 
 
 Status = Callable[[str], None]
@@ -190,6 +194,13 @@ async def run_chaos(
         for name in config.scenarios:
             scenario_dir = log_dir / name
             scenario_dir.mkdir(parents=True, exist_ok=True)
+            if name == OVERLOAD:
+                if on_status is not None:
+                    on_status("overload: a burst over the admission limit")
+                rows.append(
+                    await run_overload(config.fleet, config.load, config.overload, scenario_dir)
+                )
+                continue
             rows.append(
                 await run_scenario(SCENARIOS[name], config, scenario_dir, on_request, on_status)
             )
@@ -229,7 +240,8 @@ def _config_view(config: ChaosConfig) -> dict[str, Any]:
 
 def scenario_names(names: Sequence[str]) -> tuple[str, ...]:
     """The chosen names, checked; ValueError names the unknown ones."""
-    unknown = [n for n in names if n not in SCENARIOS]
+    unknown = [n for n in names if n not in SCENARIOS and n != OVERLOAD]
     if unknown:
-        raise ValueError(f"unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}")
+        choices = [*SCENARIOS, OVERLOAD]
+        raise ValueError(f"unknown scenario(s) {unknown}; choose from {choices}")
     return tuple(names)

@@ -14,18 +14,18 @@ TTFT p50/p99 (send → first byte, queue wait included), and the coordinator pro
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-
-import httpx
+from urllib.parse import urlsplit
 
 from benchmarks.chaos.fleet import ChaosFleet, FleetSettings
 from benchmarks.chaos.load import LoadSettings, payload
 from benchmarks.chaos.scenarios import load_is_zero
-from pools.http_client import client_limits, http_client
+from pools.http_client import http_client
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,24 +44,57 @@ class _Answer:
     error: str | None = None
 
 
-async def _one(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> _Answer:
+async def _one(host: str, port: int, body: dict[str, Any]) -> _Answer:
+    """One streamed completion over a bare asyncio connection (HTTP/1.1, `Connection: close`).
+
+    Not httpx: 320 httpx streams at once cost the bench client seconds of CPU on a 2-core box,
+    and that time would be counted as the coordinator's shed latency. First byte = the first
+    read holding an SSE `data:` event; the answer ends at EOF."""
     answer = _Answer()
+    data = json.dumps(body).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nhost: {host}:{port}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(data)}\r\n"
+        "connection: close\r\n\r\n"
+    ).encode()
     started = time.perf_counter()
+    writer: asyncio.StreamWriter | None = None
     try:
-        async with client.stream("POST", url, json=body) as response:
-            answer.status = response.status_code
-            answer.retry_after = response.headers.get("retry-after")
-            tail = b""
-            async for chunk in response.aiter_bytes():
-                if chunk and answer.first_byte_s is None:
-                    answer.first_byte_s = time.perf_counter() - started
-                tail = (tail + chunk)[-32:]
-            if response.status_code == 200 and b"[DONE]" not in tail:
-                answer.error = "stream ended before [DONE]"
-    except (httpx.HTTPError, OSError) as err:
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(head + data)
+        await writer.drain()
+        received = b""
+        while chunk := await reader.read(65536):
+            if answer.first_byte_s is None and b"data: " in chunk:
+                answer.first_byte_s = time.perf_counter() - started
+            if answer.status is not None:
+                received = (received + chunk)[-64:]  # the tail, for [DONE]
+                continue
+            received += chunk
+            if b"\r\n\r\n" in received:
+                answer.status, answer.retry_after = _status(received)
+                if answer.status != 200:
+                    break  # a refusal: its status is all we need
+        if answer.status == 200 and b"[DONE]" not in received:
+            answer.error = "stream ended before [DONE]"
+    except OSError as err:
         answer.error = f"{type(err).__name__}: {err}"
+    finally:
+        if writer is not None:
+            writer.close()
     answer.total_s = time.perf_counter() - started
     return answer
+
+
+def _status(received: bytes) -> tuple[int, str | None]:
+    """The status code and Retry-After of a response head."""
+    lines = received.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    retry_after = None
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "retry-after":
+            retry_after = value.strip()
+    return int(lines[0].split()[1]), retry_after
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -105,13 +138,12 @@ async def run_overload(
         await fleet.start()
         assert fleet.coordinator is not None
         rss_idle = rss_peak_mib(fleet.coordinator.pid)
-        url = fleet.url + "/v1/completions"
-        limits = client_limits(max_connections=burst + 8, max_keepalive_connections=burst)
-        async with http_client(timeout=settings.request_timeout_s, limits=limits) as client:
-            model = fleet_settings.served_model_name
-            answers = await asyncio.gather(
-                *(_one(client, url, payload(model, load, stream=True)) for _ in range(burst))
-            )
+        host, port = urlsplit(fleet.url).hostname or "127.0.0.1", urlsplit(fleet.url).port or 80
+        model = fleet_settings.served_model_name
+        bodies = [payload(model, load, stream=True) for _ in range(burst)]  # built before timing
+        async with asyncio.timeout(settings.request_timeout_s):
+            answers = await asyncio.gather(*(_one(host, port, body) for body in bodies))
+        async with http_client(timeout=10.0) as client:
             view = (await client.get(fleet.url + "/admin/pools")).json()
         rss_peak = rss_peak_mib(fleet.coordinator.pid)
     finally:

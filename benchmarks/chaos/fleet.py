@@ -58,6 +58,17 @@ class FleetSettings:
     served_model_name: str = "chaos-model"
     min_uncached_tokens: int = 32
     start_timeout_s: float = 90.0
+    # The coordinator's `stall_timeout_s` (its default is 10 s): a stream silent this long is
+    # continued on the other decode replica. The bench counts a client "hung" past 5 s without a
+    # byte, so the stall must be caught well inside 5 s: 2.5 s leaves 2.5 s for the continuation
+    # (a local prefill of prompt + tokens streamed on the other decode engine, tens of ms idle,
+    # seconds on a starved 2-core box) to send its first byte. Lower it and a healthy engine's
+    # pause on a loaded box (seen up to 9 s at load average 17) is taken for a hang more often.
+    stall_timeout_s: float = 2.5
+    # admission (pdorch/app/admission.py): off in the fault scenarios, set by `overload`
+    max_concurrent_requests: int | None = None
+    max_queue: int = 0
+    max_wait_s: float = 5.0
 
 
 @dataclass
@@ -103,6 +114,12 @@ class ChaosFleet:
                 f"        kv_events_topic: {spec.replica_id}\n"
             )
         s = self.settings
+        admission = ""
+        if s.max_concurrent_requests is not None:
+            admission = (
+                f", max_concurrent_requests: {s.max_concurrent_requests}, admission: "
+                f"{{max_queue: {s.max_queue}, max_wait_s: {s.max_wait_s}}}"
+            )
         return (
             f"served_model_name: {s.served_model_name}\n"
             "block_size: 16\n"
@@ -111,7 +128,7 @@ class ChaosFleet:
             "    endpoints:\n" + "".join(pools["decode"]) + "pd: {min_uncached_tokens: "
             f"{s.min_uncached_tokens}}}\n"
             "tokenizer: {mode: engine}\n"
-            "coordinator: {host: 127.0.0.1}\n"
+            f"coordinator: {{host: 127.0.0.1, stall_timeout_s: {s.stall_timeout_s}{admission}}}\n"
         )
 
     def _command(self, spec: EngineSpec) -> list[str]:

@@ -24,6 +24,7 @@ import httpx
 
 from benchmarks.chaos.fleet import ChaosFleet, FleetSettings
 from benchmarks.chaos.load import LoadSettings, run_load
+from benchmarks.chaos.overload import OverloadSettings, run_overload
 from benchmarks.chaos.scenarios import (
     SCENARIOS,
     Poll,
@@ -38,6 +39,8 @@ from benchmarks.chaos.scenarios import (
 from benchmarks.live.client import RequestResult
 from pools.http_client import http_client
 
+OVERLOAD = "overload"  # not a fault of the steady-load timeline: its own run (overload.py)
+
 
 @dataclass(frozen=True, slots=True)
 class ChaosConfig:
@@ -51,6 +54,7 @@ class ChaosConfig:
     poll_s: float = 0.05
     drain_wait_s: float = 5.0
     log_dir: Path | None = None
+    overload: OverloadSettings = field(default_factory=OverloadSettings)
 
 
 Status = Callable[[str], None]
@@ -137,6 +141,7 @@ async def run_scenario(
                 await asyncio.sleep(config.poll_s)
                 view = (await admin.get("/admin/pools")).json()
             zero_after_s = time.perf_counter() - origin - load_stopped_at
+            migrations = _migration_counts((await admin.get("/metrics")).text)
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
@@ -164,6 +169,7 @@ async def run_scenario(
         "token_load_zero_after_s": round(zero_after_s, 3) if zero else None,
         "tracked_requests_after": view.get("tracked_requests"),
         "token_load_after": token_load_left(view),
+        "migrations": migrations,
         "errors": first_errors(results),
         "hung_requests": hung_requests(results),
         "polls": len(polls),
@@ -188,10 +194,37 @@ async def run_chaos(
         for name in config.scenarios:
             scenario_dir = log_dir / name
             scenario_dir.mkdir(parents=True, exist_ok=True)
+            if name == OVERLOAD:
+                if on_status is not None:
+                    on_status("overload: a burst over the admission limit")
+                rows.append(
+                    await run_overload(config.fleet, config.load, config.overload, scenario_dir)
+                )
+                continue
             rows.append(
                 await run_scenario(SCENARIOS[name], config, scenario_dir, on_request, on_status)
             )
     return {"rows": rows, "config": _config_view(config)}
+
+
+def _migration_counts(metrics: str) -> dict[str, int]:
+    """`pdorch_migrations_total` by reason and `pdorch_migrations_refused_total` by why, from
+    the coordinator's `/metrics` text: `{"stall": 3, "refused:limit": 0, ...}` (series at 0
+    left out)."""
+    counts: dict[str, int] = {}
+    for line in metrics.splitlines():
+        for name, key in (
+            ("pdorch_migrations_total{", "reason"),
+            ("pdorch_migrations_refused_total{", "why"),
+        ):
+            if not line.startswith(name):
+                continue
+            labels, _, value = line.rpartition("} ")
+            label = labels.split(f'{key}="', 1)[-1].split('"', 1)[0]
+            count = int(float(value))
+            if count:
+                counts[label if key == "reason" else f"refused:{label}"] = count
+    return counts
 
 
 def _round(value: float | None) -> float | None:
@@ -207,7 +240,8 @@ def _config_view(config: ChaosConfig) -> dict[str, Any]:
 
 def scenario_names(names: Sequence[str]) -> tuple[str, ...]:
     """The chosen names, checked; ValueError names the unknown ones."""
-    unknown = [n for n in names if n not in SCENARIOS]
+    unknown = [n for n in names if n not in SCENARIOS and n != OVERLOAD]
     if unknown:
-        raise ValueError(f"unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}")
+        choices = [*SCENARIOS, OVERLOAD]
+        raise ValueError(f"unknown scenario(s) {unknown}; choose from {choices}")
     return tuple(names)

@@ -50,6 +50,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive
 
+from pdorch.app.admission import PRIORITY_HEADER, parse_priority
 from pdorch.app.errors import ApiError
 from pdorch.app.faults import RequestFaults
 from pdorch.app.legs import (
@@ -144,7 +145,7 @@ class RequestFlow:
         status = 500
         streaming = False
         try:
-            self.c.admit()
+            await self.c.admit(parse_priority(self.http.headers.get(PRIORITY_HEADER)))
             self._admitted = True
             raw = await read_body(self.http, self.c.limits.max_body_bytes)
             self.parsed = parse_request(raw, self.kind, self.c.served_model)

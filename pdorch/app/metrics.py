@@ -11,7 +11,9 @@ Metrics (type; labels):
 - `pdorch_prefill_failures_total` (counter; `kind`: connection, timeout, http_5xx, bad_answer)
 - `pdorch_decode_retries_total`, `pdorch_stream_errors_total` (streams ended with an error
   event), `pdorch_client_disconnects_total` (counters)
-- `pdorch_rejected_total` (counter; `reason`: concurrency, body_size, auth)
+- `pdorch_rejected_total` (counter; `reason`: concurrency (over `max_concurrent_requests`
+  with the admission queue full or off), queue_timeout (queued past `admission.max_wait_s`),
+  body_size, auth)
 - `pdorch_migrations_total` (counter; `reason`: `connection` reset/refused/timed out, `eof`
   the answer ended before `[DONE]`, `stall` no byte for `stall_timeout_s`): requests continued
   on another decode replica (`migration.py`); `pdorch_migrations_refused_total` (counter;

@@ -39,6 +39,7 @@ from typing import Any
 import aiohttp
 import httpx
 
+from pdorch.app.admission import Admission, AdmissionQueue, Shed
 from pdorch.app.errors import ApiError
 from pdorch.app.metrics import CoordinatorMetrics
 from pdorch.app.prompt_tokens import PromptTokens
@@ -83,18 +84,25 @@ class CoordinatorLimits:
 
     `max_body_bytes`: larger bodies get 413 (default 32 MiB: a 128k-token prompt as text is
     ~0.5 MB, so this only stops abuse). `max_concurrent_requests`: requests in flight beyond
-    it get 429 at once instead of queueing (None: unlimited). Read from the fleet file's
-    `coordinator:` block (`CoordinatorSettings`, same names and defaults).
+    it wait in a queue of `max_queue` (by priority, up to `max_wait_s`) or get 429 with
+    `Retry-After: retry_after_s` (None: unlimited; the policy: `admission.py`). Read from the
+    fleet file's `coordinator:` block (`CoordinatorSettings`, same names and defaults).
     """
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_concurrent_requests: int | None = None
+    max_queue: int = 0
+    max_wait_s: float = 5.0
+    retry_after_s: int = 1
 
     @classmethod
     def from_settings(cls, settings: CoordinatorSettings) -> CoordinatorLimits:
         return cls(
             max_body_bytes=settings.max_body_bytes,
             max_concurrent_requests=settings.max_concurrent_requests,
+            max_queue=settings.admission.max_queue,
+            max_wait_s=settings.admission.max_wait_s,
+            retry_after_s=settings.admission.retry_after_s,
         )
 
 
@@ -123,6 +131,10 @@ class Coordinator:
         self.served_model = config.served_model_name
         self.block_size = config.block_size
         self.limits = limits or CoordinatorLimits.from_settings(config.coordinator)
+        self.admission = Admission(
+            AdmissionQueue(self.limits.max_concurrent_requests, self.limits.max_queue),
+            self.limits.max_wait_s,
+        )
         self.api_keys = tuple(self.settings.api_keys)
         self.admin_token = self.settings.admin_token
         self.router = PdRouter(config.router_policy_config(), seed=seed)
@@ -180,7 +192,6 @@ class Coordinator:
         # pools.kubernetes.discovery.KubernetesDiscovery when the fleet file has `discovery:`
         self.discovery: Any = None
         self.metrics = CoordinatorMetrics(self)
-        self.in_flight = 0
         self._unsubscribe: Callable[[], None] | None = None
         self._started = False
         self.delta_listeners: list[Callable[[list[TokenLoadDelta]], None]] = []
@@ -350,21 +361,29 @@ class Coordinator:
 
     # ---- admission ---------------------------------------------------------------------------
 
-    def admit(self) -> None:
-        """Count one request in; 429 beyond `max_concurrent_requests`."""
-        limit = self.limits.max_concurrent_requests
-        if limit is not None and self.in_flight >= limit:
-            self.metrics.rejected("concurrency")
+    async def admit(self, priority: int = 0) -> None:
+        """Wait for a slot (admission.py); 429 when shed."""
+        try:
+            await self.admission.acquire(priority, self.clock())
+        except Shed as shed:
+            self.metrics.rejected(shed.reason)
+            limits = self.limits
             raise ApiError(
                 429,
-                f"Too many concurrent requests (limit {limit}); retry later.",
+                f"Too many concurrent requests (limit {limits.max_concurrent_requests}, "
+                f"queue {limits.max_queue}, wait {limits.max_wait_s:g} s): {shed.reason}; "
+                "retry later.",
                 code="concurrency_limit",
-                headers={"Retry-After": "1"},
-            )
-        self.in_flight += 1
+                headers={"Retry-After": str(limits.retry_after_s)},
+            ) from None
 
     def release(self) -> None:
-        self.in_flight = max(0, self.in_flight - 1)
+        self.admission.release()
+
+    @property
+    def in_flight(self) -> int:
+        """Client requests admitted and not finished."""
+        return self.admission.in_flight
 
     # ---- several coordinators (issue 6 item 6 plugs in here) ---------------------------------
 
@@ -441,6 +460,7 @@ class Coordinator:
             "block_size": self.block_size,
             "origin": self.origin,
             "requests_in_flight": self.in_flight,
+            "requests_queued": self.admission.queued,
             "tracked_requests": self.token_load.tracked_requests(),
             "tokenizer": self.tokens.mode,
             "pools": pools,

@@ -30,7 +30,10 @@ def bench_chaos(
         "fault: what the load alone costs on this machine), kill-decode, "
         "kill-prefill, kill-both-prefill (kill -9, restarted after --down-s), stop-decode "
         "(SIGSTOP for --stop-s, then SIGCONT), restart-decode (SIGTERM, start again on the "
-        "same port).",
+        "same port), overload (not in the default set: a burst of 10x --concurrency streamed "
+        "requests against max_concurrent_requests = --concurrency with an admission queue of "
+        "as many, max_wait_s 2: accepted / shed (429) counts, shed latency, admitted TTFT p99, "
+        "the coordinator's RSS peak).",
     ),
     concurrency: int = typer.Option(
         32, min=2, help="Concurrent clients (even ones stream, odd ones do not)."
@@ -46,6 +49,14 @@ def bench_chaos(
     ),
     time_scale: float = typer.Option(
         1.0, min=0.0, help="Engines' real seconds per simulated second (1.0 = real time)."
+    ),
+    stall_timeout_s: float = typer.Option(
+        2.5,
+        min=0.001,
+        help="The coordinator's coordinator.stall_timeout_s: a stream silent this long is "
+        "continued on the other decode replica (migration). Default 2.5 s, not the coordinator's "
+        "10 s, so that a stalled stream is caught and continued inside the 5 s after which the "
+        "bench counts a client as hung.",
     ),
     model_profile: str = typer.Option(
         "llama-3.1-8b", help="Simulated engines' model profile (timing model; `pdorch profile`)."
@@ -88,7 +99,9 @@ def bench_chaos(
     config = ChaosConfig(
         scenarios=chosen,
         load=LoadSettings(concurrency=concurrency, max_tokens=max_tokens),
-        fleet=FleetSettings(model_profile=model_profile, time_scale=time_scale),
+        fleet=FleetSettings(
+            model_profile=model_profile, time_scale=time_scale, stall_timeout_s=stall_timeout_s
+        ),
         warmup_s=warmup_s,
         down_s=down_s,
         stop_s=stop_s,
@@ -135,6 +148,14 @@ def bench_chaos(
         )
     Console(stderr=as_json, width=160).print(table)
     for row in result["rows"]:
+        if row["scenario"] == "overload":
+            err.print(
+                f"overload: {row['sent']} sent, {row['succeeded']} ok, {row['shed']} shed (429, "
+                f"{row['shed_with_retry_after']} with Retry-After), {row['other_errors']} other "
+                f"errors ({row['server_errors_5xx']} 5xx); shed latency {row['shed_latency_s']}; "
+                f"admitted TTFT {row['admitted_ttft_s']}; coordinator RSS "
+                f"{row['coordinator_rss_mib']} MiB"
+            )
         for message in row["errors"]:
             err.print(f"[red]{row['scenario']}: {message}")
 

@@ -134,6 +134,25 @@ class FleetTokenizerConfig(TokenizationConfig):
         return TokenizationConfig.model_validate(data)
 
 
+class AdmissionSettings(BaseModel):
+    """The queue in front of `max_concurrent_requests` (pdorch/app/admission.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_queue: int = Field(
+        default=0,
+        ge=0,
+        description="Requests over max_concurrent_requests that wait for a slot (highest "
+        "x-pdorch-priority first); beyond it they get 429 at once. 0: no queue.",
+    )
+    max_wait_s: float = Field(
+        default=5.0, gt=0, description="A queued request still waiting this long gets 429."
+    )
+    retry_after_s: int = Field(
+        default=1, ge=0, le=3600, description="The Retry-After (seconds) of every 429 it sends."
+    )
+
+
 class CoordinatorSettings(BaseModel):
     """Options of the coordinator app (read by `pdorch serve`)."""
 
@@ -180,8 +199,13 @@ class CoordinatorSettings(BaseModel):
     max_concurrent_requests: int | None = Field(
         default=None,
         ge=1,
-        description="Client requests in flight beyond this get 429 at once (with Retry-After) "
-        "instead of queueing; null: unlimited.",
+        description="Client requests in flight beyond this wait in the admission queue "
+        "(coordinator.admission) or, when it is full or 0, get 429 with Retry-After; null: "
+        "unlimited.",
+    )
+    admission: AdmissionSettings = Field(
+        default_factory=AdmissionSettings,
+        description="Bounded admission queue over max_concurrent_requests.",
     )
 
 

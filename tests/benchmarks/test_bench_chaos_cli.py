@@ -74,3 +74,18 @@ def test_routing_times_from_polls() -> None:
     assert out_s is not None and abs(out_s - 0.3) < 1e-9
     assert back_s is not None and abs(back_s - 0.6) < 1e-9
     assert routing_times(polls[:3], "d0", 1.0, 4.0) == (out_s, None)
+
+
+def test_overload_sheds_with_retry_after_and_serves_the_admitted(tmp_path: Path) -> None:
+    """A burst of 10 x 4 streamed requests against max_concurrent_requests 4 + a queue of 4."""
+    cmd = [str(PDORCH), "bench", "chaos", "--json", "--scenarios", "overload"]
+    cmd += ["--concurrency", "4", "--max-tokens", "64", "--log-dir", str(tmp_path / "logs")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(proc.stdout)["rows"]
+    assert row["sent"] == 40 and row["succeeded"] + row["shed"] == 40, row
+    assert row["other_errors"] == 0 and row["server_errors_5xx"] == 0, row["errors"]
+    assert row["succeeded"] >= 8 and row["shed"] >= 16, row  # 4 running + 4 queued at least
+    assert row["shed_with_retry_after"] == row["shed"]
+    assert row["coordinator_rss_mib"]["peak"] > 0
+    assert row["token_load_zero"] and row["requests_queued_after"] == 0

@@ -34,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 
+from pdorch.config.replica_allow import ReplicaAllowList
 from pdorch.sync.settings import SyncSettings
 from pools.health import HealthSettings
 from pools.launch_spec import (
@@ -165,6 +166,12 @@ class CoordinatorSettings(BaseModel):
         ge=1,
         description="Client requests in flight beyond this get 429 at once (with Retry-After) "
         "instead of queueing; null: unlimited.",
+    )
+    replica_allow: ReplicaAllowList = Field(
+        default_factory=ReplicaAllowList,
+        description="Where replicas added at run time (admin API) may point: an SSRF guard "
+        "(pdorch/config/replica_allow.py; default: loopback + private ranges, never "
+        "link-local or metadata addresses).",
     )
 
 

@@ -43,20 +43,25 @@ async def test_client_kv_params_and_request_ids_never_reach_an_engine() -> None:
             http_client(base_url=pd.url, timeout=30.0) as client,
         ):
             for prompt in ("hi", long_prompt()):  # local and disaggregated routes
-                for _ in range(2):  # two clients, the same chosen request id
-                    body = {
-                        "model": MODEL,
-                        "prompt": prompt,
-                        "max_tokens": 3,
-                        "kv_transfer_params": BOGUS_KV,
-                    }
-                    response = await client.post(
-                        "/v1/completions", json=body, headers={"X-Request-Id": "mine"}
-                    )
-                    assert response.status_code == 200, response.text
-                    assert response.headers["x-request-id"] != "mine"
+                for path, body in (
+                    ("/v1/completions", {"prompt": prompt}),
+                    ("/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}]}),
+                ):
+                    for _ in range(2):  # two clients, the same chosen request id
+                        body = {
+                            **body,
+                            "model": MODEL,
+                            "max_tokens": 3,
+                            "kv_transfer_params": BOGUS_KV,
+                            "request_id": "mine",
+                        }
+                        response = await client.post(
+                            path, json=body, headers={"X-Request-Id": "mine"}
+                        )
+                        assert response.status_code == 200, response.text
+                        assert response.headers["x-request-id"] != "mine"
     legs = prefill.completions() + decode.completions()
-    assert len(decode.completions()) == 4 and prefill.completions(), legs
+    assert len(decode.completions()) == 8 and prefill.completions(), legs
     for leg in legs:
         params = leg.body.get("kv_transfer_params")
         # only the coordinator's own protocol fields: prefill asks for remote decode, decode
@@ -64,9 +69,10 @@ async def test_client_kv_params_and_request_ids_never_reach_an_engine() -> None:
         assert params is None or params.get("remote_engine_id") != "attacker", leg.body
         assert params is None or params.get("remote_host") != "169.254.169.254", leg.body
         assert leg.headers["x-request-id"] != "mine"
+        assert "request_id" not in leg.body, leg.body
     # one id per client request, shared by its two legs only
     decode_ids = [leg.headers["x-request-id"] for leg in decode.completions()]
-    assert len(set(decode_ids)) == 4
+    assert len(set(decode_ids)) == 8
     prefill_ids = {leg.headers["x-request-id"] for leg in prefill.completions()}
     assert prefill_ids <= set(decode_ids)
 

@@ -167,6 +167,12 @@ class CoordinatorSettings(BaseModel):
         description="Client requests in flight beyond this get 429 at once (with Retry-After) "
         "instead of queueing; null: unlimited.",
     )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Requests whose headers (names + values) sum past this get 431 (default "
+        "64 KiB: real clients send < 2 KiB; the HTTP parser itself sets no limit).",
+    )
     replica_allow: ReplicaAllowList = Field(
         default_factory=ReplicaAllowList,
         description="Where replicas added at run time (admin API) may point: an SSRF guard "

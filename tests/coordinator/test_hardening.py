@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
+from typing import Any
 
 import pytest
 from fastapi.routing import APIRoute
@@ -43,13 +44,14 @@ async def test_client_kv_params_and_request_ids_never_reach_an_engine() -> None:
             http_client(base_url=pd.url, timeout=30.0) as client,
         ):
             for prompt in ("hi", long_prompt()):  # local and disaggregated routes
-                for path, body in (
+                shapes: tuple[tuple[str, dict[str, Any]], ...] = (
                     ("/v1/completions", {"prompt": prompt}),
                     ("/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}]}),
-                ):
+                )
+                for path, shape in shapes:
                     for _ in range(2):  # two clients, the same chosen request id
                         body = {
-                            **body,
+                            **shape,
                             "model": MODEL,
                             "max_tokens": 3,
                             "kv_transfer_params": BOGUS_KV,

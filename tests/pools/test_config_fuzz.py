@@ -7,7 +7,7 @@ issues name the field (`pools.decode.endpoints.0.url: ...`): never a `TypeError`
 `KeyError`, `RecursionError` or another traceback from deeper in. Only a file that is not a
 mapping at all, or not YAML, may carry an issue without a field path.
 
-`HYPOTHESIS_PROFILE=fuzz` runs the long campaign (benchmarks/results/reliability.md).
+`PDORCH_FUZZ=1` runs the long campaign (benchmarks/results/reliability.md).
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ from pools.yaml_errors import ConfigFileError, read_yaml
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 FLEETS = sorted(EXAMPLES.glob("fleet-*.yaml"))
 POLICIES = sorted(EXAMPLES.glob("slo-policy*.yaml"))
-settings.register_profile("fast", max_examples=60, deadline=None)
-settings.register_profile(
-    "fuzz", max_examples=5_000, deadline=None, suppress_health_check=list(HealthCheck)
+# per test, not a global profile: several fuzz modules share one session
+fuzz = settings(
+    max_examples=1_000 if os.environ.get("PDORCH_FUZZ") else 60,
+    deadline=None,
+    database=None,  # no .hypothesis/ in the tree; a failure prints its example
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 scalars = st.one_of(
     st.none(),
@@ -111,6 +113,7 @@ def test_the_examples_are_valid() -> None:
         _parse_policy(yaml.safe_load(path.read_text()))
 
 
+@fuzz
 @given(st.text(max_size=200))
 def test_any_text_is_loaded_or_refused_with_the_loaders_error(text: str) -> None:
     for parse, error in ((_parse_fleet, FleetConfigError), (_parse_policy, PolicyError)):
@@ -122,12 +125,14 @@ def test_any_text_is_loaded_or_refused_with_the_loaders_error(text: str) -> None
         _run(parse, error, data)
 
 
+@fuzz
 @given(values)
 def test_any_data_is_loaded_or_refused_naming_a_field(data: Any) -> None:
     _run(_parse_fleet, FleetConfigError, data)
     _run(_parse_policy, PolicyError, data)
 
 
+@fuzz
 @given(mutated(FLEETS))
 def test_mutated_fleet_files_name_the_bad_field(data: Any) -> None:
     _run(_parse_fleet, FleetConfigError, data)
@@ -140,6 +145,7 @@ def test_mutated_fleet_files_name_the_bad_field(data: Any) -> None:
         _check(err)
 
 
+@fuzz
 @given(mutated(POLICIES))
 def test_mutated_slo_policies_name_the_bad_field(data: Any) -> None:
     _run(_parse_policy, PolicyError, data)

@@ -10,7 +10,7 @@ that reaches the ZMQ port) can publish any bytes. Two properties, with hypothesi
   the wrong kind, negative sizes) never raises; what does not decode is counted as garbage
   (`metrics()["garbage"]`), and the index still serves a good event afterwards.
 
-`max_examples` keeps the normal tier fast (a few seconds); `HYPOTHESIS_PROFILE=fuzz` runs
+`max_examples` keeps the normal tier fast (a few seconds); `PDORCH_FUZZ=1` runs
 the long campaign (see benchmarks/results/reliability.md, "Fuzzing").
 """
 
@@ -39,11 +39,13 @@ from router.kv_index import KvIndex
 
 BS = 4
 TOPIC = "kv-events"
-settings.register_profile("fast", max_examples=150, deadline=None)
-settings.register_profile(
-    "fuzz", max_examples=20_000, deadline=None, suppress_health_check=list(HealthCheck)
+# per test, not a global profile: several fuzz modules share one session
+fuzz = settings(
+    max_examples=2_000 if os.environ.get("PDORCH_FUZZ") else 100,
+    deadline=None,
+    database=None,  # no .hypothesis/ in the tree; a failure prints its example
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 _encode = msgspec.msgpack.Encoder().encode
 scalars = st.one_of(
@@ -104,6 +106,7 @@ payloads = st.one_of(
 )
 
 
+@fuzz
 @given(st.binary(max_size=256))
 def test_decoder_never_raises_another_exception_on_bytes(payload: bytes) -> None:
     try:
@@ -113,12 +116,14 @@ def test_decoder_never_raises_another_exception_on_bytes(payload: bytes) -> None
     assert isinstance(batch, KvEventBatch)
 
 
+@fuzz
 @given(payloads)
 def test_decoder_never_raises_another_exception_on_wrong_events(payload: bytes) -> None:
     with contextlib.suppress(KvEventDecodeError):
         KvEventDecoder().decode(payload)
 
 
+@fuzz
 @given(st.lists(st.binary(max_size=16), max_size=4))
 def test_decode_frames_never_raises_another_exception(frames: list[bytes]) -> None:
     with contextlib.suppress(KvEventDecodeError):
@@ -138,6 +143,7 @@ def _good(seq: int, first: int) -> list[bytes]:
     return encode_frames(TOPIC, seq, KvEventBatch(ts=0.0, events=[event]))
 
 
+@fuzz
 @given(st.lists(payloads, min_size=1, max_size=8))
 def test_subscriber_counts_wrong_payloads_and_keeps_serving(batch: list[bytes]) -> None:
     sub, index = _subscriber()
@@ -155,6 +161,7 @@ def test_subscriber_counts_wrong_payloads_and_keeps_serving(batch: list[bytes]) 
     assert index.match(keys).get("e1", 0) >= 1
 
 
+@fuzz
 @given(st.lists(st.lists(st.binary(max_size=12), max_size=5), max_size=8))
 def test_subscriber_never_raises_on_arbitrary_frames(messages: list[list[bytes]]) -> None:
     sub, _ = _subscriber()
@@ -178,6 +185,7 @@ removed = st.builds(BlockRemoved, block_hashes=hashes, medium=st.sampled_from(["
 decodable = st.lists(st.one_of(stored, removed, st.just(AllBlocksCleared())), max_size=5)
 
 
+@fuzz
 @given(st.lists(decodable, min_size=1, max_size=6))
 def test_decodable_but_wrong_events_never_raise(batches: list[list[Any]]) -> None:
     # what the decoder accepts reaches the index: mismatched sizes must not break it

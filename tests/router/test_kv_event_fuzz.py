@@ -175,7 +175,7 @@ stored = st.builds(
     BlockStored,
     block_hashes=hashes,
     parent_block_hash=st.none() | st.integers(min_value=0, max_value=2**64 - 1),
-    token_ids=ints,  # need not fill the blocks, nor be token ids at all
+    token_ids=st.lists(st.integers(min_value=0, max_value=2**32 - 1), max_size=12),  # any count
     block_size=st.integers(min_value=-2, max_value=64),
     medium=st.sampled_from(["GPU", "CPU", None]),
     lora_name=st.none() | st.text(max_size=4),
@@ -196,3 +196,13 @@ def test_decodable_but_wrong_events_never_raise(batches: list[list[Any]]) -> Non
     sub.on_frames(_good(len(batches), 10_000))
     keys = index.keys_for(list(range(10_000, 10_000 + 2 * BS)))
     assert index.match(keys).get("e1", 0) >= 1
+
+
+def test_token_ids_outside_uint32_are_malformed() -> None:
+    # found by the fuzzer: token id -1 raised OverflowError out of the index's block keys
+    sub, index = _subscriber()
+    for seq, bad in enumerate(([0, 0, 0, -1], [0, 0, 0, 2**32])):
+        event = BlockStored(block_hashes=[7], token_ids=bad, block_size=BS)
+        sub.on_frames(encode_frames(TOPIC, seq, KvEventBatch(ts=0.0, events=[event])))
+    assert sub.metrics()["garbage"] == 2
+    assert index.blocks("e1") == 0

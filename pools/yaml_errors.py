@@ -64,13 +64,20 @@ class ConfigFileError(ValueError):
 
 
 def dotted(path: FieldPath) -> str:
-    """`("pools", "decode", "endpoints", 1, "url")` → `pools.decode.endpoints[1].url`."""
+    """`("pools", "decode", "endpoints", 1, "url")` → `pools.decode.endpoints[1].url`.
+
+    A key that would vanish or blur in the dotted form (empty, blank, or holding a dot) is
+    quoted (`pools.""`): every issue must name its field (found by fuzzing).
+    """
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
+            continue
+        name = str(part)
+        if not name.strip() or "." in name:
+            name = '"' + name.replace('"', '\\"') + '"'
+        out += f".{name}" if out else name
     return out
 
 

@@ -33,7 +33,7 @@ it is off); consumers treat them as opaque keys (:data:`EngineBlockHash`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Annotated, Any, TypeAlias
 
 import msgspec
 
@@ -42,6 +42,12 @@ EngineBlockHash: TypeAlias = int | bytes
 
 END_OF_REPLAY_SEQ: bytes = b"\xff" * 8
 """The seq frame the replay socket sends last (``-1`` as 8-byte big-endian signed)."""
+
+
+TokenId: TypeAlias = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
+"""A token id as block keys pack it (uint32). Checked by msgspec while decoding (in C): an
+event with a negative or wider id is malformed (the fuzzer found one raising `OverflowError`
+out of the index, past the garbage counter)."""
 
 
 class KvEventDecodeError(ValueError):
@@ -60,7 +66,7 @@ class BlockStored(msgspec.Struct, tag=True, gc=False):
 
     block_hashes: list[EngineBlockHash]
     parent_block_hash: EngineBlockHash | None = None
-    token_ids: list[int] = []
+    token_ids: list[TokenId] = []
     block_size: int = 0
     lora_id: int | None = None
     medium: str | None = None

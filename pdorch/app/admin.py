@@ -12,7 +12,10 @@
   `{"url": ..., "id"?, "kv_events_endpoint"?, "kv_events_replay_endpoint"?, "kv_events_topic"?,
   "metrics_url"?}` (`pools.launch_spec.StaticEndpointSpec`). It is probed once first: a replica
   that does not answer `/health` joins UNHEALTHY and the health checker brings it in. 201 with
-  the replica; 409 if the id is taken; 404 for an unknown pool.
+  the replica; 409 if the id is taken; 404 for an unknown pool; 403
+  (`replica_address_refused`, naming the field and address) when a host of the body is
+  outside `coordinator.replica_allow` (SSRF guard, `replica_guard.py`: link-local and
+  metadata addresses refused by default).
 - `DELETE /admin/pools/{pool}/replicas/{replica_id}`: stop routing to it (an engine pdorch
   launched keeps running until pdorch stops). 200; 404 if unknown.
 """
@@ -31,6 +34,7 @@ from pdorch.app.auth import check_admin
 from pdorch.app.errors import ApiError
 from pdorch.app.flow import read_body
 from pdorch.app.openai_schema import RequestKind, parse_request
+from pdorch.app.replica_guard import check_spec
 from pdorch.app.state import POOLS, Coordinator
 from pools.launch_spec import StaticEndpointSpec
 from router.pd_router import NoReplicaError
@@ -116,6 +120,7 @@ def admin_router(c: Coordinator) -> APIRouter:
             first = err.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "body"
             raise ApiError(400, f"{where}: {first['msg']}", param=where) from None
+        await check_spec(spec, c.settings.replica_allow)  # SSRF guard, before any connect
         replica_id = spec.id or _free_id(c, pool)
         if c.fleet.get(replica_id) is not None:
             raise ApiError(409, f"Replica id {replica_id!r} is already in the fleet.", param="id")

@@ -16,7 +16,8 @@ Routes: `POST /v1/completions`, `POST /v1/chat/completions` (stream or not; the 
 `flow.py`), `GET /v1/models` (the served model), `GET /health` (200 when a decode or colocated
 replica is routable, else 503), `GET /metrics` (Prometheus, `metrics.py`), `/admin/*`
 (`admin.py`). Every error is OpenAI-shaped (`errors.py`), including unknown routes (404),
-wrong methods (405) and request validation (400: pdorch never answers 422).
+wrong methods (405) and request validation (400: pdorch never answers 422). Headers past
+`coordinator.max_header_bytes` (64 KiB) get 431 on every route.
 """
 
 from __future__ import annotations
@@ -58,12 +59,26 @@ async def serve_openai(c: Coordinator, kind: RequestKind, request: Request) -> R
     return await RequestFlow(c, kind, request).run()
 
 
+def _header_bytes(scope: Scope) -> int:
+    return sum(len(name) + len(value) for name, value in scope["headers"])
+
+
 class CoordinatorApp(FastAPI):
     """FastAPI, with the two OpenAI POST routes served on a lean ASGI path (module docstring)."""
 
     coordinator: Coordinator
+    max_header_bytes: int
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _header_bytes(scope) > self.max_header_bytes:
+            # uvicorn's httptools parser buffers headers of any size: bound them here, for
+            # every route, before any of it is decoded or logged
+            limit = self.max_header_bytes
+            too_big = ApiError(
+                431, f"Request headers exceed {limit} bytes.", code="headers_too_large"
+            )
+            await too_big.response()(scope, receive, send)
+            return
         if (
             scope["type"] == "http"
             and scope["method"] == "POST"
@@ -87,6 +102,7 @@ def create_app(coordinator: Coordinator) -> FastAPI:
         openapi_url=None,
     )
     app.coordinator = c
+    app.max_header_bytes = c.settings.max_header_bytes
     app.state.coordinator = c
 
     @app.exception_handler(ApiError)

@@ -6,12 +6,14 @@
   missing → 401, wrong → 403. Without a token, admin endpoints are open (bind the coordinator
   to loopback, the default, or set a token).
 
-Keys are compared in constant time (`hmac.compare_digest`).
+Keys are compared in constant time (`hmac.compare_digest`). `open_admin_warning` is the loud
+warning `run_coordinator` logs at start when admin is open on a non-loopback address.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Iterable, Mapping
 
 from pdorch.app.errors import ApiError
@@ -64,3 +66,25 @@ def check_admin(headers: Mapping[str, str], admin_token: str | None) -> None:
         )
     if not _known(token, (admin_token,)):
         raise ApiError(403, "Wrong admin token.", code="invalid_admin_token")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` serves loopback only (`localhost`, 127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name or a wildcard ("", 0.0.0.0, ::) may reach other hosts
+
+
+def open_admin_warning(host: str, admin_token: str | None) -> str | None:
+    """The warning to log at start when `/admin/*` is open (no token) beyond loopback."""
+    if admin_token is not None or is_loopback(host):
+        return None
+    return (
+        f"SECURITY: the admin API (/admin/*: add/remove replicas, scale pools) is OPEN on "
+        f"{host or '0.0.0.0'} with no admin token: anyone who reaches this address can "
+        "reconfigure the fleet. Set coordinator.admin_token in the fleet file, or bind "
+        "127.0.0.1."
+    )

@@ -14,6 +14,7 @@ knows (the OpenAI SDK reads `error.message`) and the status says what went wrong
 | 409 | admin: replica id already taken | `conflict_error` |
 | 413 | body over the configured limit | `invalid_request_error` |
 | 429 | over the configured concurrency limit | `rate_limit_error` |
+| 431 | headers over `coordinator.max_header_bytes` | `invalid_request_error` |
 | 502 | every engine attempt failed | `upstream_error` |
 | 503 | no healthy replica | `service_unavailable_error` |
 | 504 | the whole-request deadline passed | `timeout_error` |
@@ -38,6 +39,7 @@ _TYPES = {
     409: "conflict_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
+    431: "invalid_request_error",
     502: "upstream_error",
     503: "service_unavailable_error",
     504: "timeout_error",

@@ -16,7 +16,9 @@ Rules (all failures are `ApiError`s, 400 unless noted; pdorch never answers 422)
 - chat: `messages` a non-empty list of objects with a string `role`;
 - `stream` a boolean; `stream_options` an object; `max_tokens`/`max_completion_tokens`
   integers ≥ 1; `n` 1 if given (one choice per request);
-- `kv_transfer_params` from a client is dropped: only the coordinator sets it.
+- `kv_transfer_params` from a client is dropped: only the coordinator sets it. So is a body
+  `request_id` (vLLM's chat request reads one when no `X-Request-Id` header comes): request
+  ids upstream are the coordinator's alone, so one client cannot collide with another's.
 """
 
 from __future__ import annotations
@@ -145,6 +147,7 @@ def parse_request(raw: bytes, kind: RequestKind, served_model: str) -> ParsedReq
     if n is not None and n != 1:
         raise _bad("pdorch serves one choice per request: 'n' must be 1.", param="n")
     body.pop("kv_transfer_params", None)  # only the coordinator speaks the KV protocol
+    body.pop("request_id", None)  # ids upstream are the coordinator's (module docstring)
     max_tokens = _positive_int(body, "max_tokens")
     if kind == "chat":
         max_completion = _positive_int(body, "max_completion_tokens")

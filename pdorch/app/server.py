@@ -16,6 +16,7 @@ serving (the OS picks), so starts never race.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,11 +27,14 @@ from fastapi import FastAPI
 from autoscale.actuators.local import LocalActuator
 from autoscale.policy import SloPolicy
 from pdorch.app.api import create_app
+from pdorch.app.auth import open_admin_warning
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.state import Coordinator, CoordinatorLimits
 from pdorch.config.fleet import FleetConfig
 from pools.inloop_server import InLoopHttpServer
 from pools.launch import RunningFleet, launch_fleet
+
+log = logging.getLogger(__name__)
 
 
 def coordinator_http_server(
@@ -107,11 +111,14 @@ async def run_coordinator(
             )
             await discovery.start()
             coordinator.discovery = discovery
+        bind = host if host is not None else config.coordinator.host
         server = coordinator_http_server(
             create_app(coordinator),
-            host if host is not None else config.coordinator.host,
+            bind,
             port if port is not None else config.coordinator.port,
         )
+        if (warning := open_admin_warning(bind, config.coordinator.admin_token)) is not None:
+            log.warning(warning)
         try:
             url = await server.start()
             yield RunningCoordinator(url, coordinator, running, server)

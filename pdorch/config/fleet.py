@@ -34,6 +34,7 @@ from pydantic import (
     model_validator,
 )
 
+from pdorch.config.replica_allow import ReplicaAllowList
 from pdorch.sync.settings import SyncSettings
 from pools.health import HealthSettings
 from pools.kubernetes.settings import KubernetesDiscoverySettings
@@ -206,6 +207,18 @@ class CoordinatorSettings(BaseModel):
     admission: AdmissionSettings = Field(
         default_factory=AdmissionSettings,
         description="Bounded admission queue over max_concurrent_requests.",
+    )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Requests whose headers (names + values) sum past this get 431 (default "
+        "64 KiB: real clients send < 2 KiB; the HTTP parser itself sets no limit).",
+    )
+    replica_allow: ReplicaAllowList = Field(
+        default_factory=ReplicaAllowList,
+        description="Where replicas added at run time (admin API) may point: an SSRF guard "
+        "(pdorch/config/replica_allow.py; default: loopback + private ranges, never "
+        "link-local or metadata addresses).",
     )
 
 

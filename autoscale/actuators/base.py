@@ -14,13 +14,46 @@ in virtual time and the live ones in real time with the same loop.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 
 from autoscale.decision import ScaleDecision
+from autoscale.policy import PoolLimits
 from autoscale.signals import Pool, PoolStatus
 
 
 class ActuatorError(RuntimeError):
     """A request the actuator cannot carry out (unknown pool or replica, over a limit)."""
+
+
+def check_count(
+    pool: str,
+    replicas: int,
+    *,
+    limits_of: Callable[[str], PoolLimits],
+    provisioned_of: Callable[[str], int],
+    pools: Iterable[str],
+    gpu_budget: int | None,
+) -> None:
+    """ActuatorError unless `pool` may have `replicas`: within its min/max, and the GPUs of
+    every pool (the others at their provisioned counts) within `gpu_budget`. One rule for every
+    actuator, so `pdorch scale set` refuses the same counts locally and on Kubernetes."""
+    limits = limits_of(pool)
+    if replicas < limits.min:
+        raise ActuatorError(f"pool {pool!r}: {replicas} replicas is below its min of {limits.min}")
+    if replicas > limits.max:
+        raise ActuatorError(f"pool {pool!r}: {replicas} replicas is above its max of {limits.max}")
+    if gpu_budget is None:
+        return
+    gpus = replicas * limits.gpus_per_replica + sum(
+        provisioned_of(other) * limits_of(other).gpus_per_replica
+        for other in pools
+        if other != pool
+    )
+    if gpus > gpu_budget:
+        raise ActuatorError(
+            f"pool {pool!r}: {replicas} replicas would use {gpus} GPUs, over the "
+            f"gpu_budget of {gpu_budget}"
+        )
 
 
 class Actuator(ABC):

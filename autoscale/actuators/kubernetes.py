@@ -46,7 +46,7 @@ from typing import Protocol
 
 import httpx
 
-from autoscale.actuators.base import Actuator, ActuatorError
+from autoscale.actuators.base import Actuator, ActuatorError, check_count
 from autoscale.policy import PoolLimits, SloPolicy
 from autoscale.signals import Pool, PoolStatus
 from pools.http_client import http_client
@@ -185,27 +185,14 @@ class KubernetesActuator(Actuator):
             raise ActuatorError(
                 f"unknown pool {pool!r}; pools with a deployment: {', '.join(self.pools())}"
             )
-        limits = self.limits(pool)
-        if replicas < limits.min:
-            raise ActuatorError(
-                f"pool {pool!r}: {replicas} replicas is below its min of {limits.min}"
-            )
-        if replicas > limits.max:
-            raise ActuatorError(
-                f"pool {pool!r}: {replicas} replicas is above its max of {limits.max}"
-            )
-        budget = self.policy.gpu_budget if self.policy is not None else None
-        if budget is not None:
-            gpus = replicas * limits.gpus_per_replica + sum(
-                self.status(o).provisioned * self.limits(o).gpus_per_replica
-                for o in self.pools()
-                if o != pool
-            )
-            if gpus > budget:
-                raise ActuatorError(
-                    f"pool {pool!r}: {replicas} replicas would use {gpus} GPUs, over the "
-                    f"gpu_budget of {budget}"
-                )
+        check_count(
+            pool,
+            replicas,
+            limits_of=self.limits,
+            provisioned_of=lambda other: self.status(other).provisioned,
+            pools=self.pools(),
+            gpu_budget=self.policy.gpu_budget if self.policy is not None else None,
+        )
 
     # ---- acting ------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from autoscale.actuators.base import Actuator, ActuatorError
+from autoscale.actuators.base import Actuator, ActuatorError, check_count
 from autoscale.policy import PoolLimits, SloPolicy
 from autoscale.signals import Pool, PoolStatus
 from pools.drain import DrainOutcome, RequestTracker, drain_replica
@@ -182,29 +182,17 @@ class LocalActuator(Actuator):
         """ActuatorError unless `pool` may have `replicas` (known pool, min/max, GPU budget)."""
         if pool not in self.pools():
             raise UnknownPoolError(f"unknown pool {pool!r}; pools: {', '.join(self.pools())}")
-        limits = self.limits(pool)
-        if replicas < limits.min:
-            raise ActuatorError(
-                f"pool {pool!r}: {replicas} replicas is below its min of {limits.min}"
-            )
-        if replicas > limits.max:
-            raise ActuatorError(
-                f"pool {pool!r}: {replicas} replicas is above its max of {limits.max}"
-            )
+        check_count(
+            pool,
+            replicas,
+            limits_of=self.limits,
+            provisioned_of=lambda other: self.status(other).provisioned,
+            pools=self.pools(),
+            gpu_budget=self.policy.gpu_budget if self.policy is not None else None,
+        )
         provisioned = self.status(pool).provisioned
         if replicas > provisioned and pool not in self.running.templates:
             raise ActuatorError(f"pool {pool!r} has no launch spec to start replicas from")
-        budget = self.policy.gpu_budget if self.policy is not None else None
-        if budget is not None:
-            gpus = replicas * limits.gpus_per_replica
-            for other in self.pools():
-                if other != pool:
-                    gpus += self.status(other).provisioned * self.limits(other).gpus_per_replica
-            if gpus > budget:
-                raise ActuatorError(
-                    f"pool {pool!r}: {replicas} replicas would use {gpus} GPUs, over the "
-                    f"gpu_budget of {budget}"
-                )
 
     # ---- acting ------------------------------------------------------------------------------
 

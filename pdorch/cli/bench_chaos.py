@@ -53,8 +53,9 @@ def bench_chaos(
     stall_timeout_s: float = typer.Option(
         2.5,
         min=0.001,
-        help="The coordinator's coordinator.stall_timeout_s: a stream silent this long is "
-        "continued on the other decode replica (migration). Default 2.5 s, not the coordinator's "
+        help="Seconds a stream may stay silent before the coordinator continues it on the other "
+        "decode replica (migration; the fleet's coordinator.stall_timeout_s). "
+        "Default 2.5 s, not the coordinator's "
         "10 s, so that a stalled stream is caught and continued inside the 5 s after which the "
         "bench counts a client as hung.",
     ),

@@ -157,7 +157,10 @@ async def test_scale_up_pending_then_scale_down_drains_before_the_patch(
             assert actuator.status("decode") == PoolStatus(ready=2, draining=1)
             await actuator.idle()
             ((drained_at, victim, seen),) = drainer.drained
-            assert victim == new
+            # the newest Ready pod by creationTimestamp, name as the tie-break: the API's
+            # timestamps have 1 s resolution, so under load the new pod may tie with the first
+            # two (seen in CI) and any of the three may go; what matters is what follows
+            assert victim in {*first, new}
             assert seen is ReplicaState.DRAINING  # out of routing when the drain answered
             assert pd.coordinator.requests.in_flight(victim) == 0  # its streams had finished
             outcomes = await asyncio.gather(*streams)
@@ -170,7 +173,10 @@ async def test_scale_up_pending_then_scale_down_drains_before_the_patch(
             assert down.body == {"spec": {"replicas": 2}}
             assert drained_at < cost.at < down.at
             assert kube.pod(victim) is None
-            assert {p["metadata"]["name"] for p in kube.pods(SELECTORS["decode"])} == set(first)
+            assert {p["metadata"]["name"] for p in kube.pods(SELECTORS["decode"])} == {
+                *first,
+                new,
+            } - {victim}
             await wait_state(pd, victim, None)
             assert actuator.status("decode") == PoolStatus(ready=2)
             assert actuator.stats.cancelled == []

@@ -348,7 +348,9 @@ def test_return_token_ids_in_stream_and_a_greedy_continuation(
     assert len(prompt_ids[0]) == usage_chunk["usage"]["prompt_tokens"]
     output = [t for c in token_chunks for t in c["choices"][0]["token_ids"]]
     assert len(output) == usage_chunk["usage"]["completion_tokens"] == 10
-    more = {**body, "prompt": prompt_ids[0] + output[:4], "max_tokens": 6, "stream": False}
+    # non-streamed: vLLM refuses stream_options without stream=True (400)
+    more = {k: v for k, v in body.items() if k != "stream_options"}
+    more |= {"prompt": prompt_ids[0] + output[:4], "max_tokens": 6, "stream": False}
     cont = completion(client, url, **more)["choices"][0]
     assert cont["token_ids"] == output[4:]
     chat = {

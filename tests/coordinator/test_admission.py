@@ -15,6 +15,7 @@ from pdorch.app.admission import Admission, AdmissionQueue, Shed, parse_priority
 from pdorch.app.server import run_coordinator
 from pools.http_client import http_client
 from tests.coordinator.helpers import MODEL, assert_openai_error, fleet, sim
+from tests.waiting import async_wait_until
 
 
 async def test_a_burst_over_capacity_is_shed_fast_and_the_admitted_complete() -> None:
@@ -82,6 +83,13 @@ def test_parse_priority(header: str | None, priority: int) -> None:
     assert parse_priority(header) == priority
 
 
+async def _queued(admission: Admission, n: int) -> None:
+    async def queued() -> bool:
+        return admission.queued == n
+
+    await async_wait_until(queued, timeout=5.0, message=f"{n} queued")
+
+
 async def test_queue_deadline_displacement_and_a_waiter_that_leaves() -> None:
     admission = Admission(AdmissionQueue(limit=1, max_queue=1), max_wait_s=0.2)
     await admission.acquire(0, 0.0)
@@ -91,7 +99,7 @@ async def test_queue_deadline_displacement_and_a_waiter_that_leaves() -> None:
 
     admission.max_wait_s = 30.0
     low = asyncio.ensure_future(admission.acquire(0, 0.0))
-    await asyncio.sleep(0)  # let it queue
+    await _queued(admission, 1)
     high = asyncio.ensure_future(admission.acquire(9, 0.0))
     with pytest.raises(Shed) as displaced:
         await low
@@ -101,7 +109,7 @@ async def test_queue_deadline_displacement_and_a_waiter_that_leaves() -> None:
     assert admission.in_flight == 1
 
     gone = asyncio.ensure_future(admission.acquire(0, 0.0))
-    await asyncio.sleep(0)
+    await _queued(admission, 1)
     gone.cancel()  # the client left while queued
     with pytest.raises(asyncio.CancelledError):
         await gone

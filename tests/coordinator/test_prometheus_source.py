@@ -9,8 +9,10 @@ PromQL window ends at the coordinator's last scrape (`at`). The tolerances:
 - request counts and rates: `rate()` extrapolates the window's end by up to one scrape
   interval (counters start at 0 inside it, so its start is not extrapolated): relative
   error ≤ 2 · scrape interval / window, stated for any alignment;
-- means (ISL, OSL, latency means) and the hit rate: ratios, the extrapolation cancels: 1e-6
-  relative;
+- means (ISL, OSL) and the hit rate: ratios, the extrapolation cancels: 1e-6 relative;
+- latency means: 1e-3 relative, plus two samples' share (2 / count): under CI load a sample
+  or two can be recorded between the two reads (seen: ITL means 0.16 % apart), and each
+  moves a mean by about its share;
 - percentiles: within the resolution of the bucket the percentile falls in (the same
   interpolation on the same counts; Prometheus's rate scales every bucket of one target
   alike, so one target gives the same value; several targets can differ by their edges);
@@ -90,7 +92,8 @@ def assert_latency_close(
 ) -> None:
     assert want.count > 0, what
     assert got.count == pytest.approx(want.count, rel=count_rel), what
-    assert got.mean_s == pytest.approx(want.mean_s, rel=1e-3), what
+    mean_rel = 1e-3 + 2 / want.count
+    assert got.mean_s == pytest.approx(want.mean_s, rel=mean_rel), what
     for q in ("p50_s", "p90_s", "p99_s"):
         a, b = getattr(got, q), getattr(want, q)
         assert abs(a - b) <= bucket_width(b, bounds) + 1e-9, (what, q, a, b)

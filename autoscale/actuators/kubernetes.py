@@ -46,6 +46,7 @@ from typing import Protocol
 
 import httpx
 
+from autoscale.actuators.background import BackgroundWork
 from autoscale.actuators.base import Actuator, ActuatorError, check_count
 from autoscale.policy import PoolLimits, SloPolicy
 from autoscale.signals import Pool, PoolStatus
@@ -130,7 +131,7 @@ class KubernetesActuator(Actuator):
         self._spec: dict[str, int] = {}
         self._draining: dict[str, str] = {}  # pod → pool it leaves
         self._locks = {p: asyncio.Lock() for p in self.pools()}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._work = BackgroundWork()
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -242,22 +243,17 @@ class KubernetesActuator(Actuator):
         self._spawn(self._move(from_pool, replica_id, to_pool))
 
     async def idle(self, timeout_s: float = 600.0) -> None:
-        async with asyncio.timeout(timeout_s):
-            while self._tasks:
-                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        """Wait until every scale patch, drain and move has finished."""
+        await self._work.idle(timeout_s)
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._work.cancel()
         await self.api.aclose()
 
     # ---- background work ---------------------------------------------------------------------
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._work.spawn(coro)
 
     async def _patch(self, pool: str, replicas: int) -> None:
         self._spec[pool] = await self.api.patch_scale(self.deployment(pool), replicas)

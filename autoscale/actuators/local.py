@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from autoscale.actuators.background import BackgroundWork
 from autoscale.actuators.base import Actuator, ActuatorError, check_count
 from autoscale.policy import PoolLimits, SloPolicy
 from autoscale.signals import Pool, PoolStatus
@@ -119,7 +120,7 @@ class LocalActuator(Actuator):
         self.stats = ActuatorStats()
         self._starting: dict[str, str] = {}  # replica id → pool, until ready or failed
         self._draining: dict[str, str] = {}  # replica id → pool it leaves (stop or move)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._work = BackgroundWork()
         self._start_tasks: dict[str, asyncio.Task[None]] = {}
         self._next: dict[str, int] = {}
 
@@ -255,15 +256,11 @@ class LocalActuator(Actuator):
 
     async def idle(self, timeout_s: float = 600.0) -> None:
         """Wait until every start, drain and move has finished."""
-        async with asyncio.timeout(timeout_s):
-            while self._tasks:
-                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._work.idle(timeout_s)
 
     async def aclose(self) -> None:
         """Cancel what is still running (the fleet's `launch_fleet` stops the engines)."""
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._work.cancel()
         if self._own_client:
             await self.client.aclose()
 
@@ -272,9 +269,7 @@ class LocalActuator(Actuator):
     def _spawn(
         self, coro: Coroutine[object, object, None], replica_id: str | None = None
     ) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = self._work.spawn(coro)
         if replica_id is not None:
             self._start_tasks[replica_id] = task
             task.add_done_callback(lambda _: self._start_tasks.pop(replica_id, None))

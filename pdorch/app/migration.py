@@ -48,8 +48,8 @@ empty delta): the client may see such chunks. Dynamo's migration is off by defau
 (limit 3: streams survive their engine by default) and has no length cap.
 
 Not migratable (`not_migratable`; the stream then ends with an error event as before):
-`echo`, `best_of` > 1, `suffix`, tools / tool_choice / functions, `response_format` other than
-text, structured outputs (`guided_*`, `structured_outputs`), chat `logprobs` (chat and
+`echo`, `best_of` > 1, `n` > 1, `suffix`, tools / tool_choice / functions, `response_format`
+other than text, structured outputs (`guided_*`, `structured_outputs`), chat `logprobs` (chat and
 completions logprobs differ in shape). A stop string that straddles the migration point is not
 seen (each engine checks its own text). Server-side parsers (reasoning, tool calls) of chat
 are not re-applied to the continuation.
@@ -123,6 +123,8 @@ def not_migratable(parsed: ParsedRequest) -> str | None:
             return name
     if isinstance(body.get("best_of"), int) and body["best_of"] > 1:
         return "best_of"
+    if parsed.n > 1:  # the trail reads one sequence; n choices interleave n of them
+        return "n"
     choice = body.get("tool_choice")
     if choice is not None and choice != "none":
         return "tool_choice"

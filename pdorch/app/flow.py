@@ -17,6 +17,8 @@ admit (429) → read body (413) → validate (400/404) → tokenize → block ke
   (`migration_limit` too)
 ```
 
+A batch of prompts runs one such flow per prompt (`fanout.py`), merged into one answer.
+
 Everything up to the decode leg's first byte runs in one task raced against the client's
 disconnect and the whole-request deadline (`request_timeout_s`, 504): a client that leaves
 cancels the legs (the upstream connections are closed, the engines abort the requests) and releases

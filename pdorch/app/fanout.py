@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,8 @@ _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 _DONE = b"data: [DONE]"
 _USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens")
+_QUEUE_EVENTS = 16  # chunks buffered between the prompt streams and the client
+log = logging.getLogger(__name__)
 
 
 async def fan_out(parent: RequestFlow) -> Response:
@@ -228,7 +231,9 @@ class BatchStream(StreamingResponse):
         )
 
     async def _body(self) -> AsyncIterator[bytes]:
-        queue: asyncio.Queue[tuple[int, bytes | None]] = asyncio.Queue()
+        # bounded: a slow client holds the prompt streams in their `yield` (ProxyStream does
+        # not count that as the engine's silence) instead of growing a buffer
+        queue: asyncio.Queue[tuple[int, bytes | None]] = asyncio.Queue(maxsize=_QUEUE_EVENTS)
 
         async def pump(i: int, stream: ProxyStream) -> None:
             pending = b""
@@ -241,8 +246,9 @@ class BatchStream(StreamingResponse):
                         continue
                     pending = data[end + 2 :]
                     await queue.put((i, data[: end + 2]))
-            finally:
-                await queue.put((i, None))
+            except Exception:  # ProxyStream ends every failure itself: this is a bug
+                log.exception("batch %s: prompt %d's stream failed", self.parent.request_id, i)
+            await queue.put((i, None))  # not when cancelled: nobody waits for it then
 
         self._tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(self.streams)]
         live = len(self._tasks)

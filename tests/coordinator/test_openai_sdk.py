@@ -16,17 +16,24 @@ seed `seed + j`, which is what the fan-out and the `n` choices are checked again
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+from array import array
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
+from fastapi import FastAPI, Request
+from starlette.responses import Response
 
 from pdorch.app.migration import not_migratable
 from pdorch.app.openai_schema import parse_request
 from pdorch.app.server import RunningCoordinator, run_coordinator
-from tests.coordinator.helpers import MODEL, fleet, long_prompt
+from pdorch.config.fleet import parse_fleet_config
+from pools.inloop_server import InLoopHttpServer
+from tests.coordinator.helpers import MODEL, fleet, long_prompt, sim
 
 SEED = 7
 
@@ -244,3 +251,57 @@ def test_n_is_not_migratable_and_prefill_takes_one() -> None:
     parsed = parse_request(body, "completion", "m")
     assert parsed.n == 3 and not_migratable(parsed) == "n"
     assert prefill_leg_body(parsed.body)["n"] == 1
+
+
+def _pooling_engine() -> FastAPI:
+    """A stand-in for a vLLM pooling engine (`--runner pooling`): `/v1/embeddings` in vLLM's
+    shape, `/health`, `/metrics`; no generation routes."""
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response("", media_type="text/plain")
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        body = await request.json()
+        vector = array("f", [0.5, -0.25, 0.125])
+        value: Any = vector.tolist()
+        if body.get("encoding_format") == "base64":
+            value = base64.b64encode(vector.tobytes()).decode()
+        answer = {
+            "id": "embd-1",
+            "object": "list",
+            "created": 0,
+            "model": body["model"],
+            "data": [{"index": 0, "object": "embedding", "embedding": value}],
+            "usage": {"prompt_tokens": 2, "total_tokens": 2},
+        }
+        return Response(json.dumps(answer), media_type="application/json")
+
+    return app
+
+
+async def test_embeddings_go_to_the_replica_that_serves_them() -> None:
+    server = InLoopHttpServer(_pooling_engine())
+    url = await server.start()
+    try:
+        config = fleet(prefill=[sim()])
+        data = config.model_dump()
+        data["pools"]["prefill"]["endpoints"] = [{"url": url, "id": "embedder"}]
+        async with run_coordinator(parse_fleet_config(data)) as running:
+            client = _async(running)
+            for _ in range(3):  # the sims answer a plain 404 once, then are skipped
+                raw = await client.embeddings.with_raw_response.create(model=MODEL, input="hi")
+                assert raw.headers["x-pdorch-replica"] == "embedder"
+                assert raw.parse().data[0].embedding == [0.5, -0.25, 0.125]
+            floats = await asyncio.to_thread(
+                _sync(running).embeddings.create, model=MODEL, input="hi", encoding_format="float"
+            )
+            assert floats.data[0].embedding == [0.5, -0.25, 0.125]
+    finally:
+        await server.stop()

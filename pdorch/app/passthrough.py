@@ -12,8 +12,8 @@ Which replica: the routable ones, decode and colocated pools first (they generat
 other pool, in turn (a round-robin start per path, so one replica is not every tokenizer
 call's). An engine that does not serve the route answers a plain 404/405 without an OpenAI
 error body (vLLM registers `/v1/embeddings` only for pooling models, and FastAPI's own 404 is
-`{"detail": "Not Found"}`): that replica is remembered as not serving the path and the next
-one is tried. A connection failure also moves on. When none serves it: 404
+`{"detail": "Not Found"}`): that replica is remembered as not serving the path (while it is in
+the fleet) and the next one is tried. A connection failure also moves on. When none serves it: 404
 `route_not_served`, naming the path. A model the coordinator does not serve is 404
 `model_not_found`, as on the OpenAI routes.
 
@@ -95,6 +95,8 @@ class Passthrough:
 
     def candidates(self, path: str) -> list[Replica]:
         fleet = self.c.fleet
+        # a replica that left the fleet is forgotten: its id may come back on another engine
+        self.not_served = {key for key in self.not_served if key[0] in fleet}
         first = [r for p in _FIRST_POOLS for r in fleet.routable(p)]
         rest = [r for p in fleet.pools() if p not in _FIRST_POOLS for r in fleet.routable(p)]
         ordered = [r for r in first + rest if (r.replica_id, path) not in self.not_served]

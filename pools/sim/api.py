@@ -60,6 +60,8 @@ from pools.sim.api_schemas import (
 if TYPE_CHECKING:
     from pools.sim.runner import SimEngine
 
+_SAMPLING_EPS = 1e-5  # vLLM's: a temperature below it is greedy
+
 
 def create_app(engine: SimEngine) -> FastAPI:
     """The FastAPI app serving `engine` (one simulated engine; many can share a process)."""
@@ -256,6 +258,10 @@ def create_app(engine: SimEngine) -> FastAPI:
         chat: bool,
         echo_text: str | None,
     ) -> Response:
+        if req.n > 1 and req.temperature is not None and req.temperature < _SAMPLING_EPS:
+            raise ApiError(  # vLLM's SamplingParams check
+                f"n must be 1 when using greedy sampling, got {req.n}.", HTTPStatus.BAD_REQUEST
+            )
         opts = req.stream_options
         include_usage = bool(opts and opts.include_usage)
         if isinstance(req, ChatCompletionRequest):

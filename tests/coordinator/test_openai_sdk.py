@@ -33,7 +33,7 @@ from pdorch.app.openai_schema import parse_request
 from pdorch.app.server import RunningCoordinator, run_coordinator
 from pdorch.config.fleet import parse_fleet_config
 from pools.inloop_server import InLoopHttpServer
-from tests.coordinator.helpers import MODEL, fleet, long_prompt, sim
+from tests.coordinator.helpers import EXTERNAL, MODEL, engine_metric, fleet, long_prompt, sim
 
 SEED = 7
 
@@ -66,11 +66,19 @@ async def test_completions_n_and_batches(coordinator: RunningCoordinator) -> Non
     single = long_prompt()
     prompts = [long_prompt(), long_prompt(), long_prompt()]
 
-    # n = 2 on one prompt, not streamed: one prefill (route pd), two choices from decode
-    raw = await client.completions.with_raw_response.create(
-        model=MODEL, prompt=single, max_tokens=6, seed=SEED, n=2
-    )
+    # n = 2 on one prompt, not streamed: one prefill (route pd), two choices from decode, and
+    # the decode engine pulls the prompt's KV once (as much as for an n = 1 prompt as long)
+    decode_url = coordinator.coordinator.fleet.routable("decode")[0].url
+    async with httpx.AsyncClient() as http:
+        before = await engine_metric(http, decode_url, EXTERNAL)
+        await _single(client, long_prompt(), SEED)
+        pulled_once = await engine_metric(http, decode_url, EXTERNAL) - before
+        raw = await client.completions.with_raw_response.create(
+            model=MODEL, prompt=single, max_tokens=6, seed=SEED, n=2
+        )
+        pulled = await engine_metric(http, decode_url, EXTERNAL) - before - pulled_once
     assert raw.headers["x-pdorch-route"] == "pd"
+    assert pulled == pulled_once > 0
     one = raw.parse()
     assert [c.index for c in one.choices] == [0, 1]
     assert [c.text for c in one.choices] == [

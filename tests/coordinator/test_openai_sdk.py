@@ -26,7 +26,7 @@ import httpx
 import openai
 import pytest
 from fastapi import FastAPI, Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from pdorch.app.migration import not_migratable
 from pdorch.app.openai_schema import parse_request
@@ -262,8 +262,8 @@ def test_n_is_not_migratable_and_prefill_takes_one() -> None:
 
 
 def _pooling_engine() -> FastAPI:
-    """A stand-in for a vLLM pooling engine (`--runner pooling`): `/v1/embeddings` in vLLM's
-    shape, `/health`, `/metrics`; no generation routes."""
+    """A stand-in for an engine serving `/v1/embeddings` in vLLM's shape (vLLM: a pooling model)
+    and `/v1/responses` (streamed: typed SSE events), `/health`, `/metrics`; no completions."""
     app = FastAPI()
 
     @app.get("/health")
@@ -291,10 +291,29 @@ def _pooling_engine() -> FastAPI:
         }
         return Response(json.dumps(answer), media_type="application/json")
 
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        body = await request.json()
+        if body.get("stream"):
+            return StreamingResponse(_response_events(), media_type="text/event-stream")
+        return Response(json.dumps({"id": "resp_1", "object": "response"}))
+
     return app
 
 
-async def test_embeddings_go_to_the_replica_that_serves_them() -> None:
+RESPONSE_EVENTS = [
+    b'event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n',
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta"}\n\n',
+    b'event: response.completed\ndata: {"type":"response.completed","sequence_number":2}\n\n',
+]
+
+
+async def _response_events() -> AsyncIterator[bytes]:
+    for event in RESPONSE_EVENTS:
+        yield event
+
+
+async def test_embeddings_and_responses_go_to_the_replica_that_serves_them() -> None:
     server = InLoopHttpServer(_pooling_engine())
     url = await server.start()
     try:
@@ -311,5 +330,17 @@ async def test_embeddings_go_to_the_replica_that_serves_them() -> None:
                 _sync(running).embeddings.create, model=MODEL, input="hi", encoding_format="float"
             )
             assert floats.data[0].embedding == [0.5, -0.25, 0.125]
+            # a streamed /v1/responses is relayed byte for byte
+            async with (
+                httpx.AsyncClient(base_url=running.url) as http,
+                http.stream(
+                    "POST", "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}
+                ) as streamed,
+            ):
+                assert streamed.status_code == 200
+                assert streamed.headers["content-type"].startswith("text/event-stream")
+                assert b"".join([c async for c in streamed.aiter_raw()]) == b"".join(
+                    RESPONSE_EVENTS
+                )
     finally:
         await server.stop()

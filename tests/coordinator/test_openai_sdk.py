@@ -5,8 +5,9 @@ KV transfer); the SDK's async client runs on the test's loop, its sync client in
 blocks). Checked: `n > 1` (one prefill, `n` choices from the decode engine), batches of
 prompts (one P/D flow each, one answer indexed prompt-major, usage summed), streamed and not,
 `stream_options.include_usage`, `echo`, `logprobs` (completions and chat), the passthrough
-routes (`/tokenize`, `/detokenize`; `/v1/embeddings` and `/v1/responses` where no engine serves
-them: OpenAI 404s) and the OpenAI-shaped refusals of what pdorch does not serve.
+routes (`/tokenize`, `/detokenize`; `/v1/embeddings` and `/v1/responses` forwarded to the one
+replica that serves them, OpenAI 404s where none does) and the OpenAI-shaped refusals of what
+pdorch does not serve.
 
 The simulated engine's output is a function of (seed, sequence), and vLLM's parallel sampling
 seeds choice `j` with `seed + j`: so choice `j` of any request equals the `n = 1` answer with

@@ -260,6 +260,9 @@ def test_n_is_not_migratable_and_prefill_takes_one() -> None:
     parsed = parse_request(body, "completion", "m")
     assert parsed.n == 3 and not_migratable(parsed) == "n"
     assert prefill_leg_body(parsed.body)["n"] == 1
+    # completions' logprobs: a continuation's text_offsets would restart at 0
+    with_logprobs = b'{"model": "m", "prompt": "p", "logprobs": 0, "stream": true}'
+    assert not_migratable(parse_request(with_logprobs, "completion", "m")) == "logprobs"
 
 
 def _pooling_engine() -> FastAPI:

@@ -4,7 +4,8 @@ A disaggregated request is two ordinary OpenAI requests with the same `X-Request
 
 1. prefill leg, to the prefill engine: the client's body forced to a single, non-streamed
    output token (`max_tokens: 1`, and `max_completion_tokens: 1` if the client used it;
-   `stream_options` and `min_tokens` removed since they contradict one token), plus
+   `stream_options` and `min_tokens` removed since they contradict one token; `n: 1`, as the
+   prompt's KV is the same for every choice and the decode engine samples the `n`), plus
    `kv_transfer_params = {do_remote_decode: true, ...}` so the engine keeps the prompt's KV
    blocks for a decode engine to pull instead of freeing them;
 2. decode leg, to the decode engine: the client's body unchanged plus the
@@ -62,6 +63,8 @@ def prefill_leg_body(body: Mapping[str, Any]) -> dict[str, Any]:
     leg["max_tokens"] = 1
     if "max_completion_tokens" in leg:
         leg["max_completion_tokens"] = 1
+    if "n" in leg:
+        leg["n"] = 1  # one prefill; the decode leg samples the n choices
     for key in _DROPPED_FOR_PREFILL:
         leg.pop(key, None)
     leg["kv_transfer_params"] = dict(_PREFILL_WIRE)

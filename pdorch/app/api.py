@@ -13,7 +13,9 @@ headers; any other method or path (405s, trailing-slash redirects, admin, docs) 
 FastAPI as before.
 
 Routes: `POST /v1/completions`, `POST /v1/chat/completions` (stream or not; the P/D flow in
-`flow.py`), `GET /v1/models` (the served model), `GET /health` (200 when a decode or colocated
+`flow.py`; batches of prompts `fanout.py`), `POST /tokenize`, `/detokenize`, `/v1/responses`,
+`/v1/embeddings` (forwarded to one engine that serves them, `passthrough.py`), `GET /v1/models`
+(the served model), `GET /health` (200 when a decode or colocated
 replica is routable, else 503), `GET /metrics` (Prometheus, `metrics.py`), `/admin/*`
 (`admin.py`). Every error is OpenAI-shaped (`errors.py`), including unknown routes (404),
 wrong methods (405) and request validation (400: pdorch never answers 422). Headers past
@@ -39,6 +41,7 @@ from pdorch.app.errors import ApiError
 from pdorch.app.flow import RequestFlow
 from pdorch.app.metrics import CONTENT_TYPE
 from pdorch.app.openai_schema import RequestKind
+from pdorch.app.passthrough import passthrough_router
 from pdorch.app.state import Coordinator
 
 _encode = msgspec.json.Encoder().encode
@@ -171,4 +174,5 @@ def create_app(coordinator: Coordinator) -> FastAPI:
     app.include_router(admin_router(c))
     app.include_router(admin_scale_router(c))
     app.include_router(admin_drain_router(c))
+    app.include_router(passthrough_router(c))
     return app

@@ -17,6 +17,8 @@ admit (429) → read body (413) → validate (400/404) → tokenize → block ke
   (`migration_limit` too)
 ```
 
+A batch of prompts runs one such flow per prompt (`fanout.py`), merged into one answer.
+
 Everything up to the decode leg's first byte runs in one task raced against the client's
 disconnect and the whole-request deadline (`request_timeout_s`, 504): a client that leaves
 cancels the legs (the upstream connections are closed, the engines abort the requests) and releases
@@ -47,11 +49,12 @@ from typing import Any
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive
 
 from pdorch.app.admission import PRIORITY_HEADER, parse_priority
 from pdorch.app.errors import ApiError
+from pdorch.app.fanout import fan_out
 from pdorch.app.faults import RequestFaults
 from pdorch.app.legs import (
     LegFailure,
@@ -109,12 +112,19 @@ async def _wait_disconnect(receive: Receive) -> None:
 class RequestFlow:
     """One client request through the coordinator (see the module docstring)."""
 
-    def __init__(self, coordinator: Coordinator, kind: RequestKind, request: Request) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        kind: RequestKind,
+        request: Request,
+        request_id: str | None = None,
+    ) -> None:
         self.c = coordinator
         self.kind = kind
         self.http = request
         self.started = time.monotonic()
-        self.request_id = f"pdorch-{uuid.uuid4().hex}"
+        self.request_id = request_id or f"pdorch-{uuid.uuid4().hex}"
+        self.counted = True  # counted in the request metrics (a batch's per-prompt flows: no)
         self.headers = {REQUEST_ID_HEADER: self.request_id, "content-type": "application/json"}
         self.path = PATHS[kind]
         self.endpoint = ENDPOINTS[kind]
@@ -149,9 +159,11 @@ class RequestFlow:
             self._admitted = True
             raw = await read_body(self.http, self.c.limits.max_body_bytes)
             self.parsed = parse_request(raw, self.kind, self.c.served_model)
-            response = await self._race(self._legs())
+            # a batch of prompts: one flow each, one merged answer (fanout.py)
+            work = self._legs() if self.parsed.batch is None else fan_out(self)
+            response = await self._race(work)
             status = response.status_code
-            streaming = isinstance(response, ProxyStream)
+            streaming = isinstance(response, StreamingResponse)  # it finishes the request
             return response
         except ApiError as err:
             status = err.status
@@ -491,6 +503,8 @@ class RequestFlow:
             self.c.token_load_changed()
         if self._admitted:
             self.c.release()
+        if not self.counted:
+            return
         self.c.metrics.requests.labels(self.endpoint, str(status)).inc()
         self.c.metrics.duration.labels(self.endpoint).observe(time.monotonic() - self.started)
 

@@ -48,11 +48,11 @@ empty delta): the client may see such chunks. Dynamo's migration is off by defau
 (limit 3: streams survive their engine by default) and has no length cap.
 
 Not migratable (`not_migratable`; the stream then ends with an error event as before):
-`echo`, `best_of` > 1, `suffix`, tools / tool_choice / functions, `response_format` other than
-text, structured outputs (`guided_*`, `structured_outputs`), chat `logprobs` (chat and
-completions logprobs differ in shape). A stop string that straddles the migration point is not
-seen (each engine checks its own text). Server-side parsers (reasoning, tool calls) of chat
-are not re-applied to the continuation.
+`echo`, `best_of` > 1, `n` > 1, `suffix`, tools / tool_choice / functions, `response_format`
+other than text, structured outputs (`guided_*`, `structured_outputs`), `logprobs` (chat's
+differ in shape; completions' `text_offset` of a continuation would restart at 0). A stop
+string that straddles the migration point is not seen (each engine checks its own text).
+Server-side parsers (reasoning, tool calls) of chat are not re-applied to the continuation.
 """
 
 from __future__ import annotations
@@ -123,6 +123,8 @@ def not_migratable(parsed: ParsedRequest) -> str | None:
             return name
     if isinstance(body.get("best_of"), int) and body["best_of"] > 1:
         return "best_of"
+    if parsed.n > 1:  # the trail reads one sequence; n choices interleave n of them
+        return "n"
     choice = body.get("tool_choice")
     if choice is not None and choice != "none":
         return "tool_choice"
@@ -130,6 +132,10 @@ def not_migratable(parsed: ParsedRequest) -> str | None:
     if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
         return "response_format"
     if parsed.kind == "chat" and (body.get("logprobs") or body.get("top_logprobs")):
+        return "logprobs"
+    if parsed.kind == "completion" and body.get("logprobs") is not None:
+        # the continuation's `text_offset`s would restart at 0 (they count from its own
+        # output), and the trail does not know the text length streamed before
         return "logprobs"
     return None
 

@@ -11,11 +11,16 @@ Rules (all failures are `ApiError`s, 400 unless noted; pdorch never answers 422)
   guard allows, ~1000 levels → 400 `invalid_json`, never the 500/502 a `RecursionError` would
   give);
 - `model`: a string; not the served model → 404 `model_not_found`;
-- completions: `prompt` a non-empty string, a list of token ids, or a batch of exactly one of
-  those (batches of several prompts are refused: each request is one P/D flow);
+- completions: `prompt` a non-empty string, a list of token ids, or a batch (a list) of
+  those, at most `MAX_BATCH` prompts; a batch of one is that prompt, a larger one is served by
+  `fanout.py` (one P/D flow per prompt, `ParsedRequest.batch`);
 - chat: `messages` a non-empty list of objects with a string `role`;
 - `stream` a boolean; `stream_options` an object; `max_tokens`/`max_completion_tokens`
-  integers ≥ 1; `n` 1 if given (one choice per request);
+  integers ≥ 1; `n` an integer in 1..`MAX_CHOICES` (one prefill, `n` choices on the decode
+  engine), and at most `MAX_CHOICES` choices in all (prompts x `n`), since each is a sequence
+  the decode engine holds;
+- `prompt_embeds` (vLLM's) → 400 naming it: pdorch routes by the prompt's tokens and cannot
+  tokenize embeddings;
 - `kv_transfer_params` from a client is dropped: only the coordinator sets it. So is a body
   `request_id` (vLLM's chat request reads one when no `X-Request-Id` header comes): request
   ids upstream are the coordinator's alone, so one client cannot collide with another's.
@@ -32,6 +37,12 @@ from pdorch.app.errors import ApiError
 
 RequestKind = Literal["completion", "chat"]
 _decode = msgspec.json.Decoder().decode
+MAX_BATCH = 64  # prompts per /v1/completions request (each a P/D flow of its own)
+MAX_CHOICES = 64  # choices per request: prompts x n
+# fields pdorch cannot serve, with why (the error names the field)
+UNSUPPORTED = {
+    "prompt_embeds": "pdorch routes by the prompt's tokens; send the prompt as text or token ids",
+}
 
 
 @dataclass(slots=True)
@@ -46,6 +57,17 @@ class ParsedRequest:
     max_tokens: int | None
     prompt_text: str
     chat_template_kwargs: dict[str, Any] | None = None
+    n: int = 1
+    # completions with several prompts: each one (the flow's `prompt` is the first)
+    batch: list[str | list[int]] | None = None
+
+    def for_prompt(self, prompt: str | list[int]) -> ParsedRequest:
+        """This request with one prompt of its batch (`fanout.py` runs one flow each)."""
+        body = {**self.body, "prompt": prompt}
+        text = prompt if isinstance(prompt, str) else ""
+        return ParsedRequest(
+            self.kind, body, self.stream, prompt, None, self.max_tokens, text, None, self.n
+        )
 
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:
@@ -65,26 +87,32 @@ def _token_ids(value: list[Any]) -> bool:
     return all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
 
 
-def _prompt(body: dict[str, Any]) -> str | list[int]:
+def _prompts(body: dict[str, Any]) -> list[str | list[int]]:
+    """The request's prompts: one, or each of a batch (module docstring)."""
     if "prompt" not in body:
         raise _bad("'prompt' is required.", param="prompt")
     prompt = body["prompt"]
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
-        if len(prompt) != 1:
+        if len(prompt) > MAX_BATCH:
             raise _bad(
-                "pdorch serves one prompt per request; send a batch of prompts as separate "
-                "requests.",
-                param="prompt",
+                f"A batch holds at most {MAX_BATCH} prompts, got {len(prompt)}.", param="prompt"
             )
-        prompt = prompt[0]
+        kind = type(prompt[0])
+        if not all(isinstance(p, kind) for p in prompt):  # vLLM: list[str] | list[list[int]]
+            raise _bad("A batch is either all strings or all lists of token ids.", param="prompt")
+        return [_one_prompt(p, f"prompt[{i}]") for i, p in enumerate(prompt)]
+    return [_one_prompt(prompt, "prompt")]
+
+
+def _one_prompt(prompt: Any, param: str) -> str | list[int]:
     if isinstance(prompt, str):
         if not prompt:
-            raise _bad("'prompt' must not be empty.", param="prompt")
+            raise _bad(f"'{param}' must not be empty.", param=param)
         return prompt
     if isinstance(prompt, list) and prompt and _token_ids(prompt):
         return prompt
     raise _bad(
-        "'prompt' must be a non-empty string or a non-empty list of token ids.", param="prompt"
+        f"'{param}' must be a non-empty string or a non-empty list of token ids.", param=param
     )
 
 
@@ -144,8 +172,13 @@ def parse_request(raw: bytes, kind: RequestKind, served_model: str) -> ParsedReq
     if options is not None and not isinstance(options, dict):
         raise _bad("'stream_options' must be an object.", param="stream_options")
     n = body.get("n")
-    if n is not None and n != 1:
-        raise _bad("pdorch serves one choice per request: 'n' must be 1.", param="n")
+    if n is None:
+        n = 1
+    elif isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES:
+        raise _bad(f"'n' must be an integer in 1..{MAX_CHOICES}, got {n!r}.", param="n")
+    for name, why in UNSUPPORTED.items():
+        if body.get(name) is not None:
+            raise _bad(f"'{name}' is not supported by pdorch: {why}.", param=name)
     body.pop("kv_transfer_params", None)  # only the coordinator speaks the KV protocol
     body.pop("request_id", None)  # ids upstream are the coordinator's (module docstring)
     max_tokens = _positive_int(body, "max_tokens")
@@ -158,7 +191,16 @@ def parse_request(raw: bytes, kind: RequestKind, served_model: str) -> ParsedReq
         if kwargs is not None and not isinstance(kwargs, dict):
             raise _bad("'chat_template_kwargs' must be an object.", param="chat_template_kwargs")
         text = "\n".join(_content_text(m.get("content")) for m in messages)
-        return ParsedRequest(kind, body, stream, None, messages, max_tokens, text, kwargs)
-    prompt = _prompt(body)
+        return ParsedRequest(kind, body, stream, None, messages, max_tokens, text, kwargs, n)
+    prompts = _prompts(body)
+    if len(prompts) * n > MAX_CHOICES:
+        raise _bad(
+            f"{len(prompts)} prompts x n={n} is over {MAX_CHOICES} choices per request.",
+            param="n",
+        )
+    prompt = prompts[0]
+    if len(prompts) == 1:
+        body["prompt"] = prompt  # a batch of one is that prompt
     text = prompt if isinstance(prompt, str) else ""
-    return ParsedRequest(kind, body, stream, prompt, None, max_tokens, text)
+    batch = prompts if len(prompts) > 1 else None
+    return ParsedRequest(kind, body, stream, prompt, None, max_tokens, text, None, n, batch)

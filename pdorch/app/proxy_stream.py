@@ -319,6 +319,11 @@ class ProxyStream(StreamingResponse):
         finally:
             await self._close()
 
+    async def close_unsent(self) -> None:
+        """Close a stream never handed to the ASGI server itself (`fanout.py` relays its body
+        into a batch's merged stream): the same ending as `__call__`'s."""
+        await self._close()
+
     async def _close(self) -> None:
         self._disarm_stall()
         body = self.body_iterator

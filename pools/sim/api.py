@@ -2,8 +2,8 @@
 
 Routes (as vLLM 0.32's `api_server`): `POST /v1/completions`, `POST /v1/chat/completions`
 (plain and SSE streaming with `stream_options.include_usage`), `GET /v1/models`, `GET /health`,
-`POST /tokenize`, `GET /metrics`, `POST /reset_prefix_cache` (vLLM dev mode); plus
-`GET /sim/info` (role, engine id, profiles, KV side channel) for pools.
+`POST /tokenize`, `POST /detokenize`, `GET /metrics`, `POST /reset_prefix_cache` (vLLM dev
+mode); plus `GET /sim/info` (role, engine id, profiles, KV side channel) for pools.
 
 Wire rules copied from vLLM's behaviour (read from its source, re-implemented):
 - errors are `{"error": {"message", "type", "param", "code"}}` with the HTTP status in `code`:
@@ -21,28 +21,26 @@ Wire rules copied from vLLM's behaviour (read from its source, re-implemented):
 
 Simulated, not modelled: sampling. The next generated token is a pure function of (`seed`,
 prompt + the outputs so far) (`pools.sim.token_gen`, like greedy decoding); `return_token_ids`
-returns the ids as vLLM does (SERVER.md), so `temperature`, `top_p`, `stop`, `logprobs`, ... are
+returns the ids as vLLM does (SERVER.md), so `temperature`, `top_p`, `stop`, ... are
 accepted (and validated where vLLM validates them) but do not change the output; output ends by
-length (`finish_reason` "length"). One choice per request (`n` = 1), one prompt per request.
+length (`finish_reason` "length"). `n` choices, `echo` and `logprobs` in vLLM's shapes with
+simulated values (`api_generate.py`, `api_logprobs.py`); one prompt per request.
 
 The handlers keep per-token work to a dict build and one `msgspec.json.encode`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from pools.sim.api_errors import (
-    JSON,
     ApiError,
     chat_messages,
     check_token_ids,
@@ -50,21 +48,19 @@ from pools.sim.api_errors import (
     json_response,
     parse_body,
     prompt_tokens,
-    usage_info,
 )
-from pools.sim.api_schemas import ChatCompletionRequest, CompletionRequest, TokenizeRequest
-from pools.sim.streams import EngineUnavailable
+from pools.sim.api_generate import Generation, streamed_answer, whole_answer
+from pools.sim.api_schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
 
 if TYPE_CHECKING:
-    from pools.sim.outputs import RequestOutput
     from pools.sim.runner import SimEngine
-    from pools.sim.streams import RequestStream
 
-
-def _wire_params(final: RequestOutput | None) -> dict[str, Any] | None:
-    """A final output's `kv_transfer_params` as the response's JSON object (None: none)."""
-    params = final.kv_transfer_params if final is not None else None
-    return params.wire() if params is not None else None
+_SAMPLING_EPS = 1e-5  # vLLM's: a temperature below it is greedy
 
 
 def create_app(engine: SimEngine) -> FastAPI:
@@ -206,6 +202,13 @@ def create_app(engine: SimEngine) -> FastAPI:
         }
         return json_response(body)
 
+    @app.post("/detokenize")
+    async def detokenize(raw: Request) -> Response:
+        req: DetokenizeRequest = await parse_body(raw, DetokenizeRequest)
+        check_model(req.model)
+        check_token_ids(req.tokens or [0], max_token_id)
+        return json_response({"prompt": tokenizer.decode(req.tokens)})
+
     @app.post("/v1/completions", response_model=None)
     async def completions(raw: Request) -> Response:
         req: CompletionRequest = await parse_body(raw, CompletionRequest)
@@ -216,7 +219,12 @@ def create_app(engine: SimEngine) -> FastAPI:
         check_token_ids(tokens, max_token_id)
         max_tokens = check_length(len(tokens), req.max_tokens, "max_tokens")
         rid = request_id(raw, "cmpl")
-        return await _run(raw, req, rid, model, tokens, max_tokens, chat=False, echo_text=None)
+        echo = None
+        if req.echo:
+            echo = req.prompt if isinstance(req.prompt, str) else tokenizer.decode(tokens)
+            if isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], str):
+                echo = str(req.prompt[0])
+        return await _run(raw, req, rid, model, tokens, max_tokens, chat=False, echo_text=echo)
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(raw: Request) -> Response:
@@ -224,6 +232,12 @@ def create_app(engine: SimEngine) -> FastAPI:
         model = check_model(req.model)
         if not req.messages:
             raise ApiError("messages must not be empty", HTTPStatus.BAD_REQUEST, param="messages")
+        if req.top_logprobs is not None and not req.logprobs:
+            raise ApiError(
+                "when using `top_logprobs`, `logprobs` must be set to true.",
+                HTTPStatus.BAD_REQUEST,
+                param="top_logprobs",
+            )
         tokens = tokenizer.encode_chat(chat_messages(req.messages), req.add_generation_prompt)
         limit = (
             req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
@@ -244,218 +258,38 @@ def create_app(engine: SimEngine) -> FastAPI:
         chat: bool,
         echo_text: str | None,
     ) -> Response:
-        kv_params = req.kv_transfer_params
-        try:
-            stream = engine.submit(
-                request_id=rid,
-                prompt_token_ids=tokens,
-                max_tokens=max_tokens,
-                seed=req.seed,
-                kv_transfer_params=kv_params,
+        if req.n > 1 and req.temperature is not None and req.temperature < _SAMPLING_EPS:
+            raise ApiError(  # vLLM's SamplingParams check
+                f"n must be 1 when using greedy sampling, got {req.n}.", HTTPStatus.BAD_REQUEST
             )
-        except ValueError as exc:  # the core names the field it refused
-            raise ApiError(str(exc), HTTPStatus.BAD_REQUEST) from exc
-        except EngineUnavailable as exc:
-            raise ApiError(str(exc), HTTPStatus.SERVICE_UNAVAILABLE) from exc
-        created = int(time.time())
-        return_ids = bool(req.return_token_ids)
-        if not req.stream:
-            text_parts: list[str] = []
-            out_ids: list[int] = []
-            n_out = 0
-            # vLLM (`with_cancellation`) aborts a non-streamed request whose client hangs up;
-            # a streamed one is aborted by StreamingResponse's own disconnect listener.
-            watcher = asyncio.get_running_loop().create_task(_abort_on_disconnect(raw, stream))
-            try:
-                async for out in stream:
-                    if out.error is not None:
-                        raise ApiError(out.error, HTTPStatus.INTERNAL_SERVER_ERROR)
-                    for t in out.token_ids:
-                        text_parts.append(tokenizer.token_text(t))
-                    n_out += len(out.token_ids)
-                    if return_ids:
-                        out_ids.extend(out.token_ids)
-            finally:
-                watcher.cancel()
-                stream.close()
-            if watcher.done() and not watcher.cancelled():
-                return Response(status_code=499)  # nobody reads it: the client is gone
-            final = stream.final
-            text = "".join(text_parts)
-            usage = usage_info(len(tokens), n_out)
-            finish = final.finish_reason if final else "abort"
-            body: dict[str, Any]
-            if chat:
-                body = {
-                    "id": rid,
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {
-                                "role": "assistant",
-                                "content": text,
-                                "refusal": None,
-                                "annotations": None,
-                                "audio": None,
-                                "function_call": None,
-                                "tool_calls": [],
-                                "reasoning": None,
-                            },
-                            "logprobs": None,
-                            "finish_reason": finish,
-                            "stop_reason": None,
-                            "token_ids": out_ids if return_ids else None,
-                        }
-                    ],
-                    "service_tier": None,
-                    "system_fingerprint": None,
-                    "usage": usage,
-                    "prompt_logprobs": None,
-                    "prompt_token_ids": tokens if return_ids else None,
-                    "kv_transfer_params": _wire_params(final),
-                }
-            else:
-                body = {
-                    "id": rid,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "text": text,
-                            "logprobs": None,
-                            "finish_reason": finish,
-                            "stop_reason": None,
-                            "prompt_logprobs": None,
-                        }
-                    ],
-                    "service_tier": None,
-                    "system_fingerprint": None,
-                    "usage": usage,
-                    "kv_transfer_params": _wire_params(final),
-                }
-            if return_ids and not chat:  # vLLM's `CompletionResponseChoice` fields
-                body["choices"][0].update(prompt_token_ids=tokens, token_ids=out_ids)
-            return json_response(body)
-
         opts = req.stream_options
         include_usage = bool(opts and opts.include_usage)
-        continuous = include_usage and bool(opts and opts.continuous_usage_stats)
-        return StreamingResponse(
-            _sse(stream, rid, model, created, tokens, chat, include_usage, continuous, return_ids),
-            media_type="text/event-stream",
+        if isinstance(req, ChatCompletionRequest):
+            top = req.top_logprobs if req.logprobs else None
+            logprobs = (top or 0) if req.logprobs else None
+        else:
+            logprobs = req.logprobs
+        g = Generation(
+            engine,
+            tokenizer,
+            rid,
+            model,
+            tokens,
+            max_tokens,
+            chat,
+            n=req.n,
+            seed=req.seed,
+            kv_params=req.kv_transfer_params,
+            return_ids=bool(req.return_token_ids),
+            echo_text=echo_text,
+            logprobs=logprobs,
+            include_usage=include_usage,
+            continuous=include_usage and bool(opts and opts.continuous_usage_stats),
         )
-
-    async def _sse(
-        stream: Any,
-        rid: str,
-        model: str,
-        created: int,
-        prompt: list[int],
-        chat: bool,
-        include_usage: bool,
-        continuous: bool,
-        return_ids: bool,
-    ) -> AsyncIterator[bytes]:
-        """`return_ids` (vLLM's `return_token_ids`): chat's first chunk carries the prompt's
-        ids (`prompt_token_ids`, top level), completions' first token chunk (in the choice);
-        every token chunk's choice its `token_ids`."""
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        prompt_len = len(prompt)
-        n_out = 0
-        prompt_ids_due = return_ids and not chat
-
-        def chunk(choice: dict[str, Any], prompt_ids: list[int] | None = None) -> bytes:
-            body: dict[str, Any] = {
-                "id": rid,
-                "object": obj,
-                "created": created,
-                "model": model,
-                "choices": [choice],
-            }
-            if prompt_ids is not None:
-                body["prompt_token_ids"] = prompt_ids
-            if continuous:
-                body["usage"] = usage_info(prompt_len, n_out, streaming=True)
-            return b"data: " + JSON.encode(body) + b"\n\n"
-
-        try:
-            if chat:
-                yield chunk(
-                    {
-                        "index": 0,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    },
-                    prompt if return_ids else None,
-                )
-            async for out in stream:
-                if out.error is not None:
-                    err = error_body(
-                        out.error, HTTPStatus.INTERNAL_SERVER_ERROR, "InternalServerError"
-                    )
-                    yield b"data: " + JSON.encode(err) + b"\n\n"
-                    break
-                n_out += len(out.token_ids)
-                text = "".join(tokenizer.token_text(t) for t in out.token_ids)
-                finish = out.finish_reason
-                if not out.token_ids and finish is None:
-                    continue
-                choice: dict[str, Any]
-                if chat:
-                    delta: dict[str, Any] = {"content": text} if out.token_ids else {}
-                    choice = {
-                        "index": 0,
-                        "delta": delta,
-                        "logprobs": None,
-                        "finish_reason": finish,
-                        "stop_reason": None,
-                    }
-                else:
-                    choice = {
-                        "index": 0,
-                        "text": text,
-                        "logprobs": None,
-                        "finish_reason": finish,
-                        "stop_reason": None,
-                    }
-                if return_ids:
-                    if prompt_ids_due:
-                        choice["prompt_token_ids"] = prompt
-                        prompt_ids_due = False
-                    choice["token_ids"] = out.token_ids
-                yield chunk(choice)
-            else:
-                if include_usage:
-                    usage = usage_info(prompt_len, n_out, streaming=True)
-                    body = {
-                        "id": rid,
-                        "object": obj,
-                        "created": created,
-                        "model": model,
-                        "choices": [],
-                        "usage": usage,
-                    }
-                    yield b"data: " + JSON.encode(body) + b"\n\n"
-            yield b"data: [DONE]\n\n"
-        finally:
-            stream.close()
+        g.submit(0)
+        if not req.stream:
+            return await whole_answer(raw, g)
+        return streamed_answer(g)
 
     app.state.engine = engine
     return app
-
-
-async def _abort_on_disconnect(raw: Request, stream: RequestStream) -> None:
-    """Wait for the client's `http.disconnect`, then abort the request (`stream.cancel()`).
-
-    The body has been read already, so every further ASGI message is either the disconnect or
-    (uvicorn, once the response is complete) the same; the caller cancels this task when the
-    request finishes first."""
-    while (await raw.receive())["type"] != "http.disconnect":
-        pass
-    stream.cancel()

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pools.sim.api_logprobs import MAX_LOGPROBS
 from transfer.params import KvTransferParams
 
 
@@ -29,7 +30,7 @@ class _SamplingFields(BaseModel):
     model: str | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=1, description="The simulated engine returns one choice.")
+    n: int = Field(1, ge=1, description="Choices (vLLM's parallel sampling: a request each).")
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     seed: int | None = None
@@ -46,6 +47,7 @@ class CompletionRequest(_SamplingFields):
     prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int | None = Field(16, ge=1)
     echo: bool | None = False
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
 
 class ChatMessage(BaseModel):
@@ -60,6 +62,8 @@ class ChatCompletionRequest(_SamplingFields):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     add_generation_prompt: bool = True
+    logprobs: bool | None = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
 
 class TokenizeRequest(BaseModel):
@@ -73,3 +77,12 @@ class TokenizeRequest(BaseModel):
     add_special_tokens: bool | None = None
     add_generation_prompt: bool = True
     return_token_strs: bool | None = False
+
+
+class DetokenizeRequest(BaseModel):
+    """vLLM's `/detokenize`: token ids back to text."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    tokens: list[int]

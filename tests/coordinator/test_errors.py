@@ -27,7 +27,7 @@ from tests.waiting import async_wait_until
         ("/v1/completions", b'{"model": "other", "prompt": "hi"}', 404, "model"),
         ("/v1/completions", b'{"model": "sim-8b"}', 400, "prompt"),
         ("/v1/completions", b'{"model": "sim-8b", "prompt": ""}', 400, "prompt"),
-        ("/v1/completions", b'{"model": "sim-8b", "prompt": ["a", "b"]}', 400, "prompt"),
+        ("/v1/completions", b'{"model": "sim-8b", "prompt": ["a", [1]]}', 400, "prompt"),
         (
             "/v1/completions",
             b'{"model": "sim-8b", "prompt": "hi", "max_tokens": 0}',
@@ -35,7 +35,7 @@ from tests.waiting import async_wait_until
             "max_tokens",
         ),
         ("/v1/completions", b'{"model": "sim-8b", "prompt": "hi", "stream": "yes"}', 400, "stream"),
-        ("/v1/completions", b'{"model": "sim-8b", "prompt": "hi", "n": 2}', 400, "n"),
+        ("/v1/completions", b'{"model": "sim-8b", "prompt": "hi", "n": 0}', 400, "n"),
         ("/v1/chat/completions", b'{"model": "sim-8b", "messages": []}', 400, "messages"),
         (
             "/v1/chat/completions",

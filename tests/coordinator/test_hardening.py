@@ -12,6 +12,7 @@ import pytest
 from fastapi.routing import APIRoute
 
 from pdorch.app.auth import open_admin_warning
+from pdorch.app.passthrough import PATHS as PASSTHROUGH_PATHS
 from pdorch.app.server import run_coordinator
 from pdorch.config.replica_allow import AllowError, ReplicaAllowList, check_host
 from pools.http_client import http_client
@@ -86,6 +87,7 @@ def _fill(path: str) -> str:
 async def test_every_admin_route_needs_the_token() -> None:
     config = fleet(coordinator={"admin_token": "s3cret"})
     public = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}
+    public |= set(PASSTHROUGH_PATHS)  # client routes (API keys), forwarded to an engine
     async with (
         run_coordinator(config) as pd,
         http_client(base_url=pd.url, timeout=30.0) as client,

@@ -75,7 +75,8 @@ def _cases() -> list[tuple[str, str, dict[str, Any] | bytes, dict[str, str], set
         cases.append(
             (f"{kind}.unknown-fields", path, {**base, "zz_unknown": {"x": [1]}}, {}, {200})
         )
-        cases.append((f"{kind}.n=2", path, {**base, "n": 2}, {}, {400}))
+        cases.append((f"{kind}.n=2", path, {**base, "n": 2}, {}, {200}))
+        cases.append((f"{kind}.n=65", path, {**base, "n": 65}, {}, {400}))
         cases.append(
             (
                 f"{kind}.stream+usage",
@@ -108,8 +109,9 @@ def _cases() -> list[tuple[str, str, dict[str, Any] | bytes, dict[str, str], set
         ("token-ids", [1, 2, 3, 4], {200}),
         ("token-ids-batch-of-one", [[5, 6, 7]], {200}),
         ("text-batch-of-one", [f"{SECRET} one"], {200}),
-        ("text-batch", [f"{SECRET} one", "two"], {400}),
-        ("token-batch", [[1, 2], [3, 4]], {400}),
+        ("text-batch", [f"{SECRET} one", "two"], {200}),
+        ("token-batch", [[1, 2], [3, 4]], {200}),
+        ("batch-over-64", ["x"] * 65, {400}),
         ("negative-token", [-1, 2], {400}),
         ("bool-token", [True, 2], {400}),
         ("oov-token", [99999999999], {400}),

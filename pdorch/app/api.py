@@ -23,6 +23,7 @@ wrong methods (405) and request validation (400: pdorch never answers 422). Head
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import msgspec
 from fastapi import FastAPI, Request
@@ -57,6 +58,42 @@ async def serve_openai(c: Coordinator, kind: RequestKind, request: Request) -> R
             c.metrics.rejected("auth")
         return exc.response()
     return await RequestFlow(c, kind, request).run()
+
+
+def models_of(c: Coordinator) -> list[Coordinator]:
+    """Every model's coordinator behind this app (one unless the fleet file lists `models:`)."""
+    dispatch = getattr(c, "models", None)
+    return list(dispatch.coordinators.values()) if dispatch is not None else [c]
+
+
+def model_cards(coordinators: list[Coordinator], created: int) -> list[dict[str, Any]]:
+    """`/v1/models` data: each base model, then its loaded LoRA adapters with `parent` = the
+    base model and `root` = the adapter's path, as vLLM lists them."""
+    cards: list[dict[str, Any]] = []
+    for c in coordinators:
+        base = c.served_model
+        cards.append(
+            {
+                "id": base,
+                "object": "model",
+                "created": created,
+                "owned_by": "pdorch",
+                "root": base,
+                "parent": None,
+            }
+        )
+        for adapter in c.adapters.known(base):
+            cards.append(
+                {
+                    "id": adapter.name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "pdorch",
+                    "root": adapter.root or adapter.name,
+                    "parent": adapter.parent,
+                }
+            )
+    return cards
 
 
 def _header_bytes(scope: Scope) -> int:
@@ -142,19 +179,7 @@ def create_app(coordinator: Coordinator) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
         check_client(request.headers, c.api_keys)
-        body = {
-            "object": "list",
-            "data": [
-                {
-                    "id": c.served_model,
-                    "object": "model",
-                    "created": created,
-                    "owned_by": "pdorch",
-                    "root": c.served_model,
-                    "parent": None,
-                }
-            ],
-        }
+        body = {"object": "list", "data": model_cards(models_of(c), created)}
         return Response(_encode(body), media_type="application/json")
 
     @app.get("/health")

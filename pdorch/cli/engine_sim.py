@@ -73,6 +73,13 @@ def engine_sim(
         help="Local Hugging Face tokenizer directory (e.g. the tiny model's). Default: a "
         "byte-level fallback (id = byte + 3, BOS 1, EOS 2).",
     ),
+    lora_modules: list[str] | None = typer.Option(
+        None,
+        "--lora-modules",
+        help="A LoRA adapter the engine has loaded, `name` or `name=path` (vLLM's flag); "
+        "repeat for several. Requests naming it run with it (block hashes salted as vLLM's); "
+        "/v1/models lists it. Default: none.",
+    ),
     engine_id: str | None = typer.Option(None, help="KV engine id (default: random uuid)."),
     kv_transport: str = typer.Option(
         "auto", help="How KV blocks move between engines: auto | nixl | tcp | none."
@@ -131,6 +138,7 @@ def engine_sim(
             enable_prefix_caching=enable_prefix_caching,
             served_model_name=served_model_name,
             tokenizer=tokenizer,
+            lora_modules=list(lora_modules or []),
             kv_events_endpoint=kv_events_endpoint,
             kv_events_replay_endpoint=kv_events_replay_endpoint,
             kv_events_topic=kv_events_topic,

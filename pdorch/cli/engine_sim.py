@@ -76,9 +76,10 @@ def engine_sim(
     lora_modules: list[str] | None = typer.Option(
         None,
         "--lora-modules",
-        help="A LoRA adapter the engine has loaded, `name` or `name=path` (vLLM's flag); "
-        "repeat for several. Requests naming it run with it (block hashes salted as vLLM's); "
-        "/v1/models lists it. Default: none.",
+        metavar="NAME[=PATH],...",
+        help="LoRA adapters the engine has loaded, each `name` or `name=path` (vLLM's flag), "
+        "comma-separated or repeated. Requests naming one run with it (block hashes salted "
+        "as vLLM's); /v1/models lists them. Default: none.",
     ),
     engine_id: str | None = typer.Option(None, help="KV engine id (default: random uuid)."),
     kv_transport: str = typer.Option(
@@ -115,6 +116,7 @@ def engine_sim(
 
     from pydantic import ValidationError
 
+    from pdorch.cli.options import split_list
     from pools.launch import SIM_FLAG_OF_FIELD
     from pools.sim.server import SimServer
     from pools.sim.settings import SimEngineSettings
@@ -138,7 +140,7 @@ def engine_sim(
             enable_prefix_caching=enable_prefix_caching,
             served_model_name=served_model_name,
             tokenizer=tokenizer,
-            lora_modules=list(lora_modules or []),
+            lora_modules=split_list(lora_modules, "--lora-modules") if lora_modules else [],
             kv_events_endpoint=kv_events_endpoint,
             kv_events_replay_endpoint=kv_events_replay_endpoint,
             kv_events_topic=kv_events_topic,

@@ -52,6 +52,13 @@ async def test_adapter_requests_go_only_to_replicas_with_it(
             # the prefill replica lacks the adapter: decode-0 prefills it itself
             assert answer.headers["x-pdorch-prefill"] == "decode-0"
             assert answer.json()["model"] == ADAPTER
+        # /admin/explain routes as the request path does: decode-1 is no candidate
+        explained = await client.post(
+            "/admin/explain", json={"model": ADAPTER, "prompt": long_prompt()}
+        )
+        assert explained.status_code == 200, explained.text
+        rows = {r["replica_id"]: r for r in explained.json()["decision"]["decode"]["replicas"]}
+        assert rows["decode-0"]["chosen"] and not rows["decode-1"]["healthy"]
         # decode-0 busy (a peer's load): the base model moves to decode-1, the adapter stays
         c = lora_fleet.coordinator
         busy = TokenLoadDelta(

@@ -3,28 +3,57 @@ random-weight adapter (`pools/tiny_lora.py`, PEFT format, loaded with --enable-l
 --lora-modules). The coordinator learns where the adapter is (the engines' /v1/models), sends
 adapter requests only there, and the block keys it computes for them (salted by the adapter)
 are the keys the KV index rebuilds from the engine's `BlockStored` events (whose `lora_name`
-seeds the chain), while the base model's keys for the same prompt match nothing."""
+seeds the chain), while the base model's keys for the same prompt match nothing; and the
+engine's own block hashes are the simulator's (`pools/sim/hashing.py`: salted by
+`("lora", name, path)`), read back through the engine's replay socket."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+import zmq
+import zmq.asyncio
 
 from pdorch.app.openai_schema import parse_request
 from pdorch.app.server import run_coordinator
 from pdorch.config.fleet import parse_fleet_config
 from pools.http_client import http_client
+from pools.sim.hashing import request_block_hashes, to_external_hash
 from pools.tiny_lora import build_tiny_lora
+from router.kv_events import BlockStored, EngineBlockHash, KvEventDecoder
 from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.e2e
 
 ADAPTER = "tiny-lora"
 RANK = 8
+
+
+async def _stored_by_lora(replay_endpoint: str) -> dict[str | None, set[EngineBlockHash]]:
+    """Every block hash the engine has published as stored, by `lora_name`: all buffered
+    batches from seq 0 through its replay socket (ends with seq -1)."""
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.connect(replay_endpoint)
+    stored: dict[str | None, set[EngineBlockHash]] = {}
+    decoder = KvEventDecoder()
+    try:
+        await sock.send_multipart([b"", (0).to_bytes(8, "big")])
+        while True:
+            frames = await asyncio.wait_for(sock.recv_multipart(), timeout=30.0)
+            if frames[2] == b"\xff" * 8:
+                return stored
+            for event in decoder.decode(frames[3]).events:
+                if isinstance(event, BlockStored):
+                    stored.setdefault(event.lora_name, set()).update(event.block_hashes)
+    finally:
+        sock.close(linger=0)
+        ctx.term()
 
 
 def _vllm(model: Path, extra: list[str]) -> dict[str, Any]:
@@ -106,6 +135,15 @@ async def test_adapter_requests_reach_its_replica_with_keys_the_engine_events_co
         # the index seeds an event's chain with its lora_name: the engine's BlockStored named
         # the adapter, so no unsalted key matches
         assert c.index.match(plain) == {}
+
+        # the engine hashed them as the simulator does: ("lora", name, path) in every block
+        replica = c.fleet.get("decode-0")
+        assert replica is not None and replica.endpoint.kv_events_replay_endpoint is not None
+        stored = await _stored_by_lora(replica.endpoint.kv_events_replay_endpoint)
+        sim = request_block_hashes(tokens, 32, lora_name=ADAPTER, lora_path=str(adapter_dir))
+        assert {to_external_hash(h) for h in sim} <= stored[ADAPTER]
+        unsalted = {to_external_hash(h) for h in request_block_hashes(tokens, 32)}
+        assert unsalted.isdisjoint(stored.get(None, set()) | stored[ADAPTER])
         missing = await client.post(
             "/v1/completions", json={"model": "tiny-nope", "prompt": "hi", "max_tokens": 1}
         )

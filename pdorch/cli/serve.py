@@ -211,6 +211,7 @@ def serve(
                     "replicas": [
                         {
                             "replica": e.replica_id,
+                            "model": e.model,
                             "pool": e.pool,
                             "kind": e.kind,
                             "url": e.url,

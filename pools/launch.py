@@ -187,6 +187,9 @@ def sim_cli_args(spec: SimLaunchSpec, **runtime: object) -> list[str]:
         flag = SIM_FLAG_OF_FIELD.get(name, "--" + name.replace("_", "-"))
         if isinstance(value, bool):
             args.append(flag if value else f"--no-{name.replace('_', '-')}")
+        elif isinstance(value, list | tuple):  # a repeatable flag, one value each
+            for item in value:
+                args += [flag, str(item)]
         else:
             args += [flag, str(value)]
     return args

@@ -228,6 +228,9 @@ class SimLaunchSpec(BaseModel):
     max_model_len: int = Field(default=8192, ge=2)
     enable_prefix_caching: bool = True
     tokenizer: str | None = None
+    lora_modules: tuple[str, ...] = Field(
+        default=(), description="LoRA adapters loaded: `name` or `name=path` each."
+    )
     kv_events_buffer_steps: int = Field(default=10_000, ge=1)
     kv_transport: KvTransport = KvTransport.AUTO
     kv_host: str = "127.0.0.1"

@@ -172,9 +172,17 @@ class RequestLifecycle:
         return self.pools.lookup(keys, now)
 
     def snapshots(
-        self, pool: PoolName, lookup: KvLookup, now: float, exclude: Iterable[str] = ()
+        self,
+        pool: PoolName,
+        lookup: KvLookup,
+        now: float,
+        exclude: Iterable[str] = (),
+        eligible: frozenset[str] | None = None,
     ) -> list[ReplicaSnapshot]:
-        """Candidates of `pool`, excluded ones marked unhealthy."""
+        """Candidates of `pool`, excluded ones and (when `eligible` is given) the ones not in
+        it marked unhealthy (`RoutingRequest.eligible`: a LoRA request's replicas)."""
+        if eligible is not None:
+            exclude = [*exclude, *(r for r in self.pools.members(pool) if r not in eligible)]
         return self.pools.snapshots(pool, lookup, self.token_load, now, exclude)
 
     def route(
@@ -189,9 +197,10 @@ class RequestLifecycle:
         `commit=False` (explain) leaves the policies and the token load unchanged."""
         if lookup is None:
             lookup = self.lookup(request.block_keys, now)
-        prefill = self.snapshots(PoolName.PREFILL, lookup, now)
-        decode = self.snapshots(PoolName.DECODE, lookup, now)
-        colocated = self.snapshots(PoolName.COLOCATED, lookup, now)
+        only = request.eligible
+        prefill = self.snapshots(PoolName.PREFILL, lookup, now, eligible=only)
+        decode = self.snapshots(PoolName.DECODE, lookup, now, eligible=only)
+        colocated = self.snapshots(PoolName.COLOCATED, lookup, now, eligible=only)
         route = self.router.route(request, prefill, decode, now, colocated=colocated, commit=commit)
         return RoutedRequest(request, route, lookup, prefill, decode, colocated)
 
@@ -393,10 +402,13 @@ class RequestLifecycle:
             pool, policy = PoolName.COLOCATED, router.colocated_policy
         else:
             pool, policy = PoolName.DECODE, router.decode_policy
-        snaps = self.snapshots(pool, live.lookup, now, exclude=live.tried)
+        only = live.request.eligible
+        snaps = self.snapshots(pool, live.lookup, now, exclude=live.tried, eligible=only)
         chosen = policy.pick(live.request, snaps, now).chosen
         if chosen is None and pool is PoolName.DECODE and self.pools.members(PoolName.COLOCATED):
-            snaps = self.snapshots(PoolName.COLOCATED, live.lookup, now, exclude=live.tried)
+            snaps = self.snapshots(
+                PoolName.COLOCATED, live.lookup, now, exclude=live.tried, eligible=only
+            )
             chosen = router.colocated_policy.pick(live.request, snaps, now).chosen
         return chosen
 

@@ -24,7 +24,9 @@ class RoutingRequest:
     `block_keys` are the request's full-block keys (pdorch's own chained xxh3-64 keys, see
     `router/block_keys.py`); `prompt_text` is only needed by text-based policies
     (`cache_aware`); `session_key` by `consistent_hash`; `max_tokens` lets the decode policy size
-    the KV the request will grow into.
+    the KV the request will grow into. `eligible`: the only replicas that may serve it (a LoRA
+    request: those with its adapter loaded); None = any. The others are candidates marked
+    unhealthy, so every policy skips them and explain still shows them.
     """
 
     request_id: str
@@ -34,6 +36,7 @@ class RoutingRequest:
     session_key: str | None = None
     prompt_text: str | None = None
     max_tokens: int | None = None
+    eligible: frozenset[str] | None = None
 
     @property
     def prompt_blocks(self) -> int:

@@ -71,10 +71,11 @@ def admin_router(c: Coordinator) -> APIRouter:
         kind: RequestKind = (
             "chat" if isinstance(peek, dict) and "messages" in peek else "completion"
         )
-        parsed = parse_request(raw, kind, c.served_model)
+        parsed = parse_request(raw, kind, c.served_model, c.adapter_names())
         tokens = await c.tokens.tokens(parsed)
         now = c.now()
-        keys = c.index.keys_for(tokens) if tokens else []
+        lora, eligible = c.adapter_scope(parsed.body["model"])  # as the request path routes
+        keys = c.index.keys_for(tokens, lora_name=lora) if tokens else []
         prompt_tokens = len(tokens) if tokens else max(1, len(parsed.prompt_text) // 4)
         routing = RoutingRequest(
             "explain",
@@ -84,6 +85,7 @@ def admin_router(c: Coordinator) -> APIRouter:
             request.headers.get("x-session-id"),
             parsed.prompt_text,
             parsed.max_tokens,
+            eligible,
         )
         try:
             result = c.lifecycle.route(routing, now, commit=False)

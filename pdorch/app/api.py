@@ -25,6 +25,7 @@ wrong methods (405) and request validation (400: pdorch never answers 422). Head
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import msgspec
 from fastapi import FastAPI, Request
@@ -38,8 +39,9 @@ from pdorch.app.admin_drain import admin_drain_router
 from pdorch.app.admin_scale import admin_scale_router
 from pdorch.app.auth import check_client
 from pdorch.app.errors import ApiError
-from pdorch.app.flow import RequestFlow
+from pdorch.app.flow import RequestFlow, read_body
 from pdorch.app.metrics import CONTENT_TYPE
+from pdorch.app.models import ModelDispatch, peek_model, replay_body
 from pdorch.app.openai_schema import RequestKind
 from pdorch.app.passthrough import passthrough_router
 from pdorch.app.state import Coordinator
@@ -62,6 +64,52 @@ async def serve_openai(c: Coordinator, kind: RequestKind, request: Request) -> R
     return await RequestFlow(c, kind, request).run()
 
 
+async def serve_dispatched(models: ModelDispatch, kind: RequestKind, request: Request) -> Response:
+    """A several-model fleet (`models.py`): read the body, pick the model's coordinator by its
+    `model`, and serve the request there with the body replayed."""
+    primary = models.primary
+    try:
+        check_client(request.headers, primary.api_keys)  # before reading a stranger's body
+        raw = await read_body(request, primary.limits.max_body_bytes)
+        chosen = models.pick(peek_model(raw))
+    except ApiError as exc:
+        if exc.status in (401, 403):
+            primary.metrics.rejected("auth")
+        return exc.response()
+    replayed = Request(request.scope, replay_body(raw, request.receive))
+    return await serve_openai(chosen, kind, replayed)
+
+
+def model_cards(coordinators: list[Coordinator], created: int) -> list[dict[str, Any]]:
+    """`/v1/models` data: each base model, then its loaded LoRA adapters with `parent` = the
+    base model and `root` = the adapter's path, as vLLM lists them."""
+    cards: list[dict[str, Any]] = []
+    for c in coordinators:
+        base = c.served_model
+        cards.append(
+            {
+                "id": base,
+                "object": "model",
+                "created": created,
+                "owned_by": "pdorch",
+                "root": base,
+                "parent": None,
+            }
+        )
+        for adapter in c.adapters.known(base):
+            cards.append(
+                {
+                    "id": adapter.name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "pdorch",
+                    "root": adapter.root or adapter.name,
+                    "parent": adapter.parent,
+                }
+            )
+    return cards
+
+
 def _header_bytes(scope: Scope) -> int:
     return sum(len(name) + len(value) for name, value in scope["headers"])
 
@@ -70,6 +118,7 @@ class CoordinatorApp(FastAPI):
     """FastAPI, with the two OpenAI POST routes served on a lean ASGI path (module docstring)."""
 
     coordinator: Coordinator
+    models: ModelDispatch | None
     max_header_bytes: int
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -89,14 +138,18 @@ class CoordinatorApp(FastAPI):
             and (kind := FAST_ROUTES.get(scope["path"])) is not None
         ):
             request = Request(scope, receive, send)
-            response = await serve_openai(self.coordinator, kind, request)
+            if self.models is not None:
+                response = await serve_dispatched(self.models, kind, request)
+            else:
+                response = await serve_openai(self.coordinator, kind, request)
             await response(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
 
-def create_app(coordinator: Coordinator) -> FastAPI:
-    """The coordinator's ASGI app (see the module docstring)."""
+def create_app(coordinator: Coordinator, models: ModelDispatch | None = None) -> FastAPI:
+    """The coordinator's ASGI app (see the module docstring). `models`: a several-model
+    fleet's coordinators (`coordinator` is then its first, the one `/admin` serves)."""
     c = coordinator
     app = CoordinatorApp(
         title="pdorch coordinator",
@@ -105,6 +158,8 @@ def create_app(coordinator: Coordinator) -> FastAPI:
         openapi_url=None,
     )
     app.coordinator = c
+    app.models = models
+    every = list(models.coordinators.values()) if models is not None else [c]
     app.max_header_bytes = c.settings.max_header_bytes
     app.state.coordinator = c
 
@@ -132,37 +187,30 @@ def create_app(coordinator: Coordinator) -> FastAPI:
 
     # Registered for 405s, redirects and a root_path deployment; `CoordinatorApp.__call__`
     # serves the plain POSTs without entering FastAPI.
+    async def serve(kind: RequestKind, request: Request) -> Response:
+        if models is not None:
+            return await serve_dispatched(models, kind, request)
+        return await serve_openai(c, kind, request)
+
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        return await serve_openai(c, "completion", request)
+        return await serve("completion", request)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        return await serve_openai(c, "chat", request)
+        return await serve("chat", request)
 
     created = int(time.time())
 
     @app.get("/v1/models")
-    async def models(request: Request) -> Response:
+    async def list_models(request: Request) -> Response:
         check_client(request.headers, c.api_keys)
-        body = {
-            "object": "list",
-            "data": [
-                {
-                    "id": c.served_model,
-                    "object": "model",
-                    "created": created,
-                    "owned_by": "pdorch",
-                    "root": c.served_model,
-                    "parent": None,
-                }
-            ],
-        }
+        body = {"object": "list", "data": model_cards(every, created)}
         return Response(_encode(body), media_type="application/json")
 
     @app.get("/health")
     async def health() -> Response:
-        if c.can_serve():
+        if any(m.can_serve() for m in every):
             return Response(status_code=200)
         unavailable = ApiError(503, "No routable decode or colocated replica.", code="no_replica")
         return unavailable.response()

@@ -158,7 +158,7 @@ class RequestFlow:
             await self.c.admit(parse_priority(self.http.headers.get(PRIORITY_HEADER)))
             self._admitted = True
             raw = await read_body(self.http, self.c.limits.max_body_bytes)
-            self.parsed = parse_request(raw, self.kind, self.c.served_model)
+            self.parsed = parse_request(raw, self.kind, self.c.served_model, self.c.adapter_names())
             # a batch of prompts: one flow each, one merged answer (fanout.py)
             work = self._legs() if self.parsed.batch is None else fan_out(self)
             response = await self._race(work)
@@ -240,8 +240,9 @@ class RequestFlow:
         assert parsed is not None
         tokens = await c.tokens.tokens(parsed)
         now = c.now()
+        lora, eligible = c.adapter_scope(parsed.body["model"])  # only its replicas, salted keys
         if tokens:
-            keys: list[int] = c.index.keys_for(tokens)
+            keys: list[int] = c.index.keys_for(tokens, lora_name=lora)
             prompt_tokens = len(tokens)
         else:
             keys = []
@@ -254,6 +255,7 @@ class RequestFlow:
             self.http.headers.get(SESSION_HEADER),
             parsed.prompt_text,
             parsed.max_tokens,
+            eligible,
         )
         lifecycle = c.lifecycle
         try:

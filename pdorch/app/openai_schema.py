@@ -10,7 +10,8 @@ Rules (all failures are `ApiError`s, 400 unless noted; pdorch never answers 422)
 - body: a JSON object (not JSON, invalid UTF-8, or nested deeper than msgspec's recursion
   guard allows, ~1000 levels → 400 `invalid_json`, never the 500/502 a `RecursionError` would
   give);
-- `model`: a string; not the served model → 404 `model_not_found`;
+- `model`: a string; not the served model or a loaded LoRA adapter → 404 `model_not_found`
+  naming the served ones;
 - completions: `prompt` a non-empty string, a list of token ids, or a batch (a list) of
   those, at most `MAX_BATCH` prompts; a batch of one is that prompt, a larger one is served by
   `fanout.py` (one P/D flow per prompt, `ParsedRequest.batch`);
@@ -28,6 +29,7 @@ Rules (all failures are `ApiError`s, 400 unless noted; pdorch never answers 422)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -143,8 +145,11 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
-def parse_request(raw: bytes, kind: RequestKind, served_model: str) -> ParsedRequest:
-    """Decode and check one request body (see the module docstring for the rules)."""
+def parse_request(
+    raw: bytes, kind: RequestKind, served_model: str, adapters: Sequence[str] = ()
+) -> ParsedRequest:
+    """Decode and check one request body (see the module docstring for the rules);
+    `adapters`: the LoRA adapters a client may name as `model` besides `served_model`."""
     try:
         body = _decode(raw)
     except msgspec.DecodeError as exc:  # malformed, or invalid UTF-8
@@ -156,10 +161,11 @@ def parse_request(raw: bytes, kind: RequestKind, served_model: str) -> ParsedReq
     model = body.get("model")
     if not isinstance(model, str):
         raise _bad("'model' is required and must be a string.", param="model")
-    if model != served_model:
+    if model != served_model and model not in adapters:
+        served = ", ".join(f"`{name}`" for name in (served_model, *adapters))
         raise ApiError(
             404,
-            f"The model `{model}` does not exist (this endpoint serves `{served_model}`).",
+            f"The model `{model}` does not exist (this endpoint serves {served}).",
             param="model",
             code="model_not_found",
         )

@@ -19,20 +19,22 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI
 
 from autoscale.actuators.local import LocalActuator
-from autoscale.policy import SloPolicy
+from autoscale.policy import SloPolicy, load_policy
 from pdorch.app.api import create_app
 from pdorch.app.auth import open_admin_warning
+from pdorch.app.models import ModelDispatch
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.state import Coordinator, CoordinatorLimits
 from pdorch.config.fleet import FleetConfig
 from pools.inloop_server import InLoopHttpServer
 from pools.launch import RunningFleet, launch_fleet
+from pools.replica import ReplicaEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +52,19 @@ def coordinator_http_server(
 
 @dataclass
 class RunningCoordinator:
+    """`coordinator`/`fleet`: the (first) model's; `models`: every model's, by served name
+    (one entry unless the fleet file lists `models:`)."""
+
     url: str
     coordinator: Coordinator
     fleet: RunningFleet
     server: InLoopHttpServer
+    models: dict[str, tuple[Coordinator, RunningFleet]] = field(default_factory=dict)
+
+    @property
+    def endpoints(self) -> list[ReplicaEndpoint]:
+        """Every model's launched and static replicas at start, in model order."""
+        return [e for _, running in self.models.values() for e in running.endpoints]
 
 
 @contextlib.asynccontextmanager
@@ -71,10 +82,58 @@ async def run_coordinator(
 
     `limits` overrides the admission limits read from `config.coordinator`. When a pool
     launches engines, the coordinator gets a `ScalingControl` over a `LocalActuator`
-    (`coordinator.scaling`), bounded by `slo_policy`'s pool limits (default `PoolLimits`).
-    With a `discovery:` section, `pools.kubernetes.discovery.KubernetesDiscovery` keeps the
-    fleet in step with the engine pods (`coordinator.discovery`).
+    (`coordinator.scaling`), bounded by `slo_policy`'s pool limits (default: the file's
+    `slo_policy`, else `PoolLimits`). With a `discovery:` section,
+    `pools.kubernetes.discovery.KubernetesDiscovery` keeps the fleet in step with the engine
+    pods (`coordinator.discovery`). A file with `models:` runs one coordinator per model (each
+    with its own engines, logs under `log_dir/<model>`, and its own `slo_policy`) behind one
+    HTTP server that routes by `model` (`pdorch/app/models.py`).
     """
+    configs = config.model_configs()
+    several = len(configs) > 1
+    async with contextlib.AsyncExitStack() as stack:
+        models: dict[str, tuple[Coordinator, RunningFleet]] = {}
+        for model in configs:
+            name = model.served_model_name
+            policy = slo_policy
+            if model.slo_policy is not None and (several or policy is None):
+                policy = load_policy(model.slo_policy)
+            models[name] = await stack.enter_async_context(
+                _run_model(
+                    model,
+                    log_dir=log_dir / name if several and log_dir is not None else log_dir,
+                    origin=origin,
+                    limits=limits,
+                    slo_policy=policy,
+                )
+            )
+        coordinator, running = next(iter(models.values()))
+        dispatch = ModelDispatch([c for c, _ in models.values()]) if several else None
+        bind = host if host is not None else config.coordinator.host
+        server = coordinator_http_server(
+            create_app(coordinator, dispatch),
+            bind,
+            port if port is not None else config.coordinator.port,
+        )
+        if (warning := open_admin_warning(bind, config.coordinator.admin_token)) is not None:
+            log.warning(warning)
+        try:
+            url = await server.start()
+            yield RunningCoordinator(url, coordinator, running, server, models)
+        finally:
+            await server.stop()
+
+
+@contextlib.asynccontextmanager
+async def _run_model(
+    config: FleetConfig,
+    *,
+    log_dir: Path | None,
+    origin: str | None,
+    limits: CoordinatorLimits | None,
+    slo_policy: SloPolicy | None,
+) -> AsyncIterator[tuple[Coordinator, RunningFleet]]:
+    """One model's engines, coordinator, scaling control and discovery (no HTTP server)."""
     async with launch_fleet(config, log_dir=log_dir) as running:
         fleet = running.fleet(time.monotonic(), config.health.policy())
         coordinator = Coordinator(config, fleet, origin=origin, limits=limits)
@@ -111,19 +170,9 @@ async def run_coordinator(
             )
             await discovery.start()
             coordinator.discovery = discovery
-        bind = host if host is not None else config.coordinator.host
-        server = coordinator_http_server(
-            create_app(coordinator),
-            bind,
-            port if port is not None else config.coordinator.port,
-        )
-        if (warning := open_admin_warning(bind, config.coordinator.admin_token)) is not None:
-            log.warning(warning)
         try:
-            url = await server.start()
-            yield RunningCoordinator(url, coordinator, running, server)
+            yield coordinator, running
         finally:
-            await server.stop()
             if discovery is not None:
                 await discovery.stop()
             if actuator is not None:

@@ -39,6 +39,7 @@ from typing import Any
 import aiohttp
 import httpx
 
+from pdorch.app.adapters import AdapterLearningSink, AdapterPoller, ReplicaAdapters
 from pdorch.app.admission import Admission, AdmissionQueue, Shed
 from pdorch.app.errors import ApiError
 from pdorch.app.metrics import CoordinatorMetrics
@@ -141,7 +142,9 @@ class Coordinator:
         self.token_load = TokenLoad(origin=self.origin)
         self.index = KvIndex(self.served_model, self.block_size)
         self.approx = ApproxKvIndex()
-        self.subscriber = KvEventSubscriber(self.index)
+        # LoRA adapters per replica (adapters.py): from KV events' lora_name and /v1/models
+        self.adapters = ReplicaAdapters()
+        self.subscriber = KvEventSubscriber(AdapterLearningSink(self.index, self.adapters))
         # `recorder`: every request event with its inputs (the lifecycle agreement test)
         self.lifecycle = RequestLifecycle(
             self.router, self.token_load, self.index, self.approx, recorder=recorder
@@ -172,6 +175,13 @@ class Coordinator:
             engine_timeout_s=tokenizer.timeout_s,
             model=tokenizer.model,
         )
+        self.adapter_poller = AdapterPoller(
+            self.adapters,
+            lambda: [(r.replica_id, r.url) for r in self.fleet.replicas()],
+            self.client,
+            clock=clock,
+        )
+        self._adapter_polls: set[asyncio.Task[bool]] = set()
         self.health = (
             HealthChecker.from_config(fleet, self.client, config.health)
             if run_health_checks
@@ -217,6 +227,7 @@ class Coordinator:
         for replica in self.fleet.replicas():
             self._on_fleet_event(ReplicaAdded(replica, now))
         await self.subscriber.start()
+        await self.adapter_poller.start()
         if self.sync is not None:
             await self.sync.start()
         if self.health is not None:
@@ -237,7 +248,9 @@ class Coordinator:
                 await self.sync.stop()
         if self._unsubscribe is not None:
             self._unsubscribe()
-        for loop in (self.scraper, self.health):
+        for task in list(self._adapter_polls):
+            task.cancel()
+        for loop in (self.scraper, self.health, self.adapter_poller):
             if loop is not None:
                 with contextlib.suppress(Exception):
                     await loop.stop()
@@ -282,6 +295,12 @@ class Coordinator:
                 ReplicaStatic(healthy=replica.routable),
                 approximate=ep.kv_events_endpoint is None,
             )
+            if self._started:  # a replica joining later: learn its adapters now
+                poll = asyncio.get_running_loop().create_task(
+                    self.adapter_poller.poll(rid, replica.url)
+                )
+                self._adapter_polls.add(poll)
+                poll.add_done_callback(self._adapter_polls.discard)
             if ep.kv_events_endpoint is not None:
                 self.subscriber.add_engine(
                     EngineEventSource(
@@ -293,6 +312,7 @@ class Coordinator:
             self.subscriber.remove_engine(rid)
             self.index.remove_replica(rid)
             self.approx.remove_replica(rid)
+            self.adapters.remove(rid)
             self.tokens.forget(replica.url)
         elif isinstance(event, ReplicaHealthChanged):
             self.lifecycle.set_static(rid, ReplicaStatic(healthy=replica.routable))
@@ -334,6 +354,17 @@ class Coordinator:
 
     def routable(self, pool: str) -> list[Replica]:
         return self.fleet.routable(pool)
+
+    def adapter_scope(self, model: str) -> tuple[str | None, frozenset[str] | None]:
+        """(LoRA name, eligible replicas) of a request for `model`: (None, None) for the base
+        model (any replica); for an adapter, its name and the replicas that have it loaded."""
+        if model == self.served_model:
+            return None, None
+        return model, self.adapters.holders(model)
+
+    def adapter_names(self) -> list[str]:
+        """The LoRA adapters clients may send as `model` (some replica has each loaded)."""
+        return [a.name for a in self.adapters.known(self.served_model)]
 
     def can_serve(self) -> bool:
         """True when some replica can serve a whole request (a decode or colocated one)."""

@@ -73,6 +73,14 @@ def engine_sim(
         help="Local Hugging Face tokenizer directory (e.g. the tiny model's). Default: a "
         "byte-level fallback (id = byte + 3, BOS 1, EOS 2).",
     ),
+    lora_modules: list[str] | None = typer.Option(
+        None,
+        "--lora-modules",
+        metavar="NAME[=PATH],...",
+        help="LoRA adapters the engine has loaded, each `name` or `name=path` (vLLM's flag), "
+        "comma-separated or repeated. Requests naming one run with it (block hashes salted "
+        "as vLLM's); /v1/models lists them. Default: none.",
+    ),
     engine_id: str | None = typer.Option(None, help="KV engine id (default: random uuid)."),
     kv_transport: str = typer.Option(
         "auto", help="How KV blocks move between engines: auto | nixl | tcp | none."
@@ -108,6 +116,7 @@ def engine_sim(
 
     from pydantic import ValidationError
 
+    from pdorch.cli.options import split_list
     from pools.launch import SIM_FLAG_OF_FIELD
     from pools.sim.server import SimServer
     from pools.sim.settings import SimEngineSettings
@@ -131,6 +140,7 @@ def engine_sim(
             enable_prefix_caching=enable_prefix_caching,
             served_model_name=served_model_name,
             tokenizer=tokenizer,
+            lora_modules=split_list(lora_modules, "--lora-modules") if lora_modules else [],
             kv_events_endpoint=kv_events_endpoint,
             kv_events_replay_endpoint=kv_events_replay_endpoint,
             kv_events_topic=kv_events_topic,

@@ -198,7 +198,7 @@ def serve(
             table = Table(title=f"pdorch: {what}", title_justify="left")
             for column in ("replica", "pool", "kind", "url", "KV events"):
                 table.add_column(column)
-            for e in running.fleet.endpoints:
+            for e in running.endpoints:
                 table.add_row(
                     e.replica_id, e.pool, e.kind, e.url, e.kv_events_endpoint or "(approximate)"
                 )
@@ -207,21 +207,23 @@ def serve(
                 started = {
                     "url": running.url,
                     "served_model_name": fleet.served_model_name,
+                    "models": fleet.model_names(),
                     "replicas": [
                         {
                             "replica": e.replica_id,
+                            "model": e.model,
                             "pool": e.pool,
                             "kind": e.kind,
                             "url": e.url,
                             "kv_events_endpoint": e.kv_events_endpoint,
                         }
-                        for e in running.fleet.endpoints
+                        for e in running.endpoints
                     ],
                 }
                 sys.stdout.write(json.dumps(started) + "\n")
                 sys.stdout.flush()
             console.print(
-                f"[bold green]serving[/bold green] {fleet.served_model_name!r} "
+                f"[bold green]serving[/bold green] {', '.join(map(repr, fleet.model_names()))} "
                 f"(OpenAI API) at [bold]{running.url}/v1[/bold]  "
                 f"admin: {running.url}/admin/pools  metrics: {running.url}/metrics"
             )

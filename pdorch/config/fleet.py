@@ -34,6 +34,15 @@ from pydantic import (
     model_validator,
 )
 
+from pdorch.config.fleet_model import (
+    MODEL_KEYS,
+    POOL_NAMES,
+    FleetTokenizerConfig,
+    ModelConfig,
+    PoolConfig,
+    PoolsConfig,
+    resolve_model_paths,
+)
 from pdorch.config.replica_allow import ReplicaAllowList
 from pdorch.sync.settings import SyncSettings
 from pools.health import HealthSettings
@@ -56,15 +65,8 @@ from pools.yaml_errors import (
 )
 from pools.yaml_errors import dotted as _dotted
 from router.pd_decision import PdDecisionParams
-from router.policies.config import PolicyConfig, PolicyConfigError, RouterPolicyConfig, build_policy
-from router.tokenization import TokenizationConfig, TokenizerMode
-
-POOL_NAMES = ("prefill", "decode", "colocated")
-DEFAULT_POLICIES = {
-    "prefill": "token_load",
-    "decode": "token_load_decode",
-    "colocated": "token_load",
-}
+from router.policies.config import PolicyConfigError, RouterPolicyConfig, build_policy
+from router.tokenization import TokenizationConfig
 
 
 class FleetFieldError(FieldPathError):
@@ -79,60 +81,6 @@ class FleetConfigError(ConfigFileError):
     """The fleet file is invalid; `issues` lists every problem, the message one per line."""
 
     default_source = "fleet config"
-
-
-class PoolConfig(PoolMembers):
-    """One pool: its members (`endpoints`, `launch`) and the policy that picks among them."""
-
-    policy: PolicyConfig | None = Field(
-        default=None,
-        description="Routing policy for this pool (router/README.md); default per pool: "
-        "prefill token_load, decode token_load_decode, colocated token_load.",
-    )
-
-
-class PoolsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    prefill: PoolConfig = Field(default_factory=PoolConfig)
-    decode: PoolConfig = Field(default_factory=PoolConfig)
-    colocated: PoolConfig | None = None
-
-    def items(self) -> list[tuple[str, PoolConfig]]:
-        """(pool name, config) of every configured pool, in prefill, decode, colocated order."""
-        pools = [("prefill", self.prefill), ("decode", self.decode)]
-        if self.colocated is not None:
-            pools.append(("colocated", self.colocated))
-        return pools
-
-    def policy(self, pool: str) -> PolicyConfig:
-        """The pool's policy, or its default."""
-        config = dict(self.items()).get(pool)
-        if config is not None and config.policy is not None:
-            return config.policy
-        return PolicyConfig(name=DEFAULT_POLICIES[pool])
-
-
-class FleetTokenizerConfig(TokenizationConfig):
-    """`router.tokenization.TokenizationConfig`, default mode `engine`; in that mode
-    `engine_url` may be left out: the coordinator then asks one of the fleet's replicas."""
-
-    mode: TokenizerMode = Field(default=TokenizerMode.ENGINE, description="hf | engine | chars")
-
-    @model_validator(mode="after")
-    def _check_mode(self) -> FleetTokenizerConfig:
-        if self.mode is TokenizerMode.HF and self.model_dir is None:
-            raise ValueError("model_dir: required when mode is 'hf'")
-        return self
-
-    def tokenization_config(self, default_engine_url: str | None = None) -> TokenizationConfig:
-        """The router's config, with `default_engine_url` filled in where none is set."""
-        data = self.model_dump()
-        if self.mode is TokenizerMode.ENGINE and self.engine_url is None:
-            data["engine_url"] = default_engine_url
-        if self.mode is TokenizerMode.ENGINE and data["model"] is None:
-            data.pop("model")
-        return TokenizationConfig.model_validate(data)
 
 
 class AdmissionSettings(BaseModel):
@@ -223,12 +171,21 @@ class CoordinatorSettings(BaseModel):
 
 
 class FleetConfig(BaseModel):
-    """A whole fleet file (see the module docstring)."""
+    """A whole fleet file (see the module docstring).
+
+    One model: `served_model_name`, `pools`, ... at the top level. Several: a `models:` list
+    of `ModelConfig` (then none of `MODEL_KEYS` at the top level); the top-level fields then
+    read as the first model's (so code that knows one model sees the first), and
+    `model_configs()` gives every model as a one-model `FleetConfig` sharing the other
+    sections (coordinator, health, metrics, launch).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     served_model_name: str = Field(
-        min_length=1, description="The model name clients send; engines are started with it."
+        default="",
+        description="The model name clients send; engines are started with it (required "
+        "unless `models:` lists the models).",
     )
     block_size: int = Field(
         default=16,
@@ -236,9 +193,19 @@ class FleetConfig(BaseModel):
         le=4096,
         description="Tokens per KV block (router keys and engines agree).",
     )
-    pools: PoolsConfig
+    pools: PoolsConfig = Field(default_factory=PoolsConfig)
     pd: PdDecisionParams = Field(default_factory=PdDecisionParams)
     tokenizer: FleetTokenizerConfig = Field(default_factory=FleetTokenizerConfig)
+    slo_policy: str | None = Field(
+        default=None,
+        description="SLO policy YAML of the fleet's pools, relative to the file "
+        "(`pdorch serve --slo-policy` wins).",
+    )
+    models: list[ModelConfig] | None = Field(
+        default=None,
+        min_length=1,
+        description="Several models behind one endpoint, routed by the request's `model`.",
+    )
     coordinator: CoordinatorSettings = Field(default_factory=CoordinatorSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
@@ -258,61 +225,68 @@ class FleetConfig(BaseModel):
         base = (info.context or {}).get("base_dir")
         if base is None or not isinstance(data, dict):
             return data
-        data = dict(data)
-        tokenizer = data.get("tokenizer")
-        if isinstance(tokenizer, dict) and isinstance(tokenizer.get("model_dir"), str):
-            path = Path(tokenizer["model_dir"])
-            if not path.is_absolute():
-                data["tokenizer"] = {**tokenizer, "model_dir": str((Path(base) / path).resolve())}
-        pools = data.get("pools")
-        if isinstance(pools, dict):
-            data["pools"] = {
-                name: _resolve_pool_paths(pool, Path(base)) for name, pool in pools.items()
-            }
+        data = resolve_model_paths(data, Path(base))
+        models = data.get("models")
+        if isinstance(models, list):
+            data["models"] = [resolve_model_paths(m, Path(base)) for m in models]
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_model_or_models(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("models") is not None:
+            for key in MODEL_KEYS:
+                if key in data:
+                    raise FleetFieldError(
+                        (key,),
+                        "with models: every model gives its own (under models[i]), not the "
+                        "top level",
+                    )
+            return data
+        for key in ("served_model_name", "pools"):
+            if key not in data:
+                raise FleetFieldError((key,), "Field required (or list the models in models:)")
         return data
 
     @model_validator(mode="after")
     def _check_fleet(self) -> FleetConfig:
-        for name, pool in self.pools.items():
-            if pool.policy is not None:
-                try:
-                    build_policy(pool.policy)
-                except PolicyConfigError as err:
-                    # the router names the field inside the policy: "params.x: why"
-                    where, _, why = str(err).partition(": ")
-                    sub = tuple(where.split(".")) if why else ()
-                    raise FleetFieldError(
-                        ("pools", name, "policy", *sub), why or str(err)
-                    ) from None
-            for i, spec in enumerate(pool.launch):
-                if isinstance(spec, VllmLaunchSpec):
-                    _check_vllm_spec(spec, ("pools", name, "launch", i), self)
-        serving = self.pools.decode.size() + (
-            self.pools.colocated.size() if self.pools.colocated is not None else 0
-        )
-        found = set(self.discovery.pools) if self.discovery is not None else set()
-        if serving == 0 and not found & {"decode", "colocated"}:
-            raise FleetFieldError(
-                ("pools", "decode"),
-                "no replica can serve requests: give pools.decode (or pools.colocated) at "
-                "least one endpoint or launch spec, or discover it (discovery.pools.decode)",
-            )
-        if "colocated" in found and self.pools.colocated is None:
-            raise FleetFieldError(
-                ("discovery", "pools", "colocated"),
-                "pool colocated is discovered but not configured: add pools.colocated: {}",
-            )
-        seen: dict[str, tuple[str | int, ...]] = {}
-        for name, pool in self.pools.items():
-            for i, (replica_id, _) in enumerate(replica_ids(name, pool)):
-                path: tuple[str | int, ...] = ("pools", name, "endpoints", i)
-                if replica_id in seen:
-                    raise FleetFieldError(
-                        (*path, "id") if i < len(pool.endpoints) else ("pools", name),
-                        f"replica id {replica_id!r} is used twice",
-                    )
-                seen[replica_id] = path
+        if self.models is None:
+            if not self.served_model_name:
+                raise FleetFieldError(("served_model_name",), "must not be empty")
+            _check_model(self, ())
+            return self
+        for key in ("sync", "discovery"):
+            if getattr(self, key) is not None:
+                raise FleetFieldError((key,), "not supported with models: yet (one model only)")
+        names: set[str] = set()
+        for i, model in enumerate(self.models):
+            if model.served_model_name in names:
+                raise FleetFieldError(
+                    ("models", i, "served_model_name"),
+                    f"model {model.served_model_name!r} is listed twice",
+                )
+            names.add(model.served_model_name)
+            _check_model(self._with_model(model), ("models", i))
+        first = self.models[0]  # the top level reads as the first model (class docstring)
+        for key in MODEL_KEYS:
+            setattr(self, key, getattr(first, key))
         return self
+
+    def _with_model(self, model: ModelConfig) -> FleetConfig:
+        fields = {key: getattr(model, key) for key in MODEL_KEYS}
+        return self.model_copy(update={**fields, "models": None})
+
+    def model_configs(self) -> list[FleetConfig]:
+        """Every model as a one-model fleet config (`[self]` for a one-model file)."""
+        if self.models is None:
+            return [self]
+        return [self._with_model(model) for model in self.models]
+
+    def model_names(self) -> list[str]:
+        """The served model names, in file order."""
+        return [c.served_model_name for c in self.model_configs()]
 
     # ---- views the coordinator uses ----------------------------------------------------------
 
@@ -332,12 +306,16 @@ class FleetConfig(BaseModel):
     def with_sim_time_scale(self, time_scale: float) -> FleetConfig:
         """A copy whose simulated engines all run at `time_scale` (tests run fleets fast)."""
         data = self.model_dump(mode="python")
-        for pool in data["pools"].values():
-            if pool is None:
-                continue
-            for spec in pool["launch"]:
-                if spec["kind"] == "sim":
-                    spec["time_scale"] = time_scale
+        if data["models"] is not None:
+            for key in MODEL_KEYS:  # they mirror the first model (class docstring)
+                data.pop(key)
+        for model in data["models"] or [data]:
+            for pool in model["pools"].values():
+                if pool is None:
+                    continue
+                for spec in pool["launch"]:
+                    if spec["kind"] == "sim":
+                        spec["time_scale"] = time_scale
         return FleetConfig.model_validate(data)
 
     def with_sync_overrides(
@@ -401,18 +379,48 @@ def demo_fleet_config(time_scale: float = 1.0) -> FleetConfig:
     )
 
 
-def _resolve_pool_paths(pool: Any, base: Path) -> Any:
-    if not isinstance(pool, dict) or not isinstance(pool.get("launch"), list):
-        return pool
-    launch = []
-    for spec in pool["launch"]:
-        if isinstance(spec, dict):
-            key = {"vllm": "model", "sim": "tokenizer"}.get(str(spec.get("kind")))
-            value = spec.get(key) if key else None
-            if key and isinstance(value, str) and not Path(value).is_absolute():
-                spec = {**spec, key: str((base / value).resolve())}
-        launch.append(spec)
-    return {**pool, "launch": launch}
+def _check_model(fleet: FleetConfig, prefix: tuple[str | int, ...]) -> None:
+    """One model's cross-field rules (policies, vLLM specs, a pool that serves, unique ids);
+    `prefix` is where the model sits in the file (`models[i]`, or the top level)."""
+    for name, pool in fleet.pools.items():
+        if pool.policy is not None:
+            try:
+                build_policy(pool.policy)
+            except PolicyConfigError as err:
+                # the router names the field inside the policy: "params.x: why"
+                where, _, why = str(err).partition(": ")
+                sub = tuple(where.split(".")) if why else ()
+                raise FleetFieldError(
+                    (*prefix, "pools", name, "policy", *sub), why or str(err)
+                ) from None
+        for i, spec in enumerate(pool.launch):
+            if isinstance(spec, VllmLaunchSpec):
+                _check_vllm_spec(spec, (*prefix, "pools", name, "launch", i), fleet)
+    serving = fleet.pools.decode.size() + (
+        fleet.pools.colocated.size() if fleet.pools.colocated is not None else 0
+    )
+    found = set(fleet.discovery.pools) if fleet.discovery is not None else set()
+    if serving == 0 and not found & {"decode", "colocated"}:
+        raise FleetFieldError(
+            (*prefix, "pools", "decode"),
+            "no replica can serve requests: give pools.decode (or pools.colocated) at "
+            "least one endpoint or launch spec, or discover it (discovery.pools.decode)",
+        )
+    if "colocated" in found and fleet.pools.colocated is None:
+        raise FleetFieldError(
+            ("discovery", "pools", "colocated"),
+            "pool colocated is discovered but not configured: add pools.colocated: {}",
+        )
+    seen: dict[str, tuple[str | int, ...]] = {}
+    for name, pool in fleet.pools.items():
+        for i, (replica_id, _) in enumerate(replica_ids(name, pool)):
+            path: tuple[str | int, ...] = (*prefix, "pools", name, "endpoints", i)
+            if replica_id in seen:
+                raise FleetFieldError(
+                    (*path, "id") if i < len(pool.endpoints) else (*prefix, "pools", name),
+                    f"replica id {replica_id!r} is used twice",
+                )
+            seen[replica_id] = path
 
 
 def _check_vllm_spec(spec: VllmLaunchSpec, path: tuple[str | int, ...], fleet: FleetConfig) -> None:
@@ -473,6 +481,7 @@ __all__ = [
     "HealthSettings",
     "LaunchSettings",
     "MetricsSettings",
+    "ModelConfig",
     "PoolConfig",
     "PoolsConfig",
     "SimLaunchSpec",

@@ -85,9 +85,13 @@ def create_app(engine: SimEngine) -> FastAPI:
         body = error_body(str(exc), HTTPStatus.BAD_REQUEST, HTTPStatus.BAD_REQUEST.phrase)
         return json_response(body, 400)
 
+    loras = engine.loras
+
     def check_model(name: str | None) -> str:
         if name is None or name in served:
             return served[0]
+        if name in loras:  # vLLM answers with the adapter's name as `model`
+            return name
         raise ApiError(
             f"The model `{name}` does not exist. Valid aliases: {', '.join(served)}.",
             HTTPStatus.NOT_FOUND,
@@ -132,6 +136,22 @@ def create_app(engine: SimEngine) -> FastAPI:
             return Response(status_code=503)
         return Response(status_code=200)
 
+    def permission(created: int) -> dict[str, Any]:
+        return {
+            "id": f"modelperm-{uuid.uuid4().hex}",
+            "object": "model_permission",
+            "created": created,
+            "allow_create_engine": False,
+            "allow_sampling": True,
+            "allow_logprobs": True,
+            "allow_search_indices": False,
+            "allow_view": True,
+            "allow_fine_tuning": False,
+            "organization": "*",
+            "group": None,
+            "is_blocking": False,
+        }
+
     @app.get("/v1/models")
     async def models() -> Response:
         created = int(time.time())
@@ -144,24 +164,23 @@ def create_app(engine: SimEngine) -> FastAPI:
                 "root": engine.model_root,
                 "parent": None,
                 "max_model_len": max_model_len,
-                "permission": [
-                    {
-                        "id": f"modelperm-{uuid.uuid4().hex}",
-                        "object": "model_permission",
-                        "created": created,
-                        "allow_create_engine": False,
-                        "allow_sampling": True,
-                        "allow_logprobs": True,
-                        "allow_search_indices": False,
-                        "allow_view": True,
-                        "allow_fine_tuning": False,
-                        "organization": "*",
-                        "group": None,
-                        "is_blocking": False,
-                    }
-                ],
+                "permission": [permission(created)],
             }
             for name in served
+        ]
+        # loaded adapters as vLLM lists them: id = adapter name, root = its path, parent = base
+        data += [
+            {
+                "id": lora.name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": lora.path,
+                "parent": served[0],
+                "max_model_len": None,
+                "permission": [permission(created)],
+            }
+            for lora in loras.values()
         ]
         return json_response({"object": "list", "data": data})
 
@@ -280,6 +299,7 @@ def create_app(engine: SimEngine) -> FastAPI:
             n=req.n,
             seed=req.seed,
             kv_params=req.kv_transfer_params,
+            lora=loras.get(model),
             return_ids=bool(req.return_token_ids),
             echo_text=echo_text,
             logprobs=logprobs,

@@ -38,6 +38,7 @@ from pools.sim.streams import EngineUnavailable, StreamDelta
 if TYPE_CHECKING:
     from fastapi import Request
 
+    from pools.sim.lora import LoraAdapter
     from pools.sim.runner import SimEngine
     from pools.sim.streams import RequestStream
     from pools.sim.tokenization import SimTokenizer
@@ -58,6 +59,7 @@ class Generation:
     n: int = 1
     seed: int | None = None
     kv_params: KvTransferParams | None = None
+    lora: LoraAdapter | None = None  # the adapter the request names (every choice runs with it)
     return_ids: bool = False
     echo_text: str | None = None  # completions' `echo`: the prompt's text
     logprobs: int | None = None  # top-k (completions' `logprobs`, chat's `top_logprobs`)
@@ -77,6 +79,7 @@ class Generation:
                 max_tokens=self.max_tokens,
                 seed=seed,
                 kv_transfer_params=self.kv_params if index == 0 else None,
+                lora=self.lora,
             )
         except ValueError as exc:  # the core names the field it refused
             raise ApiError(str(exc), HTTPStatus.BAD_REQUEST) from exc

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from pools.sim.kv_store import SimKvStore
 from pools.sim.kv_transport import KV_TOUCH_MAX_BYTES, SimKvTransport, touch_decode_pages
+from pools.sim.lora import LoraAdapter, parse_lora_modules
 from pools.sim.metrics import EngineMetrics
 from pools.sim.settings import SimEngineSettings
 from pools.sim.streams import EngineUnavailable, RequestStream, StreamDelta
@@ -88,6 +89,7 @@ class SimEngine:
         name = settings.served_model_name or settings.model_profile
         self.served_model_names: list[str] = [name]
         self.model_root = settings.tokenizer or settings.model_profile
+        self.loras: dict[str, LoraAdapter] = parse_lora_modules(settings.lora_modules)
         self.max_model_len = settings.max_model_len
         self.engine_id = settings.engine_id or str(uuid.uuid4())
         self.metrics = EngineMetrics(name)
@@ -209,8 +211,10 @@ class SimEngine:
         max_tokens: int,
         seed: int | None = None,
         kv_transfer_params: KvTransferParams | None = None,
+        lora: LoraAdapter | None = None,
     ) -> RequestStream:
-        """Queue a request; raises ValueError (message names the field) if the core refuses."""
+        """Queue a request (with `lora`: run with that adapter, its blocks salted by it);
+        raises ValueError (message names the field) if the core refuses."""
         from pools.sim.request import SimRequest
 
         if self.core is None or not self.healthy:
@@ -225,6 +229,9 @@ class SimEngine:
                 max_tokens=max_tokens,
                 seed=seed,
                 kv_transfer_params=kv_transfer_params,
+                lora_name=lora.name if lora is not None else None,
+                lora_id=lora.lora_id if lora is not None else None,
+                lora_path=lora.path if lora is not None else None,
             ),
             now,
         )

@@ -49,6 +49,12 @@ class SimEngineSettings(BaseModel):
     served_model_name: str | None = Field(
         None, description="Name clients send as `model` (default: the model profile name)."
     )
+    lora_modules: list[str] = Field(
+        default_factory=list,
+        description="LoRA adapters this engine has loaded, each `name` or `name=path` (vLLM "
+        "--lora-modules): a request whose `model` is the name runs with the adapter, whose "
+        "name and path salt its block hashes as in vLLM; /v1/models lists them with `parent`.",
+    )
     tokenizer: str | None = Field(
         None,
         description="Local Hugging Face tokenizer directory (e.g. the tiny model). Without it a "

@@ -205,3 +205,26 @@ def test_migrate_ends_the_dead_replicas_entry_once_and_admits_prompt_plus_output
     assert load(lc, "d1") == (0, 0, 0) and lc.in_flight("r")
     lc.aborted("r", 1.6)
     assert all(load(lc, r) == (0, 0, 0) for r in ("p0", "d0", "d1")) and not lc.in_flight("r")
+
+
+def test_eligible_replicas_alone_serve_in_every_pool_and_on_retries() -> None:
+    """`RoutingRequest.eligible` (a LoRA request: the replicas with its adapter)."""
+    lc = lifecycle(prefill=2, decode=3)
+    only = frozenset({"p1", "d1", "d2"})
+    request = RoutingRequest("r", 100, BS, [1, 2, 3, 4, 5, 6], max_tokens=8, eligible=only)
+    # the idle, lowest ids would win without the restriction
+    plan = lc.admit(request, 0.0, lookup=KvLookup({"p0": 6, "d0": 6}, {}))
+    assert plan.prefill is not None and plan.prefill.replica == "p1"
+    assert plan.decode.replica in {"d1", "d2"}
+    first = plan.decode.replica
+    lc.prefill_done("r", 1.0, ok=True)
+    lc.decode_failed("r", 1.5, reached=False)
+    retry = lc.retry_decode("r", 2.0)
+    assert retry is not None and retry.replica == ({"d1", "d2"} - {first}).pop()
+    lc.decode_failed("r", 2.5, reached=False)
+    assert lc.retry_decode("r", 3.0) is None  # d0 is never a candidate
+    # nobody eligible in the prefill pool: the decode replica prefills itself
+    local = lc.admit(
+        RoutingRequest("s", 100, BS, [], max_tokens=8, eligible=frozenset({"d0"})), 4.0
+    )
+    assert local.prefill is None and local.decode.replica == "d0"

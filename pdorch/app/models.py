@@ -1,0 +1,96 @@
+"""Several models behind one endpoint: the request's `model` picks that model's coordinator.
+
+A fleet file with `models:` (pdorch/config/fleet.py) runs one `Coordinator` per model: its
+own fleet, pools, tokenizer, routing profiles, KV index and P/D parameters, so nothing one
+model learns (cached blocks, token load, policy state) leaks into another's decisions. The HTTP
+app is one; for the two OpenAI POST routes it reads the body once, peeks at `model` and hands
+the request to that model's coordinator (`ModelDispatch.pick`): a base model by name, a LoRA
+adapter through the coordinator whose replicas have it loaded (`pdorch/app/adapters.py`).
+An unknown name is an OpenAI 404 naming every served model and adapter.
+
+A one-model fleet has no dispatch at all (the hot path stays as it was).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+from starlette.types import Message, Receive
+
+from pdorch.app.errors import ApiError
+from pdorch.app.state import Coordinator
+
+
+class _ModelField(msgspec.Struct):
+    """Only `model` is decoded (msgspec skips the rest of the body without building it)."""
+
+    model: object = None
+
+
+_decode_model = msgspec.json.Decoder(_ModelField).decode
+
+
+def peek_model(raw: bytes) -> str | None:
+    """The body's `model` when it is a string; None when the body is not a JSON object or has
+    none (the coordinator that gets it then answers the precise 400)."""
+    try:
+        model = _decode_model(raw).model
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return model if isinstance(model, str) else None
+
+
+def replay_body(raw: bytes, receive: Receive) -> Receive:
+    """An ASGI `receive` that yields the already read body once, then the client's own
+    messages (so a disconnect still reaches the flow)."""
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return await receive()
+
+    return again
+
+
+class ModelDispatch:
+    """The coordinators of a several-model fleet, by served model name (file order)."""
+
+    def __init__(self, coordinators: Sequence[Coordinator]) -> None:
+        if not coordinators:
+            raise ValueError("a model dispatch needs at least one coordinator")
+        self.coordinators = {c.served_model: c for c in coordinators}
+        self.primary = coordinators[0]
+
+    def pick(self, model: str | None) -> Coordinator:
+        """The coordinator serving `model` (a base model or a loaded adapter); no `model`:
+        the first (it answers the 400); unknown: 404 `model_not_found` naming the served."""
+        if model is None:
+            return self.primary
+        found = self.coordinators.get(model)
+        if found is not None:
+            return found
+        for c in self.coordinators.values():
+            if c.adapters.holders(model):
+                return c
+        served = ", ".join(f"`{name}`" for name in self.names())
+        raise ApiError(
+            404,
+            f"The model `{model}` does not exist (this endpoint serves {served}).",
+            param="model",
+            code="model_not_found",
+        )
+
+    def names(self) -> list[str]:
+        """Every name a client may send: each base model, then its adapters."""
+        return [
+            name
+            for c in self.coordinators.values()
+            for name in (c.served_model, *c.adapter_names())
+        ]
+
+    def can_serve(self) -> bool:
+        return any(c.can_serve() for c in self.coordinators.values())

@@ -85,7 +85,14 @@ def _fill(path: str) -> str:
 
 async def test_every_admin_route_needs_the_token() -> None:
     config = fleet(coordinator={"admin_token": "s3cret"})
-    public = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}
+    public = {
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/models",
+        "/health",
+        "/metrics",
+        "/openapi.json",
+    }
     async with (
         run_coordinator(config) as pd,
         http_client(base_url=pd.url, timeout=30.0) as client,

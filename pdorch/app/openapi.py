@@ -186,7 +186,12 @@ def openapi_document(
     client_auth: tuple[int, ...] = (401,) if api_keys else ()
     admin_auth: tuple[int, ...] = (401, 403) if admin_token else ()
     obj = {"type": "object"}
-    sse = {"type": "string", "description": "Server-sent events, ending with `data: [DONE]`."}
+    sse = {  # one event: its `data` an answer chunk (JSON), an error, or the final [DONE]
+        "type": "object",
+        "required": ["data"],
+        "properties": {"data": {"type": "string"}},
+        "description": "Server-sent events, ending with `data: [DONE]`.",
+    }
     openai_errors = (*client_auth, 400, 404, 413, 429, 502, 504)
 
     def openai_op(summary: str, schema: str) -> dict[str, Any]:
@@ -202,8 +207,10 @@ def openapi_document(
                     "name": "x-pdorch-priority",
                     "in": "header",
                     "required": False,
-                    "schema": {"type": "integer", "minimum": -100, "maximum": 100},
-                    "description": "Admission priority (larger first; default 0).",
+                    # a hint, never a reason to refuse: a value that is no integer counts as 0
+                    "schema": {"type": "string"},
+                    "description": "Admission priority, an integer clamped to [-100, 100] "
+                    "(larger first); missing or not an integer: 0.",
                 }
             ],
             "responses": _responses(ok, openai_errors),

@@ -3,13 +3,15 @@
 `pdorch serve` runs as its own process over two simulated engines that are processes too
 (`in_process: false`), with client keys and an admin token configured. Every operation of the
 description gets positive cases (valid by the schema) and negative ones (violating it), from
-a fixed seed (`derandomize`), `PDORCH_FUZZ_EXAMPLES` per operation and mode (default 12: a
-few hundred cases in the fast tier; the long run in `benchmarks/results/reliability.md` sets
-it higher). Checks: no 5xx, no hang (30 s per call), status / content type / body as
-described, every error the OpenAI shape, negative data rejected with a 4xx. OpenAI and
-read-only admin routes are sent with their key / token; admin routes that change the fleet are
-sent without the token and must all be refused (401): fuzzing them with it would scale pools
-and remove replicas at random. `FUZZ_CASES` is printed for the results page.
+a fixed seed (`derandomize`): 12 per operation and mode (a few hundred cases, ~1 min, in the
+fast tier); `PDORCH_FUZZ=1` runs 80 (the long campaign, `benchmarks/results/reliability.md`),
+`PDORCH_FUZZ_EXAMPLES=N` any count.
+
+Checks: no 5xx, no hang (30 s per call), status / content type / body as described, every
+error the OpenAI shape, negative data rejected with a 4xx. OpenAI and read-only admin routes
+are sent with their key / token; admin routes that change the fleet are sent without the
+token and must all be refused (401): with it, fuzzing would scale pools and remove replicas
+at random. `FUZZ_CASES` is printed for the results page.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ from tests.waiting import wait_until
 PDORCH = [sys.executable, "-c", "from pdorch.cli import main; main()"]
 API_KEY = "sk-fuzz-client"
 ADMIN_TOKEN = "fuzz-admin-token"
-EXAMPLES = int(os.environ.get("PDORCH_FUZZ_EXAMPLES", "12"))
+# PDORCH_FUZZ=1: the long campaign (80 a mode and operation); PDORCH_FUZZ_EXAMPLES: any count
+LONG = os.environ.get("PDORCH_FUZZ") == "1"
+EXAMPLES = int(os.environ.get("PDORCH_FUZZ_EXAMPLES", "80" if LONG else "12"))
 READ_ONLY_ADMIN = {("GET", "/admin/pools"), ("GET", "/admin/autoscale"), ("POST", "/admin/explain")}
 CHECKS = [
     not_a_server_error,

@@ -13,6 +13,11 @@ limits from the fleet file's `coordinator:` section:
   and closed. A connection that sends nothing at all is cut the same way.
 - `body_timeout_s` [60 s]: from the end of the headers until the whole body is in; past it,
   unless an answer has started, 408 `body_timeout` and closed (the handler sees a disconnect).
+- `max_header_bytes` [64 KiB] + 16 KiB for the request line and framing: a request head still
+  not complete past that many bytes gets 431 `headers_too_large` and is closed *while it
+  streams in* (httptools buffers a head of any size; `api.py`'s 431 only sees complete heads,
+  so without this a client could send gigabytes of one header within `header_timeout_s`).
+- A request that is no HTTP at all gets uvicorn's 400, in the OpenAI shape (`invalid_http`).
 
 Each answer is OpenAI-shaped (`errors.py`) with `connection: close`. The whole-request
 deadline (`request_timeout_s`, 504) starts after the body (`flow.py`); headers over
@@ -33,7 +38,16 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from pdorch.config.fleet import CoordinatorSettings
 
 _encode = msgspec.json.Encoder().encode
-_REASONS = {408: b"Request Timeout", 503: b"Service Unavailable"}
+_REASONS = {
+    400: b"Bad Request",
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
+HEAD_SLACK_BYTES = 16 * 1024  # request line, separators: past max_header_bytes' names + values
+# after a 431 mid-head: how long the rest is read and dropped before the socket closes (closing
+# on unread bytes sends a reset, which can reach the client before the 431 it should read)
+LINGER_S = 2.0
 
 
 def _error_bytes(status: int, message: str, error_type: str, code: str) -> bytes:
@@ -50,6 +64,7 @@ def edge_protocol(settings: CoordinatorSettings) -> type[HttpToolsProtocol]:
     max_connections = settings.max_connections
     header_timeout_s = settings.header_timeout_s
     body_timeout_s = settings.body_timeout_s
+    max_head_bytes = settings.max_header_bytes + HEAD_SLACK_BYTES
     busy = _error_bytes(
         503,
         f"Too many connections (coordinator.max_connections={max_connections}).",
@@ -69,9 +84,43 @@ def edge_protocol(settings: CoordinatorSettings) -> type[HttpToolsProtocol]:
         "body_timeout",
     )
 
+    head_too_big = _error_bytes(
+        431,
+        f"Request headers exceed {settings.max_header_bytes} bytes.",
+        "invalid_request_error",
+        "headers_too_large",
+    )
+
     class EdgeProtocol(HttpToolsProtocol):
         _edge_timer: asyncio.TimerHandle | None = None
         _edge_reading_body = False
+        _edge_in_head = True  # bytes now are a request head (or the gap before one)
+        _edge_head_bytes = 0
+        _edge_discard = False  # answered 431: drop what still comes, then close
+        _edge_linger: asyncio.TimerHandle | None = None
+
+        def data_received(self, data: bytes) -> None:
+            if self._edge_discard:
+                return
+            if self._edge_in_head:
+                self._edge_head_bytes += len(data)
+            super().data_received(data)
+            if (
+                self._edge_in_head
+                and self._edge_head_bytes > max_head_bytes
+                and not self.transport.is_closing()
+            ):
+                self._edge_disarm()
+                self._edge_discard = True
+                self.transport.write(head_too_big)
+                if self.transport.can_write_eof():
+                    self.transport.write_eof()  # after the answer: FIN, the client reads it
+                self._edge_linger = self.loop.call_later(LINGER_S, self.transport.close)
+
+        def send_400_response(self, msg: str) -> None:
+            bad = _error_bytes(400, msg, "invalid_request_error", "invalid_http")
+            self.transport.write(bad)
+            self.transport.close()
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -84,6 +133,8 @@ def edge_protocol(settings: CoordinatorSettings) -> type[HttpToolsProtocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._edge_disarm()
+            if self._edge_linger is not None:
+                self._edge_linger.cancel()
             super().connection_lost(exc)
 
         def on_message_begin(self) -> None:
@@ -93,11 +144,14 @@ def edge_protocol(settings: CoordinatorSettings) -> type[HttpToolsProtocol]:
 
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
+            self._edge_in_head = False
+            self._edge_head_bytes = 0
             self._edge_reading_body = True
             self._edge_arm(body_timeout_s)
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
+            self._edge_in_head = True
             self._edge_reading_body = False
             self._edge_disarm()
 

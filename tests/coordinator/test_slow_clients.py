@@ -10,6 +10,7 @@ whole-request deadline (`request_timeout_s`, 504) is `test_errors.py`'s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import time
@@ -193,3 +194,31 @@ def test_edge_limits_are_checked_and_name_the_field() -> None:
     for field, bad in (("max_connections", 0), ("header_timeout_s", 0), ("body_timeout_s", -1)):
         with pytest.raises(ValidationError, match=field):
             CoordinatorSettings.model_validate({field: bad})
+
+
+async def test_an_endless_header_is_cut_while_it_streams_and_garbage_gets_an_openai_400() -> None:
+    config = fleet(coordinator={"header_timeout_s": 30.0})
+    async with run_coordinator(config) as pd:
+        host, port = _address(pd.url)
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+        sent, answer = 0, b""
+        try:  # fast, never ending: the header deadline is far, the size limit is not
+            while sent < 64 << 20 and not answer:
+                writer.write(b"a" * 65536)
+                await writer.drain()
+                sent += 65536
+                with contextlib.suppress(TimeoutError):
+                    answer = await asyncio.wait_for(reader.read(65536), 0.01)
+        except ConnectionError:
+            pass
+        assert answer, f"no answer after {sent} bytes of one header"
+        assert sent < 8 << 20, sent  # cut near max_header_bytes (64 KiB), not at 64 MiB
+        writer.write_eof()  # the server drops the rest, then closes on our FIN
+        raw, _ = await _until_closed(reader, writer, None, limit_s=10.0)
+        assert _openai_error(answer + raw, 431)["code"] == "headers_too_large"
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        raw, _ = await _until_closed(reader, writer, None, limit_s=10.0)
+        assert _openai_error(raw, 400)["code"] == "invalid_http"
+        await _normal_requests_succeed(pd.url, 1)

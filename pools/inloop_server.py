@@ -92,7 +92,9 @@ class InLoopHttpServer:
     Parameters (defaults in brackets): `host` ["127.0.0.1"]; `port` [0: the OS picks];
     `backlog` [2048] pending connections; `keep_alive_s` [5] idle keep-alive before uvicorn
     closes a connection; `graceful_shutdown_s` [1] how long `stop()` lets open requests finish;
-    `stop_deadline_s` [graceful_shutdown_s + 2] when `stop()` cancels uvicorn outright.
+    `stop_deadline_s` [graceful_shutdown_s + 2] when `stop()` cancels uvicorn outright;
+    `http` ["auto"] uvicorn's HTTP protocol: a name or an `asyncio.Protocol` class (the
+    coordinator's connection limits, `pdorch/app/edge.py`).
     """
 
     def __init__(
@@ -105,6 +107,7 @@ class InLoopHttpServer:
         keep_alive_s: int = DEFAULT_KEEP_ALIVE_S,
         graceful_shutdown_s: int = 1,
         stop_deadline_s: float | None = None,
+        http: Any = "auto",
     ) -> None:
         self.app = app
         self.host = host
@@ -112,6 +115,7 @@ class InLoopHttpServer:
         self.backlog = backlog
         self.keep_alive_s = keep_alive_s
         self.graceful_shutdown_s = graceful_shutdown_s
+        self.http = http
         self.stop_deadline_s = (
             stop_deadline_s if stop_deadline_s is not None else graceful_shutdown_s + 2.0
         )
@@ -136,6 +140,7 @@ class InLoopHttpServer:
         config = uvicorn.Config(
             self.app,
             # http="auto" (the default): httptools' C parser when installed, else h11
+            http=self.http,
             log_level="warning",
             access_log=False,
             lifespan="off",

@@ -19,7 +19,9 @@ Routes: `POST /v1/completions`, `POST /v1/chat/completions` (stream or not; the 
 replica is routable, else 503), `GET /metrics` (Prometheus, `metrics.py`), `/admin/*`
 (`admin.py`). Every error is OpenAI-shaped (`errors.py`), including unknown routes (404),
 wrong methods (405) and request validation (400: pdorch never answers 422). Headers past
-`coordinator.max_header_bytes` (64 KiB) get 431 on every route.
+`coordinator.max_header_bytes` (64 KiB) get 431 on every route. `GET /openapi.json` is the
+hand-written description of every route (`openapi.py`: FastAPI's would miss the lean path and
+every body); FastAPI's own docs and schema routes are off.
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ from pdorch.app.admin_drain import admin_drain_router
 from pdorch.app.admin_scale import admin_scale_router
 from pdorch.app.auth import check_client
 from pdorch.app.errors import ApiError
-from pdorch.app.flow import RequestFlow, read_body
+from pdorch.app.flow import ClientGone, RequestFlow, read_body
 from pdorch.app.metrics import CONTENT_TYPE
 from pdorch.app.models import ModelDispatch, peek_model, replay_body
 from pdorch.app.openai_schema import RequestKind
+from pdorch.app.openapi import openapi_document
 from pdorch.app.passthrough import passthrough_router
 from pdorch.app.state import Coordinator
 
@@ -170,6 +173,10 @@ def create_app(coordinator: Coordinator, models: ModelDispatch | None = None) ->
             c.metrics.rejected("auth")
         return exc.response()
 
+    @app.exception_handler(ClientGone)
+    async def _client_gone(_: Request, exc: Exception) -> Response:
+        return Response(status_code=499)  # nobody reads it: the client left mid-body
+
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -218,6 +225,16 @@ def create_app(coordinator: Coordinator, models: ModelDispatch | None = None) ->
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(c.metrics.render(), media_type=CONTENT_TYPE)
+
+    description = _encode(
+        openapi_document(
+            c.served_model, api_keys=bool(c.api_keys), admin_token=c.admin_token is not None
+        )
+    )
+
+    @app.get("/openapi.json")
+    async def openapi() -> Response:
+        return Response(description, media_type="application/json")
 
     app.include_router(admin_router(c))
     app.include_router(admin_scale_router(c))

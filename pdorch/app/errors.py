@@ -11,12 +11,13 @@ knows (the OpenAI SDK reads `error.message`) and the status says what went wrong
 | 403 | admin token wrong | `permission_error` |
 | 404 | unknown model, route or replica | `not_found_error` |
 | 405 | wrong method on a known route | `invalid_request_error` |
+| 408 | headers / body not in within `header_timeout_s` / `body_timeout_s` | `timeout_error` |
 | 409 | admin: replica id already taken | `conflict_error` |
 | 413 | body over the configured limit | `invalid_request_error` |
 | 429 | over the configured concurrency limit | `rate_limit_error` |
 | 431 | headers over `coordinator.max_header_bytes` | `invalid_request_error` |
 | 502 | every engine attempt failed | `upstream_error` |
-| 503 | no healthy replica | `service_unavailable_error` |
+| 503 | no healthy replica; over `max_connections` (`edge.py`) | `service_unavailable_error` |
 | 504 | the whole-request deadline passed | `timeout_error` |
 
 Mid-stream failures cannot change the status any more: `error_event` is the SSE form (one
@@ -36,6 +37,7 @@ _TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "timeout_error",
     409: "conflict_error",
     413: "invalid_request_error",
     429: "rate_limit_error",

@@ -48,7 +48,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import msgspec
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive
 
@@ -94,11 +94,14 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
+            chunks.append(chunk)
+    except ClientDisconnect:  # left (or cut at body_timeout_s, edge.py) mid-body: not a bug
+        raise ClientGone() from None
     return b"".join(chunks)
 
 

@@ -276,7 +276,10 @@ class Continuation:
         for event in done.split(_EVENT_END):
             if not event:
                 continue
-            rewritten = self._event(event)
+            try:
+                rewritten = self._event(event)
+            except (AttributeError, TypeError, ValueError):  # JSON of the wrong shape
+                rewritten = event  # passes as sent, like an event that is not JSON
             if rewritten is not None:
                 out.append(rewritten + _EVENT_END)
         return b"".join(out)

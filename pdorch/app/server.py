@@ -28,10 +28,11 @@ from autoscale.actuators.local import LocalActuator
 from autoscale.policy import SloPolicy, load_policy
 from pdorch.app.api import create_app
 from pdorch.app.auth import open_admin_warning
+from pdorch.app.edge import edge_protocol
 from pdorch.app.models import ModelDispatch
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.state import Coordinator, CoordinatorLimits
-from pdorch.config.fleet import FleetConfig
+from pdorch.config.fleet import CoordinatorSettings, FleetConfig
 from pools.inloop_server import InLoopHttpServer
 from pools.launch import RunningFleet, launch_fleet
 from pools.replica import ReplicaEndpoint
@@ -40,14 +41,27 @@ log = logging.getLogger(__name__)
 
 
 def coordinator_http_server(
-    app: FastAPI, host: str = "127.0.0.1", port: int = 8000
+    app: FastAPI,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    settings: CoordinatorSettings | None = None,
 ) -> InLoopHttpServer:
     """The coordinator's HTTP server: `pools.inloop_server.InLoopHttpServer` with its settings.
 
     A deep backlog (bursts of clients), keep-alive 30 s (clients reuse connections between
-    requests; the engines' side keeps uvicorn's 5 s), 2 s for open streams at shutdown.
+    requests; the engines' side keeps uvicorn's 5 s), 2 s for open streams at shutdown; the
+    connection limits of `settings` (`edge.py`: connections, header and body deadlines;
+    defaults when None).
     """
-    return InLoopHttpServer(app, host, port, backlog=4096, keep_alive_s=30, graceful_shutdown_s=2)
+    return InLoopHttpServer(
+        app,
+        host,
+        port,
+        backlog=4096,
+        keep_alive_s=30,
+        graceful_shutdown_s=2,
+        http=edge_protocol(settings if settings is not None else CoordinatorSettings()),
+    )
 
 
 @dataclass
@@ -114,6 +128,7 @@ async def run_coordinator(
             create_app(coordinator, dispatch),
             bind,
             port if port is not None else config.coordinator.port,
+            config.coordinator,
         )
         if (warning := open_admin_warning(bind, config.coordinator.admin_token)) is not None:
             log.warning(warning)

@@ -162,6 +162,25 @@ class CoordinatorSettings(BaseModel):
         description="Requests whose headers (names + values) sum past this get 431 (default "
         "64 KiB: real clients send < 2 KiB; the HTTP parser itself sets no limit).",
     )
+    max_connections: int = Field(
+        default=4096,
+        ge=1,
+        description="Client connections open at once beyond this get 503 and are closed "
+        "(pdorch/app/edge.py; default 4096, the listen backlog).",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A request's headers must be complete this long after its first byte "
+        "(a new connection: after it opens), else 408 and the connection is closed "
+        "(slow-loris; default 10 s).",
+    )
+    body_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A request's body must be complete this long after its headers, else 408 "
+        "and the connection is closed (default 60 s: 32 MiB at ~4.5 Mbit/s).",
+    )
     replica_allow: ReplicaAllowList = Field(
         default_factory=ReplicaAllowList,
         description="Where replicas added at run time (admin API) may point: an SSRF guard "

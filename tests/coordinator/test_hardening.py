@@ -86,7 +86,14 @@ def _fill(path: str) -> str:
 
 async def test_every_admin_route_needs_the_token() -> None:
     config = fleet(coordinator={"admin_token": "s3cret"})
-    public = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}
+    public = {
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/models",
+        "/health",
+        "/metrics",
+        "/openapi.json",
+    }
     public |= set(PASSTHROUGH_PATHS)  # client routes (API keys), forwarded to an engine
     async with (
         run_coordinator(config) as pd,

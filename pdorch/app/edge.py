@@ -1,0 +1,183 @@
+"""The coordinator's connection edge: limits uvicorn does not set, enforced per connection.
+
+uvicorn's HTTP protocol has no deadline for a request's headers or body (only an idle
+keep-alive timeout *between* requests) and its `limit_concurrency` answers plain text; so one
+client holding many connections open and trickling bytes (slow-loris) keeps sockets, admission
+slots and buffers forever. `edge_protocol(settings)` is uvicorn's httptools protocol with three
+limits from the fleet file's `coordinator:` section:
+
+- `max_connections` [4096]: a new connection past it gets 503 `too_many_connections` and is
+  closed at once.
+- `header_timeout_s` [10 s]: from a connection's opening (a kept-alive connection: from its
+  next request's first byte) until the headers are complete; past it, 408 `header_timeout`
+  and closed. A connection that sends nothing at all is cut the same way.
+- `body_timeout_s` [60 s]: from the end of the headers until the whole body is in; past it,
+  unless an answer has started, 408 `body_timeout` and closed (the handler sees a disconnect).
+- `max_header_bytes` [64 KiB] + 16 KiB for the request line and framing: a request head still
+  not complete past that many bytes gets 431 `headers_too_large` and is closed *while it
+  streams in* (httptools buffers a head of any size; `api.py`'s 431 only sees complete heads,
+  so without this a client could send gigabytes of one header within `header_timeout_s`).
+- A request that is no HTTP at all gets uvicorn's 400, in the OpenAI shape (`invalid_http`).
+
+Each answer is OpenAI-shaped (`errors.py`) with `connection: close`. The whole-request
+deadline (`request_timeout_s`, 504) starts after the body (`flow.py`); headers over
+`max_header_bytes` get 431 (`api.py`). Defaults: real clients send headers in one packet
+(< 1 ms on a LAN, one RTT over the internet) and a 1 MiB prompt body in well under a second;
+60 s lets a 32 MiB body (`max_body_bytes`) in at ~4.5 Mbit/s. 4096 connections is the
+coordinator's listen backlog and within a typical `ulimit -n` raised for a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from pdorch.config.fleet import CoordinatorSettings
+
+_encode = msgspec.json.Encoder().encode
+_REASONS = {
+    400: b"Bad Request",
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
+HEAD_SLACK_BYTES = 16 * 1024  # request line, separators: past max_header_bytes' names + values
+# after a 431 mid-head: how long the rest is read and dropped before the socket closes (closing
+# on unread bytes sends a reset, which can reach the client before the 431 it should read)
+LINGER_S = 2.0
+
+
+def _error_bytes(status: int, message: str, error_type: str, code: str) -> bytes:
+    body = _encode({"error": {"message": message, "type": error_type, "param": None, "code": code}})
+    head = (
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body))
+    )
+    return head + body
+
+
+def edge_protocol(settings: CoordinatorSettings) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with the edge limits of `settings` (module docstring)."""
+    max_connections = settings.max_connections
+    header_timeout_s = settings.header_timeout_s
+    body_timeout_s = settings.body_timeout_s
+    max_head_bytes = settings.max_header_bytes + HEAD_SLACK_BYTES
+    busy = _error_bytes(
+        503,
+        f"Too many connections (coordinator.max_connections={max_connections}).",
+        "service_unavailable_error",
+        "too_many_connections",
+    )
+    slow_headers = _error_bytes(
+        408,
+        f"Request headers not complete within coordinator.header_timeout_s={header_timeout_s:g}.",
+        "timeout_error",
+        "header_timeout",
+    )
+    slow_body = _error_bytes(
+        408,
+        f"Request body not complete within coordinator.body_timeout_s={body_timeout_s:g}.",
+        "timeout_error",
+        "body_timeout",
+    )
+
+    head_too_big = _error_bytes(
+        431,
+        f"Request headers exceed {settings.max_header_bytes} bytes.",
+        "invalid_request_error",
+        "headers_too_large",
+    )
+
+    class EdgeProtocol(HttpToolsProtocol):
+        _edge_timer: asyncio.TimerHandle | None = None
+        _edge_reading_body = False
+        _edge_in_head = True  # bytes now are a request head (or the gap before one)
+        _edge_head_bytes = 0
+        _edge_discard = False  # answered 431: drop what still comes, then close
+        _edge_linger: asyncio.TimerHandle | None = None
+
+        def data_received(self, data: bytes) -> None:
+            if self._edge_discard:
+                return
+            if self._edge_in_head:
+                self._edge_head_bytes += len(data)
+            super().data_received(data)
+            if (
+                self._edge_in_head
+                and self._edge_head_bytes > max_head_bytes
+                and not self.transport.is_closing()
+            ):
+                self._edge_disarm()
+                self._edge_discard = True
+                self.transport.write(head_too_big)
+                if self.transport.can_write_eof():
+                    self.transport.write_eof()  # after the answer: FIN, the client reads it
+                self._edge_linger = self.loop.call_later(LINGER_S, self.transport.close)
+
+        def send_400_response(self, msg: str) -> None:
+            bad = _error_bytes(400, msg, "invalid_request_error", "invalid_http")
+            self.transport.write(bad)
+            self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            # `connections` holds this one already: over the limit means more than it
+            if len(self.connections) > max_connections:
+                transport.write(busy)
+                transport.close()
+                return
+            self._edge_arm(header_timeout_s)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._edge_disarm()
+            if self._edge_linger is not None:
+                self._edge_linger.cancel()
+            super().connection_lost(exc)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if self._edge_timer is None:  # a kept-alive connection's next request
+                self._edge_arm(header_timeout_s)
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            self._edge_in_head = False
+            self._edge_head_bytes = 0
+            self._edge_reading_body = True
+            self._edge_arm(body_timeout_s)
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._edge_in_head = True
+            self._edge_reading_body = False
+            self._edge_disarm()
+
+        def _edge_arm(self, delay_s: float) -> None:
+            self._edge_disarm()
+            self._edge_timer = self.loop.call_later(delay_s, self._edge_expired)
+
+        def _edge_disarm(self) -> None:
+            if self._edge_timer is not None:
+                self._edge_timer.cancel()
+                self._edge_timer = None
+
+        def _edge_expired(self) -> None:
+            self._edge_timer = None
+            if self.transport.is_closing():
+                return
+            cycle: Any = self.cycle
+            if self._edge_reading_body and cycle is not None:
+                if cycle.response_started:
+                    return  # the handler answered without the whole body: its business
+                # the handler waits in receive(): it sees a disconnect, its answer goes nowhere
+                cycle.disconnected = True
+                cycle.message_event.set()
+                self.transport.write(slow_body)
+            else:
+                self.transport.write(slow_headers)
+            self.transport.close()
+
+    return EdgeProtocol

@@ -7,9 +7,12 @@ writes the description by hand from the same rules, for one coordinator's config
 
 - `/v1/completions`, `/v1/chat/completions`: the fields the coordinator reads and checks, with
   the constraints `openai_schema.py` enforces (`model` must be the served model, else 404;
-  `prompt` a non-empty string, token ids or a batch of one; `messages` objects with a string
-  `role`; `n` 1; positive `max_tokens`); every other field travels to the engine unchanged
-  (`additionalProperties: true`) and the engine's 400 passes through.
+  `prompt` a non-empty string, token ids or a batch of up to `MAX_BATCH`; `messages` objects
+  with a string `role`; `n` in 1..`MAX_CHOICES`; positive `max_tokens`); every other field
+  travels to the engine unchanged (`additionalProperties: true`) and the engine's 400 passes
+  through.
+- `/tokenize`, `/detokenize`, `/v1/responses`, `/v1/embeddings` (forwarded to an engine,
+  `passthrough.py`: the body an object, the engine's answer relayed);
 - `/v1/models`, `/health`, `/metrics`, `/openapi.json` and every `/admin/*` route (bodies from
   the pydantic models the routes validate with, so the two cannot drift).
 - Errors: every non-2xx answer is the OpenAI shape (`components.schemas.Error`, `errors.py`).
@@ -30,6 +33,7 @@ from pydantic import BaseModel
 
 from pdorch.app.admin_drain import DrainBody
 from pdorch.app.admin_scale import MoveBody, ScaleBody
+from pdorch.app.openai_schema import MAX_BATCH, MAX_CHOICES
 from pools.launch_spec import StaticEndpointSpec
 
 OPENAPI_VERSION = "3.1.0"
@@ -44,6 +48,7 @@ _DESCRIPTIONS = {
     408: "Headers or body not complete within `header_timeout_s` / `body_timeout_s`.",
     409: "Conflict (replica id taken; the fleet launches no engines).",
     413: "Body over `max_body_bytes`.",
+    422: "The engine refused the body (a forwarded route: relayed as the engine answered).",
     429: "Over the admission limit; `Retry-After` says when to try again.",
     431: "Headers over `max_header_bytes`.",
     502: "Every engine attempt failed.",
@@ -104,7 +109,15 @@ def _request_schemas(served_model: str) -> dict[str, Any]:
         "stream": _nullable({"type": "boolean"}),
         "stream_options": _nullable({"type": "object"}),
         "max_tokens": _nullable({"type": "integer", "minimum": 1}),
-        "n": _nullable({"type": "integer", "enum": [1], "description": "One choice a request."}),
+        "n": _nullable(
+            {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_CHOICES,
+                "description": f"Choices per prompt; at most {MAX_CHOICES} choices in all "
+                "(prompts x n).",
+            }
+        ),
         "kv_transfer_params": {"description": "Dropped: only the coordinator sets it."},
         "request_id": {"description": "Dropped: request ids upstream are the coordinator's."},
     }
@@ -118,10 +131,11 @@ def _request_schemas(served_model: str) -> dict[str, Any]:
                 "anyOf": [
                     text,
                     token_ids,
-                    {"type": "array", "minItems": 1, "maxItems": 1, "items": text},
-                    {"type": "array", "minItems": 1, "maxItems": 1, "items": token_ids},
+                    {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": text},
+                    {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": token_ids},
                 ],
-                "description": "A string, token ids, or a batch of exactly one of those.",
+                "description": f"A string, token ids, or a batch of up to {MAX_BATCH} of those "
+                "(one P/D flow each, one merged answer).",
             },
         },
         "additionalProperties": True,
@@ -219,6 +233,26 @@ def openapi_document(
             op["security"] = [{"ApiKey": []}]
         return op
 
+    def passthrough_op(summary: str) -> dict[str, Any]:
+        # passthrough.py: the body is the engine's to validate (a JSON object; `model`, when
+        # given, the served one); the engine's answer, error or not, is relayed as it is
+        body = {
+            "type": "object",
+            "properties": {"model": {"type": "string", "const": served_model}},
+        }
+        ok = {
+            "description": "The engine's answer (`text/event-stream` when it streams).",
+            "content": {"application/json": {"schema": obj}, "text/event-stream": {"schema": sse}},
+        }
+        op: dict[str, Any] = {
+            "summary": summary,
+            "requestBody": _json_body(body),
+            "responses": _responses(ok, (*client_auth, 400, 404, 413, 422, 502)),
+        }
+        if api_keys:
+            op["security"] = [{"ApiKey": []}]
+        return op
+
     def admin_op(
         summary: str,
         statuses: tuple[int, ...] = (),
@@ -282,6 +316,15 @@ def openapi_document(
                 "summary": "Prometheus metrics",
                 "responses": _responses(_ok({"type": "string"}, "text/plain"), ()),
             }
+        },
+        **{
+            path: {"post": passthrough_op(summary)}
+            for path, summary in (
+                ("/tokenize", "Forwarded to an engine: the prompt's token ids"),
+                ("/detokenize", "Forwarded to an engine: the text of token ids"),
+                ("/v1/responses", "Forwarded whole to an engine that serves the Responses API"),
+                ("/v1/embeddings", "Forwarded to an engine that serves a pooling model"),
+            )
         },
         "/openapi.json": {
             "get": {"summary": "This description", "responses": _responses(_ok(obj), ())}

@@ -2,15 +2,19 @@
 
 Setup (one run, one set of engines): a prefill and a decode simulated engine (`pdorch engine
 sim`, separate processes, `--time-scale` tiny so they answer almost at once and the proxy is
-the bottleneck), then for every concurrency C and every target, `requests` non-streaming
-completions (short unique prompt, `max_tokens` small) from C workers, each on its own
-keep-alive connection (`benchmarks/proxy/raw_http.py`, a lean client so the generator is not
-the bottleneck):
+the bottleneck), then for every concurrency C and every target, `requests` completions
+(short unique prompt, `max_tokens` small) from C workers, each on its own keep-alive
+connection (`benchmarks/proxy/raw_http.py`, a lean client so the generator is not the
+bottleneck). With `stream` (`--stream`) the answers are SSE: the decode leg streams, the
+proxy relays every event, and each answer must end with `data: [DONE]` after at least
+`max_tokens` events (long streams, e.g. `--max-tokens 256`, measure the relay's per-chunk
+cost). With `py_spy_dir` (`--py-spy-dir`) a `py-spy record --nonblocking` flame graph of the
+pdorch process is written per C for the timed requests.
 
 - `direct`: no proxy. The client does the two legs itself, exactly as a P/D proxy must: the
   prefill leg to the prefill engine (`max_tokens: 1`, `kv_transfer_params.do_remote_decode`),
-  then the decode leg to the decode engine with the returned `kv_transfer_params` and the same
-  `X-Request-Id`. This is the floor every proxy adds to.
+  then the decode leg (streamed with `stream`) to the decode engine with the returned
+  `kv_transfer_params` and the same `X-Request-Id`. This is the floor every proxy adds to.
 - `vllm-router`: `vllm-router --vllm-pd-disaggregation --prefill P --decode D` (Rust; NIXL mode).
 - `pdorch`: `pdorch serve --config` over the same two engines, every request disaggregated.
 

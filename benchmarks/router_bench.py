@@ -19,8 +19,9 @@ iteration (a shared system prompt plus a new question). Latency is wall time per
 (`perf_counter_ns`), reported as p50/p99 in microseconds, the targets' measure. The thread's
 CPU time per decision (`thread_time_ns`) is reported beside it: on a shared machine, wall-time
 tails include time slices given to other processes, CPU time does not; the load average at the
-start is recorded for the same reason. The garbage collector stays on, after `gc.freeze()` of
-the populated index (what a long-running coordinator's old generation looks like). Each
+start is recorded for the same reason. The garbage collector stays on, set as `pdorch serve`
+sets it (`pdorch/app/gc_tuning.py`: `gc.freeze()` of the populated index, what a long-running
+coordinator's old generation looks like, and a young-generation threshold of 20,000). Each
 stage's p50 is reported too (`stage_p50_us`: block_keys, index_match, snapshots,
 token_load_pick, pd_decision), so a slow stage is named.
 
@@ -48,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchmarks.router_ingest import measure_ingest_throughput
+from pdorch.app.gc_tuning import GEN0_THRESHOLD, GEN1_THRESHOLD, GEN2_THRESHOLD
 from router.kv_events import BlockStored, EngineBlockHash
 from router.kv_index import KvIndex
 from router.pd_decision import PdDecisionParams, decide_pd
@@ -222,8 +224,12 @@ def measure_decision_latency(
         base[: prompt_tokens - suffix] + [rng.randrange(VOCAB) for _ in range(suffix)]
         for _ in range(iterations)
     ]
+    # The collector as in `pdorch serve` (`pdorch/app/gc_tuning.py`): start-up heap frozen,
+    # young generation collected after GEN0_THRESHOLD net allocations; restored afterwards.
+    thresholds = gc.get_threshold()
     gc.collect()
     gc.freeze()
+    gc.set_threshold(GEN0_THRESHOLD, GEN1_THRESHOLD, GEN2_THRESHOLD)
     timings: list[float] = []
     cpu_timings: list[float] = []
     stages: dict[str, list[float]] = {
@@ -267,6 +273,7 @@ def measure_decision_latency(
             if progress is not None:
                 progress(f"decide {prompt_tokens} tok x {replicas} replicas", 1)
     finally:
+        gc.set_threshold(*thresholds)
         gc.unfreeze()
     timings.sort()
     cpu_timings.sort()

@@ -70,7 +70,7 @@ def bench_proxy(
     py_spy_dir: Path | None = typer.Option(
         None,
         help="Record a py-spy flame graph of pdorch per concurrency into this directory "
-        "(pdorch-{whole,stream}-cN.svg; needs py-spy and ptrace rights).",
+        "(pdorch-{whole,stream}-cN.svg; needs py-spy and ptrace rights). Default: no profile.",
         file_okay=False,
     ),
     as_json: bool = typer.Option(

@@ -2,15 +2,19 @@
 
 Setup (one run, one set of engines): a prefill and a decode simulated engine (`pdorch engine
 sim`, separate processes, `--time-scale` tiny so they answer almost at once and the proxy is
-the bottleneck), then for every concurrency C and every target, `requests` non-streaming
-completions (short unique prompt, `max_tokens` small) from C workers, each on its own
-keep-alive connection (`benchmarks/proxy/raw_http.py`, a lean client so the generator is not
-the bottleneck):
+the bottleneck), then for every concurrency C and every target, `requests` completions
+(short unique prompt, `max_tokens` small) from C workers, each on its own keep-alive
+connection (`benchmarks/proxy/raw_http.py`, a lean client so the generator is not the
+bottleneck). With `stream` (`--stream`) the answers are SSE: the decode leg streams, the
+proxy relays every event, and each answer must end with `data: [DONE]` after at least
+`max_tokens` events (long streams, e.g. `--max-tokens 256`, measure the relay's per-chunk
+cost). With `py_spy_dir` (`--py-spy-dir`) a `py-spy record --nonblocking` flame graph of the
+pdorch process is written per C for the timed requests.
 
 - `direct`: no proxy. The client does the two legs itself, exactly as a P/D proxy must: the
   prefill leg to the prefill engine (`max_tokens: 1`, `kv_transfer_params.do_remote_decode`),
-  then the decode leg to the decode engine with the returned `kv_transfer_params` and the same
-  `X-Request-Id`. This is the floor every proxy adds to.
+  then the decode leg (streamed with `stream`) to the decode engine with the returned
+  `kv_transfer_params` and the same `X-Request-Id`. This is the floor every proxy adds to.
 - `vllm-router`: `vllm-router --vllm-pd-disaggregation --prefill P --decode D` (Rust; NIXL mode).
 - `pdorch`: `pdorch serve --config` over the same two engines, every request disaggregated.
 
@@ -28,6 +32,8 @@ import asyncio
 import itertools
 import os
 import re
+import signal
+import subprocess
 import tempfile
 import time
 import uuid
@@ -46,6 +52,7 @@ from benchmarks.proxy.processes import (
     start_sim,
     start_vllm_router,
     stop_process,
+    venv_bin,
     write_pdorch_fleet,
 )
 from benchmarks.proxy.raw_http import RawHttpConnection, split_url
@@ -70,6 +77,8 @@ class ProxyBenchConfig:
     model_profile: str = "tiny"
     served_model_name: str = "bench-model"
     log_dir: Path | None = None
+    stream: bool = False  # SSE answers (`stream: true`): the relay's per-chunk cost
+    py_spy_dir: Path | None = None  # record pdorch's flame graph per C here (py-spy)
 
 
 @dataclass
@@ -90,18 +99,27 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
 class _Worker:
     """One concurrent client: its own keep-alive connection(s) to the target."""
 
-    def __init__(self, target: str, urls: dict[str, str], model: str, max_tokens: int) -> None:
+    def __init__(
+        self, target: str, urls: dict[str, str], model: str, max_tokens: int, stream: bool
+    ) -> None:
         self.target = target
         self.model = model
         self.max_tokens = max_tokens
+        self.stream = stream
         self.conns = {name: RawHttpConnection(*split_url(url)[:2]) for name, url in urls.items()}
 
     async def request(self, prompt: str) -> str | None:
         """One P/D completion; None when it succeeded, else the error."""
         if self.target != "direct":
-            body = _encode({"model": self.model, "prompt": prompt, "max_tokens": self.max_tokens})
-            status, data = await self.conns["proxy"].post_json("/v1/completions", body)
-            return None if status == 200 else f"HTTP {status}: {data[:200]!r}"
+            request: dict[str, Any] = {
+                "model": self.model,
+                "prompt": prompt,
+                "max_tokens": self.max_tokens,
+            }
+            if self.stream:
+                request["stream"] = True
+            status, data = await self.conns["proxy"].post_json("/v1/completions", _encode(request))
+            return self._check(status, data)
         rid = {"X-Request-Id": f"bench-{uuid.uuid4().hex}"}
         prefill = _encode(
             {
@@ -119,16 +137,32 @@ class _Worker:
         params = _decode(data).get("kv_transfer_params")
         if not params:
             return "prefill response without kv_transfer_params"
-        decode = _encode(
-            {
-                "model": self.model,
-                "prompt": prompt,
-                "max_tokens": self.max_tokens,
-                "kv_transfer_params": params,
-            }
+        decode_leg: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": self.max_tokens,
+            "kv_transfer_params": params,
+        }
+        if self.stream:
+            decode_leg["stream"] = True
+        status, data = await self.conns["decode"].post_json(
+            "/v1/completions", _encode(decode_leg), rid
         )
-        status, data = await self.conns["decode"].post_json("/v1/completions", decode, rid)
-        return None if status == 200 else f"decode HTTP {status}: {data[:200]!r}"
+        return self._check(status, data)
+
+    def _check(self, status: int, data: bytes) -> str | None:
+        """None for a whole answer: 200, and a streamed one ends with `[DONE]` after
+        `max_tokens` token events (a relay that drops or merges events fails here)."""
+        if status != 200:
+            return f"HTTP {status}: {data[:200]!r}"
+        if not self.stream:
+            return None
+        if not data.endswith(b"data: [DONE]\n\n"):
+            return f"stream without [DONE]: {data[-200:]!r}"
+        events = data.count(b"data: ") - 1
+        if events < self.max_tokens:
+            return f"stream with {events} events for max_tokens={self.max_tokens}"
+        return None
 
     def close(self) -> None:
         for conn in self.conns.values():
@@ -147,7 +181,7 @@ async def _drive(
     result = _RunResult()
     counter = itertools.count()
     workers = [
-        _Worker(target, urls, config.served_model_name, config.max_tokens)
+        _Worker(target, urls, config.served_model_name, config.max_tokens, config.stream)
         for _ in range(concurrency)
     ]
 
@@ -176,6 +210,34 @@ async def _drive(
             worker.close()
     result.wall_s = time.perf_counter() - start
     return result
+
+
+def _start_py_spy(
+    config: ProxyBenchConfig, target: str, proc: RunningProcess | None, concurrency: int
+) -> subprocess.Popen[bytes] | None:
+    """`py-spy record` on the pdorch process for one timed run (`py_spy_dir`), else None.
+    `--nonblocking`: the process is not paused per sample (its CPU/req stays comparable,
+    a few samples may be torn); `--idle` off: only stacks that run on a core count."""
+    if config.py_spy_dir is None or target != "pdorch" or proc is None:
+        return None
+    config.py_spy_dir.mkdir(parents=True, exist_ok=True)
+    kind = "stream" if config.stream else "whole"
+    out = config.py_spy_dir / f"pdorch-{kind}-c{concurrency}.svg"
+    cmd = [venv_bin("py-spy"), "record", "--nonblocking", "--rate", "200"]
+    cmd += ["--pid", str(proc.pid), "--output", str(out)]
+    log = (config.py_spy_dir / f"py-spy-{kind}-c{concurrency}.log").open("wb")
+    with log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
+    """SIGINT makes py-spy write the flame graph and exit."""
+    spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(60)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait(10)
 
 
 def _cpu_s(pids: Sequence[int]) -> float:
@@ -292,9 +354,14 @@ async def run_proxy_bench(
                     client0 = time.process_time()
                     proxy0 = _cpu_s([proc.pid]) if proc else 0.0
                     engines0 = _cpu_s(engine_pids)
-                    run = await _drive(
-                        name, urls, config, concurrency, config.requests, tag, on_progress
-                    )
+                    spy = _start_py_spy(config, name, proc, concurrency)
+                    try:
+                        run = await _drive(
+                            name, urls, config, concurrency, config.requests, tag, on_progress
+                        )
+                    finally:
+                        if spy is not None:
+                            _stop_py_spy(spy)
                     client_cpu = time.process_time() - client0
                     proxy_cpu = _cpu_s([proc.pid]) - proxy0 if proc else None
                     engines_cpu = _cpu_s(engine_pids) - engines0
@@ -322,6 +389,7 @@ async def run_proxy_bench(
             "requests": config.requests,
             "concurrency": list(config.concurrency),
             "max_tokens": config.max_tokens,
+            "stream": config.stream,
             "warmup": config.warmup,
             "time_scale": config.time_scale,
             "model_profile": config.model_profile,

@@ -19,10 +19,16 @@ iteration (a shared system prompt plus a new question). Latency is wall time per
 (`perf_counter_ns`), reported as p50/p99 in microseconds, the targets' measure. The thread's
 CPU time per decision (`thread_time_ns`) is reported beside it: on a shared machine, wall-time
 tails include time slices given to other processes, CPU time does not; the load average at the
-start is recorded for the same reason. The garbage collector stays on, after `gc.freeze()` of
-the populated index (what a long-running coordinator's old generation looks like). Each
+start is recorded for the same reason. The garbage collector stays on, set as `pdorch serve`
+sets it (`pdorch/app/gc_tuning.py`: `gc.freeze()` of the populated index, what a long-running
+coordinator's old generation looks like, and a young-generation threshold of 20,000). Each
 stage's p50 is reported too (`stage_p50_us`: block_keys, index_match, snapshots,
 token_load_pick, pd_decision), so a slow stage is named.
+
+**Index memory.** Per configuration, `tracemalloc` over the populate step (off before timing):
+bytes per (replica, block) entry (`index_bytes_per_entry`) and per distinct block key
+(`index_bytes_per_key`); the entries are the prefix blocks of every replica plus its 256
+background blocks.
 
 **Ingestion.** `benchmarks.router_ingest.measure_ingest_throughput`: vLLM-format msgpack payloads
 decoded and applied to a `KvIndex` through the subscriber's frame path (no sockets), in blocks/s.
@@ -37,11 +43,13 @@ import os
 import random
 import statistics
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchmarks.router_ingest import measure_ingest_throughput
+from pdorch.app.gc_tuning import GEN0_THRESHOLD, GEN1_THRESHOLD, GEN2_THRESHOLD
 from router.kv_events import BlockStored, EngineBlockHash
 from router.kv_index import KvIndex
 from router.pd_decision import PdDecisionParams, decide_pd
@@ -75,6 +83,12 @@ class DecisionLatency:
     iterations: int
     mean_overlap_blocks: float
     stage_p50_us: dict[str, float]
+    # index memory (tracemalloc, while populating): bytes per (replica, block) entry and per
+    # distinct block key; entries = sum over replicas of blocks held
+    index_entries: int = 0
+    index_distinct_keys: int = 0
+    index_bytes_per_entry: float = 0.0
+    index_bytes_per_key: float = 0.0
 
 
 @dataclass(slots=True)
@@ -191,7 +205,18 @@ def measure_decision_latency(
     load = TokenLoad()
     replica_ids = [f"replica-{i:03d}" for i in range(replicas)]
     base = [rng.randrange(VOCAB) for _ in range(prompt_tokens)]
+    # What the index holds, measured on the populate step alone (tracemalloc slows the
+    # allocations it traces, so it is off again before any decision is timed). The token-load
+    # tracker's few requests per replica are included: a few hundred bytes per replica.
+    gc.collect()
+    tracemalloc.start()
+    traced0 = tracemalloc.get_traced_memory()[0]
     _populate(index, load, replica_ids, base, rng, now)
+    gc.collect()
+    index_bytes = tracemalloc.get_traced_memory()[0] - traced0
+    tracemalloc.stop()
+    stats = index.stats()
+    entries = sum(stats.blocks_per_replica.values())
     policy = build_policy({"name": "token_load"})
     pd_params = PdDecisionParams()
     suffix = max(1, prompt_tokens // 10)
@@ -199,8 +224,12 @@ def measure_decision_latency(
         base[: prompt_tokens - suffix] + [rng.randrange(VOCAB) for _ in range(suffix)]
         for _ in range(iterations)
     ]
+    # The collector as in `pdorch serve` (`pdorch/app/gc_tuning.py`): start-up heap frozen,
+    # young generation collected after GEN0_THRESHOLD net allocations; restored afterwards.
+    thresholds = gc.get_threshold()
     gc.collect()
     gc.freeze()
+    gc.set_threshold(GEN0_THRESHOLD, GEN1_THRESHOLD, GEN2_THRESHOLD)
     timings: list[float] = []
     cpu_timings: list[float] = []
     stages: dict[str, list[float]] = {
@@ -244,6 +273,7 @@ def measure_decision_latency(
             if progress is not None:
                 progress(f"decide {prompt_tokens} tok x {replicas} replicas", 1)
     finally:
+        gc.set_threshold(*thresholds)
         gc.unfreeze()
     timings.sort()
     cpu_timings.sort()
@@ -260,6 +290,10 @@ def measure_decision_latency(
         stage_p50_us={
             name: round(_percentile(sorted(values), 50.0), 2) for name, values in stages.items()
         },
+        index_entries=entries,
+        index_distinct_keys=stats.distinct_keys,
+        index_bytes_per_entry=index_bytes / max(1, entries),
+        index_bytes_per_key=index_bytes / max(1, stats.distinct_keys),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 
 async def _serve(config_path: str, port: int) -> None:
+    from pdorch.app.gc_tuning import tune_gc_for_serving
     from pdorch.app.server import run_coordinator
     from pdorch.config.fleet import load_fleet_config
 
@@ -23,6 +24,7 @@ async def _serve(config_path: str, port: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with run_coordinator(config, port=port) as running:
+        tune_gc_for_serving()  # as `pdorch serve` does
         print(f"ready {running.url}", flush=True)
         await stop.wait()
 

@@ -61,6 +61,18 @@ def bench_proxy(
         "Default: write no file.",
         dir_okay=False,
     ),
+    stream: bool = typer.Option(
+        False,
+        "--stream",
+        help="Streamed answers (SSE, `stream: true`): every answer must end with [DONE] after "
+        "max_tokens token events. Use e.g. --max-tokens 256 for long streams.",
+    ),
+    py_spy_dir: Path | None = typer.Option(
+        None,
+        help="Record a py-spy flame graph of pdorch per concurrency into this directory "
+        "(pdorch-{whole,stream}-cN.svg; needs py-spy and ptrace rights). Default: no profile.",
+        file_okay=False,
+    ),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object on stdout; table and progress on stderr."
     ),
@@ -93,6 +105,8 @@ def bench_proxy(
         time_scale=time_scale,
         model_profile=model_profile,
         log_dir=log_dir,
+        stream=stream,
+        py_spy_dir=py_spy_dir,
     )
 
     err = Console(stderr=True)
@@ -114,6 +128,7 @@ def bench_proxy(
 
     table = Table(
         title=f"pdorch bench proxy ({requests} requests each, max_tokens {max_tokens}, "
+        f"{'streamed' if stream else 'whole answers'}, "
         f"engines at time scale {time_scale})"
     )
     columns = ("target", "C", "ok", "err", "req/s", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms")

@@ -109,6 +109,7 @@ def bench_router(
         "mean µs",
         "cpu p50 µs",
         "cpu p99 µs",
+        "index B/entry",
     )
     for column in (*columns, "target"):
         table.add_column(column, justify="right")
@@ -124,6 +125,7 @@ def bench_router(
             f"{d.mean_us:.0f}",
             f"{d.cpu_p50_us:.0f}",
             f"{d.cpu_p99_us:.0f}",
+            f"{d.index_bytes_per_entry:.0f}",
             target,
         )
     caption = [

@@ -178,6 +178,7 @@ def serve(
         raise typer.Exit(2) from None
 
     async def main() -> None:
+        from pdorch.app.gc_tuning import tune_gc_for_serving
         from pdorch.app.server import run_coordinator
 
         stop = asyncio.Event()
@@ -188,6 +189,7 @@ def serve(
         with console.status(f"starting the {what} ..."):
             context = run_coordinator(fleet, host=host, port=port, slo_policy=policy)
             running = await context.__aenter__()
+        tune_gc_for_serving()  # the start-up heap is never walked again (gc_tuning.py)
         autoscaler: asyncio.Task[None] | None = None
         control: Any = None
         stop_loop = asyncio.Event()

@@ -65,3 +65,41 @@ def test_json_shape_on_a_tiny_run(tmp_path: Path) -> None:
             assert row["added_p50_ms"] is not None
     assert rows[("direct", 1)]["added_p50_ms"] == 0.0
     assert rows[("direct", 1)]["proxy_cpu_us_per_req"] is None
+
+
+def test_streamed_run_checks_every_stream(tmp_path: Path) -> None:
+    """`--stream`: every answer is SSE through the proxy and must end with [DONE] after
+    max_tokens token events (`_Worker._check`), for the floor and the proxy alike."""
+    proc = subprocess.run(
+        [
+            str(PDORCH),
+            "bench",
+            "proxy",
+            "--json",
+            "--stream",
+            "--max-tokens",
+            "24",
+            "--requests",
+            "8",
+            "--warmup",
+            "1",
+            "--concurrency",
+            "2",
+            "--targets",
+            "direct,pdorch",
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["config"]["stream"] is True and result["config"]["max_tokens"] == 24
+    rows = {r["target"]: r for r in result["rows"]}
+    assert set(rows) == {"direct", "pdorch"}, result["skipped"]
+    for row in rows.values():
+        assert row["ok"] == 8 and row["errors"] == 0, row["first_error"]
+        assert row["remote_prefill_frac"] == 1.0

@@ -52,6 +52,11 @@ def test_json_shape_on_a_tiny_size(tmp_path: Path) -> None:
         assert d["iterations"] == 5
         assert 0 < d["p50_us"] <= d["p99_us"]
         assert d["cpu_p50_us"] > 0
+        # every replica holds its 256 background blocks (+ a prefix of the shared prompt)
+        assert d["index_entries"] >= 256 * d["replicas"]
+        assert d["index_distinct_keys"] <= d["index_entries"]
+        assert d["index_bytes_per_entry"] > 0
+        assert d["index_bytes_per_key"] >= d["index_bytes_per_entry"]
     assert data["ingest_blocks_per_s"] > 0
     assert data["ingest_blocks"] >= 400
     assert set(data["targets_met"]) == {"decision_p99", "ingest"}

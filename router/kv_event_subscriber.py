@@ -319,12 +319,17 @@ class KvEventSubscriber:
         try:
             sock.connect(source.replay_endpoint)
             await sock.send_multipart([b"", start_seq.to_bytes(8, "big")])
+            # an idle timeout, re-armed by every replayed message: a long replay that makes
+            # progress (hundreds of batches applied on a busy coordinator loop, chaos
+            # `kv-events-lost`: 367 batches took > 2 s at load 27 and were given up) goes on;
+            # a silent replay socket still ends it after `replay_timeout_s`
             deadline = self._clock() + self.replay_timeout_s
             while True:
                 left = deadline - self._clock()
                 if left <= 0 or not await sock.poll(timeout=left * 1000):
                     break
                 frames = await sock.recv_multipart()
+                deadline = self._clock() + self.replay_timeout_s
                 if len(frames) != 4 or len(frames[2]) != 8:
                     self.counters.garbage += 1
                     continue

@@ -15,9 +15,11 @@ This is the router's one I/O edge. Two ways to meet engines (vLLM's publisher *b
 Per source (see :mod:`router.kv_event_sequencer` for the rules): in-order apply, gap -> replay
 from the engine's replay socket (a DEALER sends ``[b"", start_seq as 8-byte BE]``; the ROUTER
 answers ``[b"", topic, seq, payload]`` per buffered message and ends with seq ``0xff`` x 8 and
-an empty payload), restart (seq goes back) -> the replica's entries are dropped and rebuilt
-from what follows, duplicates skipped, garbage (wrong frame count, bad seq frame, payload that
-is not a KV event batch) counted and skipped -- a bad message never stops the loop.
+an empty payload; a replay ends as failed when no message comes for ``replay_timeout_s``,
+however long it runs while messages come), restart (seq goes back) -> the replica's entries
+are dropped and rebuilt from what follows, duplicates skipped, garbage (wrong frame count, bad
+seq frame, payload that is not a KV event batch) counted and skipped -- a bad message never
+stops the loop.
 :meth:`KvEventSubscriber.remove_engine` closes the engine's socket and drops its entries.
 
 Counters (:meth:`KvEventSubscriber.metrics`): ``messages``, ``events``, ``blocks_stored``,

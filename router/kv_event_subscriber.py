@@ -15,9 +15,11 @@ This is the router's one I/O edge. Two ways to meet engines (vLLM's publisher *b
 Per source (see :mod:`router.kv_event_sequencer` for the rules): in-order apply, gap -> replay
 from the engine's replay socket (a DEALER sends ``[b"", start_seq as 8-byte BE]``; the ROUTER
 answers ``[b"", topic, seq, payload]`` per buffered message and ends with seq ``0xff`` x 8 and
-an empty payload), restart (seq goes back) -> the replica's entries are dropped and rebuilt
-from what follows, duplicates skipped, garbage (wrong frame count, bad seq frame, payload that
-is not a KV event batch) counted and skipped -- a bad message never stops the loop.
+an empty payload; a replay ends as failed when no message comes for ``replay_timeout_s``,
+however long it runs while messages come), restart (seq goes back) -> the replica's entries
+are dropped and rebuilt from what follows, duplicates skipped, garbage (wrong frame count, bad
+seq frame, payload that is not a KV event batch) counted and skipped -- a bad message never
+stops the loop.
 :meth:`KvEventSubscriber.remove_engine` closes the engine's socket and drops its entries.
 
 Counters (:meth:`KvEventSubscriber.metrics`): ``messages``, ``events``, ``blocks_stored``,
@@ -319,12 +321,17 @@ class KvEventSubscriber:
         try:
             sock.connect(source.replay_endpoint)
             await sock.send_multipart([b"", start_seq.to_bytes(8, "big")])
+            # an idle timeout, re-armed by every replayed message: a long replay that makes
+            # progress (hundreds of batches applied on a busy coordinator loop, chaos
+            # `kv-events-lost`: 367 batches took > 2 s at load 27 and were given up) goes on;
+            # a silent replay socket still ends it after `replay_timeout_s`
             deadline = self._clock() + self.replay_timeout_s
             while True:
                 left = deadline - self._clock()
                 if left <= 0 or not await sock.poll(timeout=left * 1000):
                     break
                 frames = await sock.recv_multipart()
+                deadline = self._clock() + self.replay_timeout_s
                 if len(frames) != 4 or len(frames[2]) != 8:
                     self.counters.garbage += 1
                     continue

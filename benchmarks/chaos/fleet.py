@@ -20,6 +20,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.chaos.relays import DelayProxy, EventRelay
 from benchmarks.proxy.processes import (
     ProcessStartError,
     RunningProcess,
@@ -65,6 +66,10 @@ class FleetSettings:
     # seconds on a starved 2-core box) to send its first byte. Lower it and a healthy engine's
     # pause on a loaded box (seen up to 9 s at load average 17) is taken for a hang more often.
     stall_timeout_s: float = 2.5
+    # The coordinator's `first_byte_timeout_s` (default 2 x stall_timeout_s = 5 s here, the
+    # hung threshold itself): a decode stream with no first byte this long is re-sent to the
+    # other decode replica. 2.5 s for the same reason as the stall timeout.
+    first_byte_timeout_s: float = 2.5
     # admission (pdorch/app/admission.py): off in the fault scenarios, set by `overload`
     max_concurrent_requests: int | None = None
     max_queue: int = 0
@@ -81,13 +86,18 @@ class ChaosFleet:
     engines: dict[str, RunningProcess] = field(default_factory=dict)
     coordinator: RunningProcess | None = None
     restarts: int = 0
+    # relays.py, between the coordinator and the engines named at `start`
+    proxies: dict[str, DelayProxy] = field(default_factory=dict)
+    relays: dict[str, EventRelay] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         assert self.coordinator is not None, "the coordinator is not started"
         return self.coordinator.url
 
-    async def start(self) -> None:
+    async def start(self, slowed: tuple[str, ...] = (), relayed: tuple[str, ...] = ()) -> None:
+        """Engines, then the coordinator; `slowed` engines' HTTP goes through a `DelayProxy`,
+        `relayed` engines' KV events through an `EventRelay` (both start passing through)."""
         counts: dict[str, int] = {}
         for role in ROLES:
             index = counts.get(role, 0)
@@ -96,6 +106,14 @@ class ChaosFleet:
             self.specs[spec.replica_id] = spec
         for spec in self.specs.values():
             self.engines[spec.replica_id] = await self._start_engine(spec)
+        for replica_id in slowed:
+            proxy = DelayProxy(self.specs[replica_id].port)
+            await proxy.start()
+            self.proxies[replica_id] = proxy
+        for replica_id in relayed:
+            relay = EventRelay(f"tcp://127.0.0.1:{self.specs[replica_id].kv_events_port}")
+            await relay.start()
+            self.relays[replica_id] = relay
         fleet_file = self.log_dir / "fleet.yaml"
         fleet_file.write_text(self.fleet_yaml())
         self.coordinator = await start_pdorch(
@@ -106,10 +124,14 @@ class ChaosFleet:
         """The coordinator's fleet file: the engines as static endpoints, default health rules."""
         pools: dict[str, list[str]] = {"prefill": [], "decode": []}
         for spec in self.specs.values():
+            proxy = self.proxies.get(spec.replica_id)
+            url = spec.url if proxy is None else f"http://127.0.0.1:{proxy.port}"
+            relay = self.relays.get(spec.replica_id)
+            events_port = spec.kv_events_port if relay is None else relay.port
             pools[spec.role].append(
                 f"      - id: {spec.replica_id}\n"
-                f"        url: {spec.url}\n"
-                f"        kv_events_endpoint: tcp://127.0.0.1:{spec.kv_events_port}\n"
+                f"        url: {url}\n"
+                f"        kv_events_endpoint: tcp://127.0.0.1:{events_port}\n"
                 f"        kv_events_replay_endpoint: tcp://127.0.0.1:{spec.replay_port}\n"
                 f"        kv_events_topic: {spec.replica_id}\n"
             )
@@ -128,7 +150,8 @@ class ChaosFleet:
             "    endpoints:\n" + "".join(pools["decode"]) + "pd: {min_uncached_tokens: "
             f"{s.min_uncached_tokens}}}\n"
             "tokenizer: {mode: engine}\n"
-            f"coordinator: {{host: 127.0.0.1, stall_timeout_s: {s.stall_timeout_s}{admission}}}\n"
+            f"coordinator: {{host: 127.0.0.1, stall_timeout_s: {s.stall_timeout_s}, "
+            f"first_byte_timeout_s: {s.first_byte_timeout_s}{admission}}}\n"
         )
 
     def _command(self, spec: EngineSpec) -> list[str]:
@@ -153,8 +176,10 @@ class ChaosFleet:
             "tcp",
             "--num-blocks",  # a small pool starts in a second (the profile's takes longer)
             str(s.num_blocks),
+            # `*`: the engine binds its PUB socket (vLLM's rule: any other tcp endpoint is
+            # connected to); the coordinator and the relays connect to 127.0.0.1:port
             "--kv-events-endpoint",
-            f"tcp://127.0.0.1:{spec.kv_events_port}",
+            f"tcp://*:{spec.kv_events_port}",
             "--kv-events-replay-endpoint",
             f"tcp://127.0.0.1:{spec.replay_port}",
             "--kv-events-topic",
@@ -208,6 +233,12 @@ class ChaosFleet:
         stop_process(self.engines[replica_id], grace_s=5.0)
         self.restarts += 1
         self.engines[replica_id] = await self._start_engine(self.specs[replica_id])
+
+    async def close_relays(self) -> None:
+        for proxy in self.proxies.values():
+            await proxy.close()
+        for relay in self.relays.values():
+            await relay.close()
 
     def close(self) -> None:
         for replica_id in self.engines:

@@ -27,6 +27,7 @@ from benchmarks.chaos.load import LoadSettings, run_load
 from benchmarks.chaos.overload import OverloadSettings, run_overload
 from benchmarks.chaos.scenarios import (
     SCENARIOS,
+    SLOW_DELAY_S,
     Poll,
     Scenario,
     classify,
@@ -85,6 +86,18 @@ async def _fault(
         await asyncio.gather(*(fleet.restart(replica) for replica in scenario.replicas))
     elif scenario.fault == "none":
         await asyncio.sleep(config.down_s)
+    elif scenario.fault == "slow":
+        for replica in scenario.replicas:
+            fleet.proxies[replica].delay_s = SLOW_DELAY_S
+        await asyncio.sleep(config.stop_s)
+        for replica in scenario.replicas:
+            fleet.proxies[replica].delay_s = 0.0
+    elif scenario.fault == "events-lost":
+        for replica in scenario.replicas:
+            fleet.relays[replica].dropping = True
+        await asyncio.sleep(config.stop_s)
+        for replica in scenario.replicas:
+            fleet.relays[replica].dropping = False
     elif scenario.fault == "stop":
         for replica in scenario.replicas:
             fleet.pause(replica)
@@ -109,7 +122,10 @@ async def run_scenario(
     status(f"{scenario.name}: starting 2P+2D engines and pdorch serve")
     load_before = os.getloadavg()
     try:
-        await fleet.start()
+        await fleet.start(
+            slowed=scenario.replicas if scenario.fault == "slow" else (),
+            relayed=scenario.replicas if scenario.fault == "events-lost" else (),
+        )
         async with http_client(base_url=fleet.url, timeout=10.0) as admin:
             origin = time.perf_counter()
             stop = asyncio.Event()
@@ -141,12 +157,19 @@ async def run_scenario(
                 await asyncio.sleep(config.poll_s)
                 view = (await admin.get("/admin/pools")).json()
             zero_after_s = time.perf_counter() - origin - load_stopped_at
-            migrations = _migration_counts((await admin.get("/metrics")).text)
+            kv_index = await kv_index_vs_engines(admin, fleet, config.drain_wait_s, config.poll_s)
+            # the subscriber's gaps, replays, missed: after the index check (a replay may end
+            # while it waits)
+            kv_counters = (await admin.get("/admin/pools")).json().get("kv_events")
+            metrics_text = (await admin.get("/metrics")).text
+            migrations = _migration_counts(metrics_text)
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
     finally:
+        await fleet.close_relays()
         fleet.close()
+    dropped = {r: relay.dropped for r, relay in fleet.relays.items()}
     routing: dict[str, dict[str, float | None]] = {}
     for replica in scenario.replicas:
         out_s, back_s = routing_times(polls, replica, fault_at, recovered_at)
@@ -170,6 +193,9 @@ async def run_scenario(
         "tracked_requests_after": view.get("tracked_requests"),
         "token_load_after": token_load_left(view),
         "migrations": migrations,
+        "kv_index": kv_index,
+        "kv_events_dropped": dropped,
+        "kv_event_counters": kv_counters,
         "errors": first_errors(results),
         "hung_requests": hung_requests(results),
         "polls": len(polls),
@@ -207,15 +233,43 @@ async def run_chaos(
     return {"rows": rows, "config": _config_view(config)}
 
 
+async def kv_index_vs_engines(
+    client: httpx.AsyncClient, fleet: ChaosFleet, wait_s: float, poll_s: float
+) -> dict[str, Any]:
+    """The coordinator's KV index against the engines' truth once the load has stopped: per
+    replica `indexed_blocks` (`/admin/pools`) and the engine's `cached_blocks` (`/sim/info`:
+    its prefix cache now), polled up to `wait_s` for them to agree (the last events are on
+    their way). `{"match": bool, "after_s", "replicas": {id: {"index", "engine"}}}`."""
+    started = time.monotonic()
+    while True:
+        view = (await client.get("/admin/pools")).json()
+        replicas_now = [r for pool in view["pools"].values() for r in pool["replicas"]]
+        indexed = {r["id"]: r.get("indexed_blocks") for r in replicas_now}
+        engines: dict[str, int | None] = {}
+        for replica_id, spec in fleet.specs.items():
+            try:
+                info = (await client.get(f"{spec.url}/sim/info", timeout=2.0)).json()
+                engines[replica_id] = int(info["cached_blocks"])
+            except (httpx.HTTPError, ValueError, KeyError):
+                engines[replica_id] = None
+        match = all(indexed.get(r) == n for r, n in engines.items())
+        waited = time.monotonic() - started
+        if match or waited >= wait_s:
+            replicas = {r: {"index": indexed.get(r), "engine": n} for r, n in engines.items()}
+            return {"match": match, "after_s": round(waited, 3), "replicas": replicas}
+        await asyncio.sleep(poll_s)
+
+
 def _migration_counts(metrics: str) -> dict[str, int]:
-    """`pdorch_migrations_total` by reason and `pdorch_migrations_refused_total` by why, from
-    the coordinator's `/metrics` text: `{"stall": 3, "refused:limit": 0, ...}` (series at 0
-    left out)."""
+    """`pdorch_migrations_total` by reason, `pdorch_migrations_refused_total` and
+    `pdorch_decode_first_byte_failures_total` by why, from the coordinator's `/metrics` text:
+    `{"stall": 3, "refused:limit": 1, "first_byte:deadline": 2, ...}` (series at 0 left out)."""
     counts: dict[str, int] = {}
     for line in metrics.splitlines():
         for name, key in (
             ("pdorch_migrations_total{", "reason"),
             ("pdorch_migrations_refused_total{", "why"),
+            ("pdorch_decode_first_byte_failures_total{", "why"),
         ):
             if not line.startswith(name):
                 continue
@@ -223,7 +277,10 @@ def _migration_counts(metrics: str) -> dict[str, int]:
             label = labels.split(f'{key}="', 1)[-1].split('"', 1)[0]
             count = int(float(value))
             if count:
-                counts[label if key == "reason" else f"refused:{label}"] = count
+                if name.startswith("pdorch_decode_first_byte"):
+                    counts[f"first_byte:{label}"] = count
+                else:
+                    counts[label if key == "reason" else f"refused:{label}"] = count
     return counts
 
 

@@ -10,6 +10,13 @@ Scenarios (each on a fresh 2P+2D fleet, under the same steady load; `fault` at `
 | `kill-both-prefill` | `kill -9` prefill-0 and prefill-1 | restart both after `down_s` |
 | `stop-decode` | SIGSTOP decode-0 (hung: no reset, no FIN) | SIGCONT after `stop_s` (10 s) |
 | `restart-decode` | SIGTERM decode-0, start it again on the same ports at once | (the start) |
+| `slow-decode` | decode-0's HTTP slowed by `SLOW_DELAY_S` each way | delay off after `stop_s` |
+| `kv-events-lost` | decode-0's KV events dropped (a ZMQ relay) | through after `stop_s` |
+
+(`relays.py`: the local TCP proxy and ZMQ relay; after `kv-events-lost` the coordinator sees
+the sequence gap at the first message and replays the lost ones from the engine.) Every
+scenario also compares the coordinator's KV index with the engines' prefix caches at the end
+(`runner.kv_index_vs_engines`).
 
 Per request (`classify`): `succeeded`; `failed_before_first_byte` (an error and no token
 reached the client: a non-200, or a stream that failed before its first text chunk);
@@ -34,7 +41,10 @@ from benchmarks.live.client import RequestResult
 
 HUNG_S = 5.0
 
-Fault = Literal["none", "kill", "stop", "restart"]
+Fault = Literal["none", "kill", "stop", "restart", "slow", "events-lost"]
+# one-way latency `slow-decode` adds (each way: 0.3 s more per round trip, under the 0.5 s
+# probe timeout, so the replica is slow, not dead)
+SLOW_DELAY_S = 0.15
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +67,18 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("stop-decode", "stop", ("decode-0",), "SIGSTOP a decode engine, then SIGCONT"),
         Scenario(
             "restart-decode", "restart", ("decode-0",), "restart a decode engine on the same port"
+        ),
+        Scenario(
+            "slow-decode",
+            "slow",
+            ("decode-0",),
+            f"network to a decode engine slowed by {SLOW_DELAY_S:g} s each way",
+        ),
+        Scenario(
+            "kv-events-lost",
+            "events-lost",
+            ("decode-0",),
+            "a decode engine's KV events lost, then through again (gap, replay)",
         ),
     )
 }

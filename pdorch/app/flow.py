@@ -8,7 +8,10 @@ admit (429) → read body (413) → validate (400/404) → tokenize → block ke
       → report_failure, decode prefills locally (the decode leg carries no kv_transfer_params)
 → decode leg with the prefill's kv_transfer_params, same X-Request-Id; wait for its first byte
       failure before the first byte → report_failure, another decode replica (decode_retries);
-      the retry reuses kv_transfer_params only when the failed engine never got the request
+      the retry reuses kv_transfer_params only when the failed engine never got the request;
+      a hung engine is a failure too: a stream with no first byte within first_byte_timeout_s
+      (default 2 x stall_timeout_s; only while another decode replica could take it), or any
+      leg whose replica the health checker ejects while it waits (`_first_byte`)
 → stream the decode engine's events (`proxy_stream.py`); a failure after the first byte (dead,
   ended early, or no byte for `stall_timeout_s`) continues the request on another decode replica
   from prompt + the tokens streamed (`migration.py`, up to `migration_limit` times), else ends the
@@ -44,8 +47,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
 
 import msgspec
 from starlette.requests import ClientDisconnect, Request
@@ -81,6 +85,7 @@ _encode = msgspec.json.Encoder().encode
 PATHS: dict[RequestKind, str] = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
 ENDPOINTS: dict[RequestKind, str] = {"completion": "completions", "chat": "chat"}
 SESSION_HEADER = "x-session-id"
+_T = TypeVar("_T")
 
 
 class ClientGone(Exception):
@@ -379,6 +384,7 @@ class RequestFlow:
         last = "no decode replica"
         base = self._plan_migration(parsed)
         next_leg: DecodeLeg | None = leg
+        tried_replicas: set[str] = set()
         while True:
             if next_leg is None:
                 if retries >= c.settings.decode_retries:
@@ -401,13 +407,25 @@ class RequestFlow:
             sent = kv_params if leg.with_kv else None
             body = _encode(decode_leg_body(base, sent) if sent is not None else base)
             url = replica.url + self.path
+            tried_replicas.add(decode)
+            if parsed.stream:
+                budget = retries < c.settings.decode_retries
+            else:
+                budget = migrations < c.settings.migration_limit
+            can_move = partial(self._can_move, budget, replica.pool, frozenset(tried_replicas))
             try:
                 if parsed.stream:
-                    stream = await open_decode_stream(
-                        c.upstream, url, body, self.headers, c.stream_timeout
+                    deadline = c.settings.first_byte_deadline_s()
+                    stream = await self._first_byte(
+                        decode,
+                        open_decode_stream(c.upstream, url, body, self.headers, c.stream_timeout),
+                        deadline,
+                        can_move,
                     )
                 else:
-                    content, ctype = await self._whole(decode, url, body)
+                    content, ctype = await self._first_byte(
+                        decode, decode_whole(c.upstream, url, body, self.headers), None, can_move
+                    )
             except UpstreamAnswer as answer:
                 return Response(
                     answer.content,
@@ -456,31 +474,64 @@ class RequestFlow:
             502, f"Every decode attempt failed ({tried}); last: {last}", code="decode_failed"
         )
 
-    async def _whole(self, replica_id: str, url: str, body: bytes) -> tuple[bytes, str]:
-        """A non-streamed decode leg. Nothing times a hung engine here (no byte comes before
-        the whole answer), so when the health checker finds the replica unhealthy
-        (`Coordinator.waiting_legs`) the leg is hung up: a `LegFailure` (timeout, reached),
-        and `_decode` starts the request over elsewhere."""
+    def _can_move(self, budget: bool, pool: str, tried: frozenset[str]) -> bool:
+        """Another try is allowed and another replica is routable: only then is a leg waiting
+        on a slow or ejected replica given up (`_first_byte`)."""
+        return budget and any(r.replica_id not in tried for r in self.c.fleet.routable(pool))
+
+    async def _first_byte(
+        self,
+        replica_id: str,
+        leg: Awaitable[_T],
+        deadline_s: float | None,
+        can_move: Callable[[], bool],
+    ) -> _T:
+        """Run a decode leg up to its first byte (a stream's first chunk; a non-streamed
+        answer's whole body). The leg is given up, a `LegFailure` that `_decode` retries on
+        another replica, when the health checker finds the replica unhealthy meanwhile
+        (`Coordinator.waiting_legs`: a hung engine sends no byte, no reset; kind TIMEOUT) or,
+        for a stream, past `deadline_s` (`first_byte_timeout_s`; no health kind: a slow
+        engine is not a dead one, the probes judge it). Either only when `can_move()` (a
+        retry is allowed and another replica is routable): otherwise waiting is the better
+        bet (a starved box can eject a healthy replica on a late probe). A non-streamed
+        answer gets no deadline: its only byte comes at its end."""
         c = self.c
         why: list[str] = []
+        loop = asyncio.get_running_loop()
 
-        def hang_up(reason: str) -> None:
+        def give_up(reason: str) -> None:
+            if why or not can_move():
+                return
             why.append(reason)
             hung.reschedule(0)  # in the past: the block below is cancelled at once
 
+        def past_deadline() -> None:
+            give_up("")
+
+        timer = None if deadline_s is None else loop.call_later(deadline_s, past_deadline)
         try:
             async with asyncio.timeout(None) as hung:
-                c.waiting_legs.begin(replica_id, self.request_id, hang_up)
+                c.waiting_legs.begin(replica_id, self.request_id, give_up)
                 try:
-                    return await decode_whole(c.upstream, url, body, self.headers)
+                    return await leg
                 finally:
                     c.waiting_legs.end(replica_id, self.request_id)
         except TimeoutError:
             if not why:
                 raise
+            if why[0]:
+                c.metrics.first_byte_failures.labels("unhealthy").inc()
+                raise LegFailure(
+                    FailureKind.TIMEOUT,
+                    f"the replica turned unhealthy while the leg waited ({why[0]})",
+                ) from None
+            c.metrics.first_byte_failures.labels("deadline").inc()
             raise LegFailure(
-                FailureKind.TIMEOUT, f"the replica turned unhealthy mid-answer ({why[0]})"
+                None, f"no first byte within first_byte_timeout_s={deadline_s:g}"
             ) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     # ---- bookkeeping -------------------------------------------------------------------------
 

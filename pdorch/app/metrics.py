@@ -9,13 +9,17 @@ Metrics (type; labels):
 - `pdorch_routes_total` (counter; `route`: `pd` disaggregated, `local` decode prefilled,
   `colocated`, `fallback` prefill failed so decode prefilled)
 - `pdorch_prefill_failures_total` (counter; `kind`: connection, timeout, http_5xx, bad_answer)
+- `pdorch_decode_first_byte_failures_total` (counter; `why`: `deadline` no first byte within
+  `first_byte_timeout_s`, `unhealthy` the health checker ejected the replica meanwhile): decode
+  legs hung up before their first byte and retried on another replica
 - `pdorch_decode_retries_total`, `pdorch_stream_errors_total` (streams ended with an error
   event), `pdorch_client_disconnects_total` (counters)
 - `pdorch_rejected_total` (counter; `reason`: concurrency (over `max_concurrent_requests`
   with the admission queue full or off), queue_timeout (queued past `admission.max_wait_s`),
   body_size, auth)
 - `pdorch_migrations_total` (counter; `reason`: `connection` reset/refused/timed out, `eof`
-  the answer ended before `[DONE]`, `stall` no byte for `stall_timeout_s`): requests continued
+  the answer ended before `[DONE]`, `stall` no byte for `stall_timeout_s`, `error_event` the
+  engine ended the stream with an in-band error event, e.g. on SIGTERM): requests continued
   on another decode replica (`migration.py`); `pdorch_migrations_refused_total` (counter;
   `why`: `limit` (`migration_limit` reached), `no_replica`, `not_migratable` (n > 1, tools,
   structured output, ...)): mid-answer failures that ended with an error event instead
@@ -271,6 +275,14 @@ class CoordinatorMetrics:
         self.decode_retries = Counter(
             "pdorch_decode_retries", "Decode legs retried on another replica.", registry=r
         )
+        self.first_byte_failures = Counter(
+            "pdorch_decode_first_byte_failures",
+            "Decode legs hung up before their first byte (then retried elsewhere).",
+            ["why"],
+            registry=r,
+        )
+        for why in ("deadline", "unhealthy"):
+            self.first_byte_failures.labels(why)
         self.stream_errors = Counter(
             "pdorch_stream_errors",
             "Streams that ended with an error event after their first byte.",
@@ -293,7 +305,7 @@ class CoordinatorMetrics:
             ["why"],
             registry=r,
         )
-        for reason in ("connection", "eof", "stall"):
+        for reason in ("connection", "eof", "stall", "error_event"):
             self.migrations.labels(reason)
         for why in ("limit", "no_replica", "not_migratable"):
             self.migrations_refused.labels(why)

@@ -9,10 +9,17 @@ does not take tokenization down with it.
 Tokens only steer routing; the engines tokenize for themselves. So when tokenization fails
 the request is still served: routing then sees an estimated length (`len(text) // 4`) and no
 block keys (load-only routing), and the failure is counted (`failures`).
+
+A hung engine (SIGSTOP: no reset, no FIN) would hold every request tokenizing on it for the
+whole HTTP timeout (`timeout_s`, 10 s) before its first byte, though the health checker ejects
+it within a second (issue 14: the 10-13 s waits of the SIGSTOP chaos scenario). So the
+coordinator calls `hang_up(url)` when an engine turns unhealthy: its waiting calls end at once
+as failed tokenizations (the requests go on, routed by load).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -51,6 +58,7 @@ class PromptTokens:
         self._fixed: PromptTokenizer | None = None
         self._by_url: dict[str, EnginePromptTokenizer] = {}
         self.failures = 0
+        self._waiting: dict[str, set[asyncio.Timeout]] = {}  # engine url → calls waiting on it
         if config is not None:
             self._cache_size = config.cache_size
             self._timeout_s = config.timeout_s
@@ -81,6 +89,14 @@ class PromptTokens:
             self._by_url[url] = tokenizer
         return tokenizer
 
+    def hang_up(self, url: str) -> int:
+        """End the calls waiting on the engine at `url` (it turned unhealthy: module doc);
+        they fail as tokenizations do. Returns how many."""
+        waiting = self._waiting.pop(url.rstrip("/"), set())
+        for hung in waiting:
+            hung.reschedule(0)  # in the past: the call is cancelled at once
+        return len(waiting)
+
     def forget(self, url: str) -> None:
         """Drop the cached tokenizer of an engine that left the fleet."""
         self._by_url.pop(url, None)
@@ -92,14 +108,23 @@ class PromptTokens:
         tokenizer = self._tokenizer()
         if tokenizer is None:
             return None
+        url = tokenizer.engine_url if isinstance(tokenizer, EnginePromptTokenizer) else ""
         try:
-            if request.kind == "chat":
-                assert request.messages is not None
-                return await tokenizer.encode_chat(
-                    request.messages, chat_template_kwargs=request.chat_template_kwargs
-                )
-            assert isinstance(request.prompt, str)
-            return await tokenizer.encode_completion(request.prompt)
+            async with asyncio.timeout(None) as hung:
+                waiting = self._waiting.setdefault(url, set())
+                waiting.add(hung)
+                try:
+                    if request.kind == "chat":
+                        assert request.messages is not None
+                        return await tokenizer.encode_chat(
+                            request.messages, chat_template_kwargs=request.chat_template_kwargs
+                        )
+                    assert isinstance(request.prompt, str)
+                    return await tokenizer.encode_completion(request.prompt)
+                finally:
+                    waiting.discard(hung)
+                    if not waiting:
+                        self._waiting.pop(url, None)
         except Exception as exc:  # routing degrades to load-only; the request goes on
             self.failures += 1
             if self.failures == 1 or self.failures % 1000 == 0:

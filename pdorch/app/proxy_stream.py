@@ -9,6 +9,13 @@ Failures after the first byte, each reported to health as an engine fault
 (`Coordinator.report_failure`) and counted in `pdorch_migrations_total{reason}`:
 - `connection`: a read error (reset, refused, timed out: `pools.health.classify_error`);
 - `eof`: the answer ended before `[DONE]` (FailureKind.CONNECTION);
+- `error_event`: an in-band `data: {"error": ...}` event after the first byte (migratable
+  streams only: their events are read whole). The simulated engine and vLLM end their open
+  streams that way when they stop (SIGTERM: the sim fails every open request with "engine
+  stopped"; vLLM's generators catch the dead engine's error and send the error event, then
+  `[DONE]`): before, the relay passed it on as the answer's end. Not reported to health (the
+  error may be the request's own; a stopping engine's `/health` ejects it); a request whose
+  every continuation errors ends once `migration_limit` is reached.
 - `stall`: no byte for `stall_timeout_s` while we wait on the engine (FailureKind.TIMEOUT).
   A lazy watchdog: one timer per stream, re-armed only when it fires before the deadline (the
   chunk loop only stores the loop time of each chunk), then it closes the upstream answer,
@@ -64,12 +71,33 @@ def _usage_events(parsed: ParsedRequest) -> int:
 class _Failed(Exception):
     """The current decode leg failed mid-stream (`reason`, `kind`, `replica`, `detail`)."""
 
-    def __init__(self, reason: str, kind: FailureKind, replica: str, detail: str) -> None:
+    def __init__(self, reason: str, kind: FailureKind | None, replica: str, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
         self.kind = kind
         self.replica = replica
         self.detail = detail
+
+
+class _EndedWithError(Exception):
+    """The engine ended the leg with an in-band error event (`event`), not sent on."""
+
+    def __init__(self, event: bytes) -> None:
+        super().__init__()
+        self.event = event
+
+
+_ERROR_EVENT = b'data: {"error"'
+
+
+def _split_error(events: bytes) -> tuple[bytes, bytes | None]:
+    """(the complete events before an in-band error event, that event and what follows, or
+    None). vLLM and the simulated engine both write `data: {"error"...` (a token's text
+    cannot: its quotes are escaped)."""
+    at = events.find(_ERROR_EVENT)
+    if at < 0:
+        return events, None
+    return events[:at], events[at:]
 
 
 class ProxyStream(StreamingResponse):
@@ -116,6 +144,9 @@ class ProxyStream(StreamingResponse):
             events = chunk.count(b"data: ")  # events of this leg: its token load
             lifecycle.tokens(rid, c.now(), events)
             out = chunk if trail is None else (rewrite or trail).feed(chunk)
+            ended = None  # an in-band error event that ends this leg (migratable streams)
+            if trail is not None:
+                out, ended = _split_error(out)
             if out:
                 sent += out.count(b"data: ")
                 tail = (tail + out)[-32:]
@@ -125,6 +156,8 @@ class ProxyStream(StreamingResponse):
             self._arm_stall()
             try:
                 try:
+                    if ended is not None:
+                        raise _EndedWithError(ended)
                     async for chunk in self.stream.rest:
                         if not chunk:
                             continue
@@ -134,6 +167,13 @@ class ProxyStream(StreamingResponse):
                         lifecycle.tokens(rid, last_at, events)
                         if trail is not None:
                             chunk = (rewrite or trail).feed(chunk)
+                            chunk, ended = _split_error(chunk)
+                            if ended is not None:
+                                if chunk:
+                                    sent += chunk.count(b"data: ")
+                                    tail = (tail + chunk)[-32:]
+                                    yield chunk
+                                raise _EndedWithError(ended)
                             if not chunk:
                                 continue
                             sent += chunk.count(b"data: ")
@@ -145,6 +185,8 @@ class ProxyStream(StreamingResponse):
                         yield chunk
                         self._in_yield = False
                         self._last_byte = self._now()
+                except _EndedWithError as err:
+                    raise self._error_failure(err.event) from None
                 except Exception as exc:  # aiohttp read/payload errors: died, hung or cut
                     raise self._failure(exc) from None
                 finally:
@@ -158,7 +200,8 @@ class ProxyStream(StreamingResponse):
                 if flow.cut_reason is not None:
                     yield self._error_end(tail, f"stream ended early: {flow.cut_reason}")
                     return
-                c.report_failure(failed.replica, failed.kind, f"mid-stream: {failed.detail}")
+                if failed.kind is not None:
+                    c.report_failure(failed.replica, failed.kind, f"mid-stream: {failed.detail}")
                 why = await self._continue(failed)
                 if why is not None:
                     yield self._error_end(
@@ -180,6 +223,14 @@ class ProxyStream(StreamingResponse):
         if exc is None:
             return _Failed("eof", FailureKind.CONNECTION, at, "the stream ended before [DONE]")
         return _Failed("connection", classify_error(exc), at, repr(exc))
+
+    def _error_failure(self, event: bytes) -> _Failed:
+        """An in-band error event after the first byte: continued like an EOF, but not
+        reported to health (it may be this request's own error; a stopping engine's
+        `/health` ejects it anyway). A request-specific error fails again on the next
+        replica and ends the stream once `migration_limit` is reached."""
+        detail = event[:200].decode("utf-8", errors="replace").strip()
+        return _Failed("error_event", None, self.replica_id, f"in-band error event: {detail}")
 
     async def _continue(self, failed: _Failed) -> str | None:
         """Continue on another replica (`self.stream` is then the continuation); None when it

@@ -318,6 +318,7 @@ class Coordinator:
             self.lifecycle.set_static(rid, ReplicaStatic(healthy=replica.routable))
             if event.new is ReplicaState.UNHEALTHY:
                 self.waiting_legs.cut(rid, event.reason)
+                self.tokens.hang_up(replica.url)  # a hung engine's /tokenize calls too
             log.info("replica %s: %s → %s (%s)", rid, event.old, event.new, event.reason)
         elif isinstance(event, ReplicaMetricsUpdated):
             if event.now - self._hash_checked_at >= 1.0:  # piggy-backs on the scrape loop

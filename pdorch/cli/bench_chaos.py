@@ -24,13 +24,19 @@ from pdorch.cli.options import split_list
 
 def bench_chaos(
     scenarios: list[str] = typer.Option(
-        ["baseline,kill-decode,kill-prefill,kill-both-prefill,stop-decode,restart-decode"],
+        [
+            "baseline,kill-decode,kill-prefill,kill-both-prefill,stop-decode,restart-decode,"
+            "slow-decode,kv-events-lost"
+        ],
         metavar="NAME,...",
         help="Scenarios, comma-separated or repeated, each on a fresh fleet: baseline (no "
         "fault: what the load alone costs on this machine), kill-decode, "
         "kill-prefill, kill-both-prefill (kill -9, restarted after --down-s), stop-decode "
         "(SIGSTOP for --stop-s, then SIGCONT), restart-decode (SIGTERM, start again on the "
-        "same port), overload (not in the default set: a burst of 10x --concurrency streamed "
+        "same port), slow-decode (0.15 s added each way to one decode engine's HTTP for "
+        "--stop-s, a local TCP proxy), kv-events-lost (one decode engine's KV events dropped "
+        "for --stop-s at a local ZMQ relay, then a gap and a replay), overload (not in the "
+        "default set: a burst of 10x --concurrency streamed "
         "requests against max_concurrent_requests = --concurrency with an admission queue of "
         "as many, max_wait_s 2: accepted / shed (429) counts, shed latency, admitted TTFT p99, "
         "the coordinator's RSS peak).",
@@ -58,6 +64,13 @@ def bench_chaos(
         "Default 2.5 s, not the coordinator's "
         "10 s, so that a stalled stream is caught and continued inside the 5 s after which the "
         "bench counts a client as hung.",
+    ),
+    first_byte_timeout_s: float = typer.Option(
+        2.5,
+        min=0.001,
+        help="Seconds a decode stream may wait for its first byte before the coordinator "
+        "re-sends it to the other decode replica (the fleet's coordinator.first_byte_timeout_s; "
+        "its default, 2 x the stall timeout, would be the 5 s hung threshold itself).",
     ),
     model_profile: str = typer.Option(
         "llama-3.1-8b", help="Simulated engines' model profile (timing model; `pdorch profile`)."
@@ -101,7 +114,10 @@ def bench_chaos(
         scenarios=chosen,
         load=LoadSettings(concurrency=concurrency, max_tokens=max_tokens),
         fleet=FleetSettings(
-            model_profile=model_profile, time_scale=time_scale, stall_timeout_s=stall_timeout_s
+            model_profile=model_profile,
+            time_scale=time_scale,
+            stall_timeout_s=stall_timeout_s,
+            first_byte_timeout_s=first_byte_timeout_s,
         ),
         warmup_s=warmup_s,
         down_s=down_s,
@@ -132,7 +148,8 @@ def bench_chaos(
         f"engines at time scale {time_scale})"
     )
     columns = ("scenario", "sent", "ok", "failed<1st byte", "broken mid-stream", "hung >5s s/w")
-    for column in (*columns, "out of routing s", "back s", "token load 0", "load avg"):
+    ends = ("out of routing s", "back s", "token load 0", "KV index = engines", "load avg")
+    for column in (*columns, *ends):
         table.add_column(column, justify="right")
     for row in result["rows"]:
         table.add_row(
@@ -145,6 +162,7 @@ def bench_chaos(
             _worst(row["routing"], "out_s"),
             _worst(row["routing"], "back_s"),
             "yes" if row["token_load_zero"] else "NO",
+            _kv_match(row.get("kv_index")),
             "/".join(f"{v:.1f}" for v in row["loadavg_1m"]),
         )
     Console(stderr=as_json, width=160).print(table)
@@ -176,3 +194,9 @@ def _worst(routing: dict[str, dict[str, float | None]], key: str) -> str:
     if any(v is None for v in values):
         return "never"
     return f"{max(v for v in values if v is not None):.2f}"
+
+
+def _kv_match(kv_index: dict[str, object] | None) -> str:
+    if kv_index is None:
+        return "-"
+    return "yes" if kv_index.get("match") else "NO"

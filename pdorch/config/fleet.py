@@ -133,6 +133,16 @@ class CoordinatorSettings(BaseModel):
         "engine's gap is one decode step, tens of ms, plus a chunked prefill step of others; "
         "a shared CPU box can pause seconds).",
     )
+    first_byte_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="A streamed decode leg with no first byte this long is hung up and the "
+        "request re-sent to another decode replica (while decode_retries allow and another is "
+        "routable; the retry prefills locally, the engine may have pulled the prefill's KV). "
+        "null: 2 x stall_timeout_s (20 s by default: the first byte waits for the KV pull, a "
+        "queue and a step, longer than a gap between tokens; a local leg also prefills the "
+        "prompt, so raise it for very long prompts).",
+    )
     api_keys: list[str] = Field(
         default_factory=list, description="Accepted client keys (Bearer); empty: no auth."
     )
@@ -187,6 +197,12 @@ class CoordinatorSettings(BaseModel):
         "(pdorch/config/replica_allow.py; default: loopback + private ranges, never "
         "link-local or metadata addresses).",
     )
+
+    def first_byte_deadline_s(self) -> float:
+        """`first_byte_timeout_s`, or its default derived from `stall_timeout_s`."""
+        if self.first_byte_timeout_s is not None:
+            return self.first_byte_timeout_s
+        return 2.0 * self.stall_timeout_s
 
 
 class FleetConfig(BaseModel):

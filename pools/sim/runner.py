@@ -373,4 +373,11 @@ class SimEngine:
             "num_held_requests": len(self.core.scheduler.connector.leases)
             if self.core is not None
             else 0,
+            # blocks in the prefix cache now: what a KV index fed by this engine's events
+            # should hold for it (benchmarks/chaos compares the coordinator's index with it)
+            "cached_blocks": len(
+                self.core.scheduler.kv_cache_manager.block_pool.cached_block_hash_to_block
+            )
+            if self.core is not None
+            else 0,
         }

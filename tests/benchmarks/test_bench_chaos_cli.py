@@ -37,6 +37,30 @@ def test_kill_decode_on_a_short_run(tmp_path: Path) -> None:
     assert routing["back_s"] is not None, routing
     assert row["token_load_zero"], row["token_load_after"]
     assert set(row["token_load_after"]) == {"prefill-0", "prefill-1", "decode-0", "decode-1"}
+    # the KV events reach the coordinator (the engines bind, it connects) and its index is
+    # the engines' prefix caches once the load stops, the restarted engine's too
+    kv = row["kv_index"]
+    assert kv["match"], kv
+    assert sum(r["engine"] for r in kv["replicas"].values()) > 0, kv
+
+
+def test_kv_events_lost_then_replayed_on_a_short_run(tmp_path: Path) -> None:
+    """decode-0's events are dropped at the relay for 3 s: the coordinator sees the gap at the
+    next message, replays the lost batches from the engine, and ends with its index equal to
+    every engine's prefix cache."""
+    out = tmp_path / "chaos.json"
+    cmd = [str(PDORCH), "bench", "chaos", "--json", "--scenarios", "kv-events-lost"]
+    cmd += ["--concurrency", "6", "--max-tokens", "32", "--warmup-s", "2", "--stop-s", "3"]
+    cmd += ["--settle-s", "2", "--log-dir", str(tmp_path / "logs"), "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(proc.stdout)["rows"]
+    assert row["succeeded"] == row["sent"] > 0, row["errors"]
+    assert row["kv_events_dropped"]["decode-0"] > 0
+    counters = row["kv_event_counters"]
+    assert counters["gaps"] >= 1 and counters["replays_completed"] >= 1, counters
+    assert counters["missed"] == 0, counters
+    assert row["kv_index"]["match"], row["kv_index"]
 
 
 def _result(ttft: float | None, itl: list[float], end: float, error: str | None) -> RequestResult:

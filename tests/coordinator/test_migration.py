@@ -215,3 +215,21 @@ async def test_non_streamed_request_survives_its_decode_engine(sig: int, reason:
         migrations = await _metric(client, "pdorch_migrations_total")
         assert migrations[reason] == 1, migrations
         await _settled(pd, client)
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+async def test_decode_engine_stopping_mid_stream_its_error_event_is_continued_not_passed_on(
+    chat: bool,
+) -> None:
+    """SIGTERM: the stopping engine (the simulator, like vLLM) ends its open streams with an
+    in-band `data: {"error": ...}` event and `[DONE]`; the coordinator continues the stream on
+    the other replica instead of passing the error to the client."""
+    async with _fleet() as (pd, client):
+        body = _body(long_prompt(), chat, True, 300, stream_options={"include_usage": True})
+        reference = sse_events((await client.post(PATHS[chat], json=body)).text)
+        events, _ = await _stream_with_signal(client, body, chat, pd, signal.SIGTERM)
+        _check_one_stream(events, reference, chat)
+        migrations = await _metric(client, "pdorch_migrations_total")
+        # the error event as a rule; a connection closed first (eof/reset) is continued too
+        assert migrations["error_event"] + migrations["eof"] + migrations["connection"] == 1
+        await _settled(pd, client)

@@ -80,6 +80,7 @@ class FakeEnginePublisher:
             self.replay.bind(replay_bind)
             self._task = asyncio.create_task(self._serve_replay())
         self.replay_requests: list[int] = []
+        self.replay_gap_s = 0.0  # pause before each replayed message (a slow replay)
 
     async def wait_subscribed(self, deadline_s: float = 10.0) -> None:
         msg = await asyncio.wait_for(self.pub.recv(), deadline_s)
@@ -110,6 +111,8 @@ class FakeEnginePublisher:
             self.replay_requests.append(start_seq)
             for seq, payload in list(self.buffer):
                 if seq >= start_seq:
+                    if self.replay_gap_s:
+                        await asyncio.sleep(self.replay_gap_s)
                     await self.replay.send_multipart(
                         [client, b"", self.topic, seq.to_bytes(8, "big"), payload]
                     )
@@ -193,6 +196,36 @@ async def test_gap_is_filled_from_the_replay_socket(connected) -> None:  # type:
     await pub.publish([store(5, 50)])
     await until(lambda: cached(idx, "e1", 5) == 2)
     assert idx.counters.duplicate_blocks == 0
+
+
+async def test_a_replay_longer_than_the_timeout_that_makes_progress_completes(
+    ctx: zmq.asyncio.Context, ipc: Callable[[str], str]
+) -> None:
+    """replay_timeout_s bounds the silence between replayed messages, not the whole replay:
+    12 lost batches replayed 0.1 s apart (1.2 s in all) against a 0.5 s timeout."""
+    pub = FakeEnginePublisher(ctx, bind=ipc("ev"), replay_bind=ipc("replay"))
+    idx = KvIndex("m", BS)
+    sub = KvEventSubscriber(idx, context=ctx, replay_timeout_s=0.5)
+    sub.add_engine(EngineEventSource("e1", endpoint=ipc("ev"), replay_endpoint=ipc("replay")))
+    await sub.start()
+    try:
+        await pub.wait_subscribed()
+        await pub.publish([store(1, 10)])
+        await until(lambda: cached(idx, "e1", 1) == 2, what="first batch indexed")
+        pub.replay_gap_s = 0.1
+        for n in range(2, 14):
+            await pub.publish([store(n, n * 10)], drop=True)
+        await pub.publish([store(14, 140)])
+        await until(
+            lambda: sub.metrics()["replays_completed"] + sub.metrics()["replays_failed"] == 1,
+            what="replay ended",
+        )
+        m = sub.metrics()
+        assert m["replays_completed"] == 1 and m["missed"] == 0, m
+        assert all(cached(idx, "e1", n) == 2 for n in range(1, 15))
+    finally:
+        await sub.stop()
+        await pub.close()
 
 
 async def test_restart_drops_the_replica_and_rebuilds(connected) -> None:  # type: ignore[no-untyped-def]

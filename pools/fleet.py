@@ -8,7 +8,13 @@ rules here means the same ejection logic runs in the coordinator and in tests wi
 Ejection rule: a replica is ejected (HEALTHY → UNHEALTHY) after N *consecutive* failures of
 one kind, N from `HealthPolicy` (connection errors: 1, since a refused connection means the
 process is gone; timeouts: 2; HTTP 5xx: 3, since vLLM answers 500 for one request's failed KV
-load while staying healthy). Any success resets the counts. An UNHEALTHY replica comes back
+load while staying healthy). `/health` probes: a refused connection or a non-200 answer ejects
+at once (`probe_failures_to_eject`: 1), a probe that timed out only the second in a row
+(`probe_timeouts_to_eject`: 2): on a starved host one late probe is common (seen in the chaos
+and proxy benches at load 15-35: a healthy replica ejected, and with both decode replicas out at
+once every client got 503), while a hung engine still leaves routing in about two probe rounds
+of `interval_s + timeout_s` (~1.5 s with the defaults; the target is 3 s). Any success resets
+the counts. An UNHEALTHY replica comes back
 after `probe_successes_to_restore` consecutive good `/health` probes; request-path successes
 cannot restore it (it gets no requests while ejected).
 """
@@ -42,6 +48,7 @@ class HealthPolicy:
     timeout_failures_to_eject: int = 2
     http_failures_to_eject: int = 3
     probe_failures_to_eject: int = 1
+    probe_timeouts_to_eject: int = 2
     probe_successes_to_restore: int = 1
 
     def threshold(self, kind: FailureKind) -> int:
@@ -285,10 +292,12 @@ class Fleet:
         replica.consecutive_probe_failures += 1
         what = kind.value if kind is not None else "probe failed"
         replica.last_error = f"{what}: {detail}" if detail else what
-        if (
-            replica.healthy
-            and replica.consecutive_probe_failures >= self.policy.probe_failures_to_eject
-        ):
+        threshold = (
+            self.policy.probe_timeouts_to_eject
+            if kind is FailureKind.TIMEOUT
+            else self.policy.probe_failures_to_eject
+        )
+        if replica.healthy and replica.consecutive_probe_failures >= max(1, threshold):
             self._set_health(
                 replica,
                 False,

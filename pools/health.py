@@ -4,9 +4,11 @@ A probe is one GET with a short timeout (default 0.5 s) every `interval_s` (defa
 all replicas concurrently on one shared client: an `httpx.AsyncClient`, or an
 `aiohttp.ClientSession` (the coordinator's legs session: a probe costs ~4x less CPU there).
 A stopped engine refuses the connection at once, so it leaves routing on the next round
-(≤ `interval_s` + a round's time); a hung one after `timeout_s`. Both stay well within the 1 s
-budget, and the replica returns as soon as `HealthPolicy.probe_successes_to_restore` probes
-pass. The ejection rules themselves live in `pools.fleet` (pure); this module only does the I/O.
+(≤ `interval_s` + a round's time, within the 1 s budget); a hung one once
+`probe_timeouts_to_eject` (2) probes in a row time out (about twice `interval_s` +
+`timeout_s`, within the 3 s budget). The replica returns as soon as
+`HealthPolicy.probe_successes_to_restore` probes pass. The ejection rules themselves live in
+`pools.fleet` (pure); this module only does the I/O.
 
 Engine faults vs request faults (issue 14): what the request path feeds `Fleet.report_failure`
 is filtered by the coordinator (`pdorch.app.faults.RequestFaults`), so one client cannot eject
@@ -56,6 +58,12 @@ class HealthSettings(BaseModel):
     probe_failures_to_eject: int = Field(
         default=1, ge=1, description="Consecutive failed /health probes that eject."
     )
+    probe_timeouts_to_eject: int = Field(
+        default=2,
+        ge=1,
+        description="Consecutive /health probes that time out that eject (one late probe on a "
+        "busy host is not a hung engine).",
+    )
     probe_successes_to_restore: int = Field(
         default=1, ge=1, description="Consecutive good /health probes that bring a replica back."
     )
@@ -66,6 +74,7 @@ class HealthSettings(BaseModel):
             timeout_failures_to_eject=self.timeout_failures_to_eject,
             http_failures_to_eject=self.http_failures_to_eject,
             probe_failures_to_eject=self.probe_failures_to_eject,
+            probe_timeouts_to_eject=self.probe_timeouts_to_eject,
             probe_successes_to_restore=self.probe_successes_to_restore,
         )
 

@@ -116,6 +116,23 @@ def test_probe_thresholds() -> None:
     assert replica.routable
 
 
+def test_one_late_probe_does_not_eject_but_a_refused_one_does() -> None:
+    fleet = Fleet()  # the defaults: a timeout ejects on the 2nd in a row, a refusal at once
+    for replica_id in ("late", "dead"):
+        fleet.add_replica(endpoint(replica_id), 0.0)
+    late, dead = fleet.get("late"), fleet.get("dead")
+    assert late is not None and dead is not None
+    fleet.observe_probe("late", False, 1.0, FailureKind.TIMEOUT)
+    assert late.routable  # one late probe on a busy host
+    fleet.observe_probe("late", True, 1.25)
+    fleet.observe_probe("late", False, 1.5, FailureKind.TIMEOUT)
+    assert late.routable  # the success in between reset the count
+    fleet.observe_probe("late", False, 1.75, FailureKind.TIMEOUT)
+    assert late.state is ReplicaState.UNHEALTHY  # two in a row: hung
+    fleet.observe_probe("dead", False, 1.0, FailureKind.CONNECTION)
+    assert dead.state is ReplicaState.UNHEALTHY
+
+
 def test_draining_is_kept_whatever_health_says() -> None:
     fleet = Fleet()
     events = recorded(fleet)

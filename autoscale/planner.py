@@ -43,18 +43,20 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    with `margin` (provisioned when none does, or while the target is breached); the pool
    may go down to the largest `c` of the last `fast_down_s` (60 s), but not below the
    largest floor for the load *now* of the last `floor_hold_s` (default `scale_down_s`) nor
-   the largest floor for the load `startup_s` *ahead* of the last `ahead_hold_s` (default 0:
-   this tick's; `None`: `floor_hold_s`), without waiting the window: N-k that kept meeting
+   the largest floor for the load `startup_s` *ahead* of the last `ahead_hold_s` (default:
+   `floor_hold_s`; 0: this tick's), without waiting the window: N-k that kept meeting
    the SLO for a minute, at or above every raw need of that minute (the floor for the load
    ahead is part of the raw need, so it is held for the fit minute) and every floor for the
-   load now of the window. The decode fit check is the floor's own model on the observed
-   load (`decode_fit_as_floor`, default on: `planner_terms.decode_floor_need` with `margin`
-   as the headroom). Why: holding the 120 s-ahead floors for the whole 180 s window was the
-   largest single excess over the oracle on the Azure prefix (~0.50 of pdorch's 0.92 GPU-h
-   above it: a projection of the ramp, or of the noisy level, outlived the time it forecast
-   by 60 s); and the observed-sequences decode check counts sequences at the step time the
-   current replicas run (6 ms there, not the 50 ms target), so it allowed counts the floor
-   then refused and decode flapped (benchmarks/results/AUTOSCALE.md, Rounds 4 and 5).
+   load now of the window. With `decode_fit_as_floor` (off by default) the decode fit check
+   is the floor's own model on the observed load (`planner_terms.decode_floor_need` with
+   `margin` as the headroom). Why the two options: holding the 120 s-ahead floors for the whole
+   180 s window was the largest single excess over the oracle on the Azure prefix (~0.50 of
+   pdorch's 0.92 GPU-h above it: a projection of the ramp, or of the noisy level, outlived the
+   time it forecast by 60 s); and the observed-sequences decode check counts sequences at the
+   step time the current replicas run (6 ms there, not the 50 ms target), so it allowed counts
+   the floor then refused and decode flapped (benchmarks/results/AUTOSCALE.md, Rounds 4 and 5).
+   Not the defaults: with both, Azure -3.9 % and diurnal -8.9 % GPU-h at the same attainment, but
+   Mooncake -0.40 points (92.65 %) and 3/3 direction changes where main makes 1/1 (Round 5).
    (The backlog and breach terms' high-water mark is what the fast path skips.)
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
@@ -140,8 +142,8 @@ class PdorchPlanner(Planner):
         fast_down_s: float = 60.0,
         level_window_s: float | None = None,
         floor_hold_s: float | None = None,
-        ahead_hold_s: float | None = 0.0,
-        decode_fit_as_floor: bool = True,
+        ahead_hold_s: float | None = None,
+        decode_fit_as_floor: bool = False,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -168,11 +170,11 @@ class PdorchPlanner(Planner):
             policy.stabilization.scale_down_s if floor_hold_s is None else floor_hold_s
         )
         # how long a floor sized for the load `startup_s` ahead bounds the fast way down
-        # (default 0: the tick's own, held for the fit minute through the raw need; None: as
-        # long as `floor_hold_s`, the behaviour before Round 5)
+        # (default None: as long as `floor_hold_s`; 0: the tick's own, held for the fit minute
+        # through the raw need: Round 5's measured option, not a default: Mooncake lost 0.4 pt)
         self.ahead_hold_s = self.floor_hold_s if ahead_hold_s is None else ahead_hold_s
-        # the decode fit check = the floor's model (module docstring, step 5); False: the
-        # observed-sequences check of `planner_terms.fits`
+        # True: the decode fit check is the floor's model (module docstring, step 5); False
+        # (default): the observed-sequences check of `planner_terms.fits`
         self.decode_fit_as_floor = decode_fit_as_floor
         self._level = SlidingLoad(self.level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}

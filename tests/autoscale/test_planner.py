@@ -392,11 +392,11 @@ def test_fast_scale_down_is_bounded_by_the_floors_of_the_last_90_s() -> None:
 
 def test_a_floor_for_the_load_ahead_bounds_the_fast_path_only_ahead_hold_s() -> None:
     # the t = 30 floor of 3 is sized for +120 s; the floor for the load now is 8k / 8k = 1.
-    # `ahead_hold_s` 0 (the default): only the fit minute's raw count of 3 (t = 30) holds, to
-    # t = 90; `None` (as long as `floor_hold_s`, the 600 s window) holds it to t = 130
-    short = _fast_path()
+    # `ahead_hold_s` 0: only the fit minute's raw count of 3 (t = 30) holds, to t = 90; the
+    # default (as long as `floor_hold_s`, the 600 s window) holds it to t = 130
+    short = _fast_path(ahead_hold_s=0.0)
     assert short[55] == 4 and short[60] == short[90] == 3 and short[95] == 2
-    assert _fast_path(ahead_hold_s=None)[130] == 3
+    assert _fast_path()[130] == 3
     # the floor for the load now still holds `floor_hold_s`: 20 rps at t = 30 (floor 3 now)
     pl = planner(policy(down_s=600.0), ahead_hold_s=0.0)
     for t in range(0, 135, 5):
@@ -411,7 +411,7 @@ def test_decode_fit_check_reads_the_floors_model_on_the_observed_load() -> None:
     # floor's model with margin 0.8 needs 181.8 / 80 = 2.27 -> 3
     reps = replicas(D, 5, num_running=10)
     obs = observation(rate=18.0, p=(8, 0), d=(5, 0), reps=reps)
-    old = planner(decode_fit_as_floor=False).plan(obs)
+    old = planner().plan(obs)  # the default
     assert old.details["decode"]["floor"] == 2 and old.desired[D] == 2
-    new = planner().plan(obs)  # the default
+    new = planner(decode_fit_as_floor=True).plan(obs)
     assert new.desired[D] == 3 and new.reasons[D] == "consolidation"

@@ -42,13 +42,22 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    records `c = ` the smallest count in `[raw, provisioned]` that the observed load fits
    with `margin` (provisioned when none does, or while the target is breached); the pool
    may go down to the largest `c` of the last `fast_down_s` (60 s), but not below the
-   largest predictive floor of the last `floor_hold_s` (default `scale_down_s`), without
-   waiting the window: N-k that kept meeting the SLO for a minute, at or above every raw need
-   of that minute and every forecast of the window. (The backlog and breach terms'
-   high-water mark is what the fast path skips. Over the whole 180 s window the floors held
-   Azure's 120 s-ahead ramp projections, 9-11 prefill replicas at 150-200 s, until 375 s
-   where 4-5 fitted; 60 s or 90 s release that, but the level's drift across a replica boundary then
-   flaps decode (Azure 4 <-> 5 at 60 s; Mooncake 3 <-> 4 at 90 s): Round 4.)
+   largest floor for the load *now* of the last `floor_hold_s` (default `scale_down_s`) nor
+   the largest floor for the load `startup_s` *ahead* of the last `ahead_hold_s` (default:
+   `floor_hold_s`; 0: this tick's), without waiting the window: N-k that kept meeting
+   the SLO for a minute, at or above every raw need of that minute (the floor for the load
+   ahead is part of the raw need, so it is held for the fit minute) and every floor for the
+   load now of the window. With `decode_fit_as_floor` (off by default) the decode fit check
+   is the floor's own model on the observed load (`planner_terms.decode_floor_need` with
+   `margin` as the headroom). Why the two options: holding the 120 s-ahead floors for the whole
+   180 s window was the largest single excess over the oracle on the Azure prefix (~0.50 of
+   pdorch's 0.92 GPU-h above it: a projection of the ramp, or of the noisy level, outlived the
+   time it forecast by 60 s); and the observed-sequences decode check counts sequences at the
+   step time the current replicas run (6 ms there, not the 50 ms target), so it allowed counts
+   the floor then refused and decode flapped (benchmarks/results/AUTOSCALE.md, Rounds 4 and 5).
+   Not the defaults: with both, Azure -3.9 % and diurnal -8.9 % GPU-h at the same attainment, but
+   Mooncake -0.40 points (92.65 %) and 3/3 direction changes where main makes 1/1 (Round 5).
+   (The backlog and breach terms' high-water mark is what the fast path skips.)
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
@@ -88,6 +97,7 @@ from autoscale.planner_base import Planner, register_planner
 from autoscale.planner_terms import (
     Term,
     decode_correction,
+    decode_floor_need,
     fits,
     observed_breach,
     prefill_correction,
@@ -98,8 +108,6 @@ from autoscale.role_moves import PoolView, RoleMover
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import (
     clamp_to_limits,
-    decode_need,
-    itl_target_s,
     prefill_need,
     replicas_for,
     ttft_target_s,
@@ -134,6 +142,8 @@ class PdorchPlanner(Planner):
         fast_down_s: float = 60.0,
         level_window_s: float | None = None,
         floor_hold_s: float | None = None,
+        ahead_hold_s: float | None = None,
+        decode_fit_as_floor: bool = False,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -159,10 +169,19 @@ class PdorchPlanner(Planner):
         self.floor_hold_s = (
             policy.stabilization.scale_down_s if floor_hold_s is None else floor_hold_s
         )
+        # how long a floor sized for the load `startup_s` ahead bounds the fast way down
+        # (default None: as long as `floor_hold_s`; 0: the tick's own, held for the fit minute
+        # through the raw need: Round 5's measured option, not a default: Mooncake lost 0.4 pt)
+        self.ahead_hold_s = self.floor_hold_s if ahead_hold_s is None else ahead_hold_s
+        # True: the decode fit check is the floor's model (module docstring, step 5); False
+        # (default): the observed-sequences check of `planner_terms.fits`
+        self.decode_fit_as_floor = decode_fit_as_floor
         self._level = SlidingLoad(self.level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         self._fit: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
-        self._floors: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
+        # (tick, its floor for the load now, its floor for the load `startup_s` ahead)
+        self._floors: dict[Pool, deque[tuple[float, int, int]]] = {p: deque() for p in POOLS}
+        self._floor_now: dict[Pool, int] = {}
         self._agg: list[Observation] = []
         self._fed = False
         self.correction: dict[Pool, float] = {p: 1.0 for p in POOLS}
@@ -211,7 +230,7 @@ class PdorchPlanner(Planner):
 
     def _floor_for(self, load: LoadForecast, obs: Observation) -> dict[Pool, Term]:
         rate, isl, osl, hit = load
-        ttft, itl = ttft_target_s(self.policy), itl_target_s(self.policy)
+        ttft = ttft_target_s(self.policy)
         t_own = self.perf.prefill_time_s(uncached_tokens(isl, hit)) if isl > 0 else 0.0
         # a request occupies a decode replica from its first token on: prefill queueing is
         # not decode residence (the observed mean TTFT used here made the decode floor 16 %
@@ -228,15 +247,15 @@ class PdorchPlanner(Planner):
             correction=self.correction[Pool.PREFILL],
             headroom=self.headroom,
         )
-        d = decode_need(
+        d = decode_floor_need(
             self.perf,
+            self.policy,
             rate,
             isl,
             osl,
-            itl,
-            ttft_term_s=t_term,
-            correction=self.correction[Pool.DECODE],
-            headroom=self.headroom,
+            hit,
+            self.correction[Pool.DECODE],
+            self.headroom,
         )
         return {
             Pool.PREFILL: Term(replicas_for(p), "ttft-throughput", {**inputs, "need": p}),
@@ -248,6 +267,7 @@ class PdorchPlanner(Planner):
         for pool in POOLS:
             horizon = self.policy.limits(pool).startup_s
             best: Term | None = None
+            at: dict[float, int] = {}
             level = LoadForecast(*self.forecaster.forecast(0.0))
             if not self._fed and self._agg:  # before the first whole window: what it saw
                 a = aggregate(self._agg)
@@ -265,10 +285,12 @@ class PdorchPlanner(Planner):
                 load = level._replace(rate_rps=rate)
                 term = self._floor_for(load, obs)[pool]
                 term.inputs["horizon_s"] = h
+                at[h] = term.replicas
                 if best is None or term.replicas > best.replicas:
                     best = term
             assert best is not None
             out[pool] = best
+            self._floor_now[pool] = at[0.0]
         return out
 
     def _sustained(self, pool: Pool, now: float, projected: float, level: float) -> float:
@@ -299,6 +321,7 @@ class PdorchPlanner(Planner):
             margin=self.margin,
             min_samples=self.min_samples,
             kv_high=self.kv_high,
+            decode_as_floor=self.decode_fit_as_floor,
         )
 
     def _consolidated(self, obs: Observation, pool: Pool, start: int, current: int) -> int:
@@ -329,7 +352,7 @@ class PdorchPlanner(Planner):
         while fit and now - fit[0][0] > self.fast_down_s:
             fit.popleft()
         floors = self._floors[pool]
-        while floors and now - floors[0][0] > self.floor_hold_s:
+        while floors and now - floors[0][0] > max(self.floor_hold_s, self.ahead_hold_s):
             floors.popleft()
         if raw >= current:
             if st.scale_up_s <= 0:
@@ -347,8 +370,13 @@ class PdorchPlanner(Planner):
         fast = current
         if self.fast_down_s > 0 and watched >= self.fast_down_s:
             fast = max(c for _, c in fit)
-            if floors:
-                fast = max(fast, max(f for _, f in floors))
+            # a floor for the load now holds `floor_hold_s`, one for the load `startup_s`
+            # ahead `ahead_hold_s`
+            for t, f_now, f_ahead in floors:
+                if now - t <= self.floor_hold_s:
+                    fast = max(fast, f_now)
+                if now - t <= self.ahead_hold_s:
+                    fast = max(fast, f_ahead)
             fast = min(current, fast)
         if watched < st.scale_down_s:
             if fast < current:
@@ -403,7 +431,13 @@ class PdorchPlanner(Planner):
                 start_s=self._arrival_s(obs, pool),
             )
             term = react if react.replicas > floor.replicas else floor
-            self._floors[pool].append((now, clamp_to_limits(self.policy, pool, floor.replicas)[0]))
+            self._floors[pool].append(
+                (
+                    now,
+                    clamp_to_limits(self.policy, pool, self._floor_now.get(pool, 0))[0],
+                    clamp_to_limits(self.policy, pool, floor.replicas)[0],
+                )
+            )
             n, bound = clamp_to_limits(self.policy, pool, term.replicas)
             raw[pool] = n
             desired[pool], reasons[pool] = self._stabilize(view, pool, n, bound or term.reason)

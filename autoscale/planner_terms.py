@@ -22,6 +22,7 @@ from autoscale.sizing import (
     UNREACHABLE,
     context_tokens,
     decode_concurrency,
+    decode_need,
     itl_target_s,
     replicas_for,
     ttft_target_s,
@@ -212,6 +213,34 @@ def reactive_term(
     return best
 
 
+def decode_floor_need(
+    perf: PerfModel,
+    policy: SloPolicy,
+    rate_rps: float,
+    isl: float,
+    osl: float,
+    hit: float,
+    correction: float,
+    headroom: float,
+) -> float:
+    """The decode floor's model, one function for the floor and the fit check: fractional
+    replicas `rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k)` (`sizing.decode_need`), with
+    `T_own = min(perf.prefill_time_s(ISL_u), TTFT)` (the model's own prefill time: a request
+    occupies its decode replica from its first token on, prefill queueing is not residence)."""
+    ttft = ttft_target_s(policy)
+    t_own = perf.prefill_time_s(uncached_tokens(isl, hit)) if isl > 0 else 0.0
+    return decode_need(
+        perf,
+        rate_rps,
+        isl,
+        osl,
+        itl_target_s(policy),
+        ttft_term_s=min(t_own, ttft),
+        correction=correction,
+        headroom=headroom,
+    )
+
+
 def fits(
     perf: PerfModel,
     policy: SloPolicy,
@@ -223,12 +252,20 @@ def fits(
     margin: float,
     min_samples: int,
     kv_high: float,
+    decode_as_floor: bool = False,
 ) -> bool:
     """Would the observed load, spread over `replicas`, still meet the SLO with `margin`?
 
     prefill: `λ_tok ≤ margin·m·C_p/k` and `t_own + (Q/m)/(μ/k) ≤ margin·TTFT`.
-    decode: `S/m ≤ B/k`, the predicted ITL `k·perf.decode_step_s(ceil(S/m), ctx) ≤ margin·ITL`
-    and `Σ kv_usage / m ≤ margin·kv_high`.
+    decode (`decode_as_floor` False): `S/m ≤ B/k`, the predicted ITL
+    `k·perf.decode_step_s(ceil(S/m), ctx) ≤ margin·ITL` and `Σ kv_usage / m ≤ margin·kv_high`.
+    decode (`decode_as_floor` True): the floor's own model on the observed load,
+    `decode_floor_need(rate, ISL, OSL, hit, k, headroom=margin) ≤ m`, and the KV check. Why:
+    `S` is counted at the step time the current `N` replicas run (Azure x14: 6 ms, not the
+    50 ms target), so `S/m` misses that consolidating lengthens every step and with it the
+    time each sequence stays: the observed check allowed 3 decode replicas where the floor
+    (Little's law at the target) asked 4, and the level's drift across that boundary flapped
+    decode 3 <-> 4 (benchmarks/results/AUTOSCALE.md, Round 4).
     Never while the pool's observed percentile breaches its target.
     """
     if replicas <= 0:
@@ -244,6 +281,18 @@ def fits(
         queue_wait = (x["queued_tokens"] / m) / mu if mu > 0 else 0.0
         return x["t_own_s"] + queue_wait <= margin * ttft_target_s(policy)
     y = _decode_load(perf, policy, obs)
+    if decode_as_floor:
+        need = decode_floor_need(
+            perf,
+            policy,
+            obs.arrival_rps,
+            obs.mean_isl_tokens,
+            obs.mean_osl_tokens,
+            obs.prefix_hit_rate,
+            correction,
+            margin,
+        )
+        return replicas_for(need) <= replicas and y["kv_usage_sum"] / m <= margin * kv_high
     batch = math.ceil(y["sequences"] / m - 1e-9)
     if batch > y["batch_at_target"] / correction:
         return False

@@ -104,8 +104,10 @@ def test_scale_down_waits_for_the_stabilization_window() -> None:
 def test_scale_down_stops_where_the_consolidation_check_fails() -> None:
     # 5 decode replicas with 50 seqs each: 250 seqs fit 3 replicas at the target (raw 3), but
     # the predicted step must stay <= 0.8 * 50 ms: on 3, 84 seqs -> 43.6 ms; on 4, 63 -> 35.2 ms.
+    # (the observed-sequences check, `decode_fit_as_floor=False`; the floor's model on 0.1 rps
+    # fits 1, and the raw 3 binds)
     reps = replicas(D, 5, num_running=50)
-    decision = planner().plan(observation(rate=0.1, d=(5, 0), reps=reps))
+    decision = planner(decode_fit_as_floor=False).plan(observation(rate=0.1, d=(5, 0), reps=reps))
     assert decision.details["decode"]["raw"] == 3
     assert decision.desired[D] == 4 and decision.reasons[D] == "consolidation"
 
@@ -157,8 +159,11 @@ def test_role_switch_moves_idle_decode_replicas_to_a_short_prefill_pool() -> Non
 def test_role_switch_keeps_what_the_giver_needs() -> None:
     # decode holds 200 seqs on 4 replicas: on 2 the step would be 10 + 100 * 0.4 = 50 ms > 40 ms
     # (0.8 * target), on 3 it is 10 + 67 * 0.4 = 36.8 ms: it keeps 3, so only 1 moves.
+    # (the observed-sequences check, `decode_fit_as_floor=False`: 24 rps of 1-token outputs
+    # are 3.6 seqs by the floor's Little's law)
     obs = observation(rate=24.0, osl=1.0, p=(1, 0), d=(4, 0), reps=replicas(D, 4, num_running=50))
-    d = planner(policy(role_switching=True, down_s=600.0)).plan(obs)
+    pl = planner(policy(role_switching=True, down_s=600.0), decode_fit_as_floor=False)
+    d = pl.plan(obs)
     assert d.moves == (RoleMove(D, P, 1),) and d.desired[D] == 3
 
 
@@ -377,8 +382,36 @@ def test_fast_scale_down_is_bounded_by_the_floors_of_the_last_90_s() -> None:
     # the fit minute is whole at t = 60 (it allows 2); the t = 30 floor of 3 bounds the fast
     # path for `floor_hold_s` 90 s, to t = 120, not for the 600 s scale-down window (the
     # default, `scale_down_s`, keeps it to t = 130)
-    held = _fast_path(floor_hold_s=90.0)
+    # (`ahead_hold_s=None`: a floor for the load ahead holds as long as one for the load now)
+    held = _fast_path(floor_hold_s=90.0, ahead_hold_s=None)
     assert held[55] == 4 and held[60] == held[120] == 3 and held[125] == 2
-    assert _fast_path()[130] == 3  # the whole window (the default)
+    assert _fast_path(ahead_hold_s=None)[130] == 3  # the whole window
     # this tick's floor alone: the t = 30 raw count of 3 is the fit minute's bound, to t = 90
-    assert _fast_path(floor_hold_s=0.0)[95] == 2 and held[95] == 3
+    assert _fast_path(floor_hold_s=0.0, ahead_hold_s=None)[95] == 2 and held[95] == 3
+
+
+def test_a_floor_for_the_load_ahead_bounds_the_fast_path_only_ahead_hold_s() -> None:
+    # the t = 30 floor of 3 is sized for +120 s; the floor for the load now is 8k / 8k = 1.
+    # `ahead_hold_s` 0: only the fit minute's raw count of 3 (t = 30) holds, to t = 90; the
+    # default (as long as `floor_hold_s`, the 600 s window) holds it to t = 130
+    short = _fast_path(ahead_hold_s=0.0)
+    assert short[55] == 4 and short[60] == short[90] == 3 and short[95] == 2
+    assert _fast_path()[130] == 3
+    # the floor for the load now still holds `floor_hold_s`: 20 rps at t = 30 (floor 3 now)
+    pl = planner(policy(down_s=600.0), ahead_hold_s=0.0)
+    for t in range(0, 135, 5):
+        d = pl.plan(observation(float(t), rate=20.0 if t == 30 else 8.0, p=(4, 0), d=(8, 0)))
+    assert d.desired[P] == 3
+
+
+def test_decode_fit_check_reads_the_floors_model_on_the_observed_load() -> None:
+    # 18 rps, 1000 + 200 tokens: the floor's Little's law 18 * (0.1 + 200 * 0.05) = 181.8 seqs
+    # over 100 per replica -> floor 2. 5 decode replicas hold 10 seqs each (they run at 14 ms,
+    # not at the target): the observed check fits 2 (25 seqs -> 20 ms <= 0.8 * 50 ms); the
+    # floor's model with margin 0.8 needs 181.8 / 80 = 2.27 -> 3
+    reps = replicas(D, 5, num_running=10)
+    obs = observation(rate=18.0, p=(8, 0), d=(5, 0), reps=reps)
+    old = planner().plan(obs)  # the default
+    assert old.details["decode"]["floor"] == 2 and old.desired[D] == 2
+    new = planner(decode_fit_as_floor=True).plan(obs)
+    assert new.desired[D] == 3 and new.reasons[D] == "consolidation"

@@ -66,8 +66,10 @@ from pools.sim.kv_events import KVCacheEvent
 from pools.sim.outputs import DecodeFastForward
 from pools.sim.request import SimRequest
 from pools.sim.timing import TimingModel, make_timing
+from router.binding_queue import BindingQueue
 from router.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 from router.kv_index import KvIndex
+from router.lifecycle_plan import RequestPlan
 from router.policies.config import RouterPolicyConfig
 from router.replica_state import ReplicaStatic, RoutingRequest
 from transfer.params import KvTransferParams
@@ -258,6 +260,13 @@ class FleetSimulator:
             )
         )
         self.load = self.routing.token_load  # the metrics ticks reconcile it
+        # Late binding (router/late_binding.py): arrivals wait here while every prefilling
+        # replica is busy; a prefill's end (the token load drops) dispatches them.
+        late = router_cfg.late_binding
+        self.binding: BindingQueue | None = (
+            BindingQueue(self.routing.lifecycle, late) if late.enabled else None
+        )
+        self._held_hashes: dict[str, list[bytes]] = {}
         router = self.routing.lifecycle.router
         self.needs_text = any(
             p.needs_prompt_text for p in (router.prefill_policy, router.decode_policy)
@@ -426,7 +435,28 @@ class FleetSimulator:
             prompt_text=text,
             max_tokens=spec.output_tokens,
         )
-        plan = self.routing.arrive(req, now)
+        if self.binding is not None:
+            self.binding.hold(req, now)
+            self._held_hashes[rid] = seq_hashes
+            self._dispatch(now)
+            return
+        self._start(rec, self.routing.arrive(req, now), seq_hashes, now)
+
+    def _dispatch(self, now: float) -> None:
+        """Late binding: admit the held requests that may go now, and start their legs."""
+        binding = self.binding
+        assert binding is not None
+        for rid, plan in binding.dispatch(now):
+            if plan is None:
+                raise RuntimeError(f"request {rid}: no replica can serve it")
+            self._start(self.records[rid], plan, self._held_hashes.pop(rid), now)
+
+    def _start(
+        self, rec: RequestRecord, plan: RequestPlan, seq_hashes: list[bytes], now: float
+    ) -> None:
+        """The request is admitted: send its leg(s) to the planned core(s)."""
+        rid = rec.request_id
+        prompt_tokens = rec.prompt_tokens
         d = self.by_id[plan.decode.replica]
         rec.decode_replica = d.id
         if plan.prefill is not None:
@@ -452,7 +482,7 @@ class FleetSimulator:
                 SimRequest(
                     rid,
                     [],
-                    max_tokens=spec.output_tokens,
+                    max_tokens=rec.output_tokens,
                     num_prompt_tokens=prompt_tokens,
                     block_hashes=seq_hashes,
                 ),
@@ -467,6 +497,12 @@ class FleetSimulator:
             h = self.arrivals[0][0]
         if rep.transfers and rep.transfers[0] < h:
             h = rep.transfers[0]
+        if self.binding is not None and self.binding.held:
+            # a held request may be admitted to this replica at any replica's step boundary
+            for other in self.replicas:
+                t = other.next_event
+                if t is not None and t < h and other is not rep:
+                    h = t
         for pi, n in rep.inbound.items():
             if n > 0:
                 p = self.replicas[pi]
@@ -501,6 +537,8 @@ class FleetSimulator:
         if adv.wake is not None:
             rep.next_event = adv.wake
             self._push(adv.wake, _STEP, rep.index)
+        if self.binding is not None and self.binding.held:
+            self._dispatch(now)  # a prefill that ended in this step frees its replica
 
     def _drain(self, rep: _Replica, events: list[KVCacheEvent]) -> None:
         if events:
@@ -637,6 +675,8 @@ class FleetSimulator:
             )
         self.tick_times.append(now)
         self.decode_kv.append([used[r.id] for r in self.decode_capable])
+        if self.binding is not None and self.binding.held:
+            self._dispatch(now)  # the scrape may have dropped stale load
 
     # ------------------------------------------------------------------ result
     def _result(self, wall: float) -> SimResult:

@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from router.late_binding import LateBindingParams
 from router.pd_decision import PdDecisionParams
 from router.plugins.profile import Profile
 from router.plugins.spec import (
@@ -75,6 +76,8 @@ class RouterPolicyConfig(BaseModel):
     prefill: PolicyConfig = Field(default_factory=lambda: PolicyConfig(name="token_load"))
     decode: PolicyConfig = Field(default_factory=lambda: PolicyConfig(name="token_load_decode"))
     pd: PdDecisionParams = Field(default_factory=PdDecisionParams)
+    # Hold requests at the router while every prefilling replica is busy (router/late_binding.py)
+    late_binding: LateBindingParams = Field(default_factory=LateBindingParams)
 
 
 def build_policy(

@@ -63,7 +63,10 @@ class BindingQueue:
         self._order = itertools.count()
         # request id -> (replica computing its prompt, its block keys)
         self._in_flight: dict[str, tuple[str, tuple[int, ...]]] = {}
+        # counters for reports and tests: admitted, admitted later than they arrived, and the
+        # most requests still held after a dispatch
         self.admitted = 0
+        self.delayed = 0
         self.max_held = 0
 
     @property
@@ -75,8 +78,6 @@ class BindingQueue:
 
     def hold(self, request: RoutingRequest, now: float, priority: int = 0) -> None:
         self._held[request.request_id] = _Held(request, priority, now, next(self._order))
-        if len(self._held) > self.max_held:
-            self.max_held = len(self._held)
 
     def withdraw(self, request_id: str) -> bool:
         """A held request leaves; False when it was not held (already admitted)."""
@@ -145,10 +146,13 @@ class BindingQueue:
             del candidates[rid]
             held = self._held.pop(rid)
             out.append((rid, self._admit(held.request, now, binding.replicas)))
+            if now > held.arrived:
+                self.delayed += 1
             queues = self.queues(now)
             if rid in self._in_flight:  # its prompt is in flight now: others may share it
                 for other in candidates:
                     candidates[other] = self._candidate(self._held[other], members, overlaps[other])
+        self.max_held = max(self.max_held, len(self._held))
         return out
 
     # ---- internals ---------------------------------------------------------------------------

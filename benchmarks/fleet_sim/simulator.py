@@ -36,6 +36,11 @@ replica's queue waits, the next transfer anywhere, which may release its held bl
 reads or changes the replica happens inside the horizon, so results equal stepping one by one
 (`tests/benchmarks/test_fleet_sim.py::test_fast_forward_equivalence`).
 
+Late binding (`SimConfig`'s router `late_binding.enabled`, policy suffix `+late`): arrivals are
+held in a `BindingQueue` (router/binding_queue.py) and admitted by its `dispatch` after each
+step boundary and tick (the token load's queued prefill drops when a prefill ends, the signal
+the coordinator has); the horizon then also stops at every other replica's next step.
+
 Token-free: requests carry block ids (`block_ids.py`), not token ids; the cores' prefix caches
 and the `KvIndex` (`engine_hash_keys=True`) work on those ids.
 """
@@ -521,6 +526,10 @@ class FleetSimulator:
         def on_outputs(res: StepResult, events: list[KVCacheEvent]) -> None:
             self._drain(rep, events)  # the step's KV events reach the index with its outputs
             self._apply_outputs(rep, res, now)
+            if self.binding is not None and self.binding.held:
+                # a prefill that ended in this step frees its replica; admitted before this
+                # replica's next step (or fast-forward) is planned, as in step-by-step mode
+                self._dispatch(now)
 
         horizon = None
         if self.config.fast_forward and rep.role != "prefill":
@@ -537,8 +546,6 @@ class FleetSimulator:
         if adv.wake is not None:
             rep.next_event = adv.wake
             self._push(adv.wake, _STEP, rep.index)
-        if self.binding is not None and self.binding.held:
-            self._dispatch(now)  # a prefill that ended in this step frees its replica
 
     def _drain(self, rep: _Replica, events: list[KVCacheEvent]) -> None:
         if events:

@@ -10,6 +10,7 @@ P/D decision's parameters::
     pd:
       min_uncached_tokens: 512
       max_prefill_queue_s: 1.0
+    late_binding: {enabled: true, hold_queued_s: 0.5}   # router/late_binding.py (default off)
 
 A policy may also replace a profile's sections, or define a new profile in place::
 

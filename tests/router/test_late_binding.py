@@ -172,3 +172,13 @@ def test_withdrawn_requests_are_never_admitted() -> None:
     lc.tokens("big", 1.0, 1)
     assert bq.dispatch(1.0) == []
     assert not lc.in_flight("gone")
+
+
+def test_bench_policy_suffix_turns_late_binding_on_with_its_parameters() -> None:
+    from benchmarks.fleet_sim.policies import router_config_for
+
+    assert not router_config_for("token_load").late_binding.enabled
+    cfg = router_config_for("dynamo/always+late:hold_queued_s=0.25:aging=2")
+    assert cfg.prefill.name == "dynamo" and cfg.late_binding.enabled
+    assert (cfg.late_binding.hold_queued_s, cfg.late_binding.aging) == (0.25, 2.0)
+    assert cfg.pd.min_uncached_tokens == 0

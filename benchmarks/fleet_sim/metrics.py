@@ -122,6 +122,9 @@ def compute_metrics(
         m["rollout_p50_s"] = _pct([b - a for a, b in groups.values()], 50)
     if result.sessions:
         m["session_p99_s"] = _pct([b - a for _, _, a, b in result.sessions], 99)
+    for key in ("late_binding_delayed", "late_binding_max_held"):  # late binding's counters
+        if key in result.meta:
+            m[key] = result.meta[key]
     return m
 
 

@@ -377,6 +377,9 @@ class FleetSimulator:
                     self._on_transfer(data, t_heap)
         result = self._result(time.perf_counter() - wall0)
         result.cpu_s = time.process_time() - cpu0
+        if self.binding is not None:  # how much late binding held (results.json)
+            result.meta["late_binding_delayed"] = self.binding.delayed
+            result.meta["late_binding_max_held"] = self.binding.max_held
         return result
 
     def _start_closed(self, now: float) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.fleet_sim import FleetSpec, SimConfig
-from benchmarks.fleet_sim.metrics import check_conservation
+from benchmarks.fleet_sim.metrics import check_conservation, compute_metrics
 from benchmarks.fleet_sim.simulator import FleetSimulator, SimResult
 from benchmarks.workloads.model import Segment, SessionSpec, TurnSpec, Workload
 
@@ -40,7 +40,9 @@ def test_a_short_prompt_held_behind_a_busy_replica_goes_before_an_earlier_long_o
     _, off = run("1C", "token_load")
     sim, late = run("1C", "token_load+late")
     assert sim.binding is not None and sim.binding.max_held >= 2 and sim.binding.delayed >= 2
-    check_conservation(late)
+    assert not check_conservation(late)
+    assert compute_metrics(late, 2000.0, 100.0)["late_binding_delayed"] == sim.binding.delayed
+    assert "late_binding_delayed" not in compute_metrics(off, 2000.0, 100.0)
     # off: the engine prefills s1 (30k) and s2 (500) side by side in arrival order, so s2's
     # first token comes with s1's; late: both wait for s0's prefill, then s2 is bound first
     assert ttft(off, "s2") > ttft(off, "s1") - 0.05

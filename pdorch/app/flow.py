@@ -267,7 +267,7 @@ class RequestFlow:
         )
         lifecycle = c.lifecycle
         try:
-            plan = lifecycle.admit(request, now)
+            plan = await c.bind(request, parse_priority(self.http.headers.get(PRIORITY_HEADER)))
         except NoReplicaError as err:
             raise ApiError(
                 503, f"No healthy replica can serve the request: {err}", code="no_replica"

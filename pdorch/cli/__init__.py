@@ -14,9 +14,9 @@ from pdorch.cli import bench_autoscale as bench_autoscale_cmd
 from pdorch.cli import bench_chaos as bench_chaos_cmd
 from pdorch.cli import bench_live as bench_live_cmd
 from pdorch.cli import bench_proxy as bench_proxy_cmd
-from pdorch.cli import bench_soak as bench_soak_cmd
 from pdorch.cli import bench_router, bench_transfer, dev_tiny_model, engine_sim, engine_vllm
 from pdorch.cli import bench_sim as bench_sim_cmd
+from pdorch.cli import bench_soak as bench_soak_cmd
 from pdorch.cli import plan as plan_cmd
 from pdorch.cli import profile as profile_cmd
 from pdorch.cli import scale as scale_cmd

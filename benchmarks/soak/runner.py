@@ -49,7 +49,9 @@ class SoakConfig:
     duration_s: float = 1800.0
     restart_every_s: float = 180.0
     sample_s: float = 10.0
-    warmup_s: float = 120.0
+    # the coordinator's bounded caches fill first (the engine-tokenize LRU of 4096 prompts, the
+    # token-load tombstones of 300 s): at 8 clients that took 9 minutes in the committed run
+    warmup_s: float = 600.0
     down_s: float = 2.0
     drain_wait_s: float = 15.0
     load: LoadSettings = field(default_factory=lambda: LoadSettings(concurrency=8))

@@ -42,9 +42,11 @@ def bench_soak(
     ),
     sample_s: float = typer.Option(10.0, min=0.1, help="Seconds between samples."),
     warmup_s: float = typer.Option(
-        120.0,
+        600.0,
         min=0.0,
-        help="Seconds at the start left out of the slopes (pools open, the KV index fills).",
+        help="Seconds at the start left out of the slopes: pools open, the KV index and the "
+        "coordinator's bounded caches fill (the tokenize LRU of 4096 prompts took 9 minutes at "
+        "8 clients).",
     ),
     concurrency: int = typer.Option(
         8, min=2, help="Concurrent clients (even ones stream, odd ones do not)."

@@ -72,6 +72,16 @@ class VllmChaosFleet:
     async def start(self) -> None:
         # ipc paths must stay short (a unix socket path is ~107 bytes at most)
         self._ipc_dir = Path(tempfile.mkdtemp(prefix="pdorch-chaos-ipc-"))
+        self.plan_engines(self._ipc_dir)
+        await asyncio.gather(*(self._start_engine(r) for r in self.engine_specs))
+        fleet_file = self.log_dir / "fleet.yaml"
+        fleet_file.write_text(self.fleet_yaml())
+        self.coordinator = await start_pdorch(
+            fleet_file, free_port(), self.log_dir, start_timeout_s=self.settings.start_timeout_s
+        )
+
+    def plan_engines(self, ipc_dir: Path) -> None:
+        """Every engine's spec (ports chosen now, ipc endpoints under `ipc_dir`); starts nothing."""
         for replica_id, role, core in VLLM_ROLES:
             self.engine_specs[replica_id] = VllmEngineSpec(
                 role=role,
@@ -79,8 +89,8 @@ class VllmChaosFleet:
                 served_model_name=self.settings.served_model_name,
                 port=free_port(),
                 side_channel_port=free_port(),
-                kv_events_endpoint=f"ipc://{self._ipc_dir}/{replica_id}-events",
-                kv_events_replay_endpoint=f"ipc://{self._ipc_dir}/{replica_id}-replay",
+                kv_events_endpoint=f"ipc://{ipc_dir}/{replica_id}-events",
+                kv_events_replay_endpoint=f"ipc://{ipc_dir}/{replica_id}-replay",
                 kv_events_topic=replica_id,
                 block_size=BLOCK_SIZE,
                 max_model_len=MAX_MODEL_LEN,
@@ -88,12 +98,6 @@ class VllmChaosFleet:
                 kv_cache_space_gib=1,
                 enforce_eager=True,
             )
-        await asyncio.gather(*(self._start_engine(r) for r in self.engine_specs))
-        fleet_file = self.log_dir / "fleet.yaml"
-        fleet_file.write_text(self.fleet_yaml())
-        self.coordinator = await start_pdorch(
-            fleet_file, free_port(), self.log_dir, start_timeout_s=self.settings.start_timeout_s
-        )
 
     def fleet_yaml(self) -> str:
         pools: dict[str, list[str]] = {"prefill": [], "decode": []}

@@ -37,7 +37,7 @@ def test_the_plan_and_its_fleet_file(tmp_path: Path) -> None:
     config = load_fleet_config(path)
     assert config.served_model_name == "tiny" and config.block_size == BLOCK_SIZE
     assert config.health.timeout_s == 2.0
-    endpoints = {e.id: e for _, pool in config.pools.items() for e in pool.endpoints}
+    endpoints = {str(e.id): e for _, pool in config.pools.items() for e in pool.endpoints}
     assert set(endpoints) == set(specs)
     for replica_id, endpoint in endpoints.items():
         assert endpoint.url == specs[replica_id].url

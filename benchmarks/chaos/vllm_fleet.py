@@ -34,7 +34,7 @@ from pathlib import Path
 
 from benchmarks.chaos.fleet import FleetSettings
 from benchmarks.proxy.processes import RunningProcess, start_pdorch, stop_process
-from pools.ports import free_port
+from pools.ports import free_port, free_ports
 from pools.roles import EngineRole
 from pools.vllm_process import RunningVllm
 from pools.vllm_spec import VllmEngineSpec
@@ -82,13 +82,16 @@ class VllmChaosFleet:
 
     def plan_engines(self, ipc_dir: Path) -> None:
         """Every engine's spec (ports chosen now, ipc endpoints under `ipc_dir`); starts nothing."""
+        # held together: ports picked one by one can repeat (seen: prefill-0 and decode-0 both
+        # on one port, so "decode-0" was prefill-0 and its kill -9 took nothing down)
+        ports = iter(free_ports(2 * len(VLLM_ROLES)))
         for replica_id, role, core in VLLM_ROLES:
             self.engine_specs[replica_id] = VllmEngineSpec(
                 role=role,
                 model=self.model_dir,
                 served_model_name=self.settings.served_model_name,
-                port=free_port(),
-                side_channel_port=free_port(),
+                port=next(ports),
+                side_channel_port=next(ports),
                 kv_events_endpoint=f"ipc://{ipc_dir}/{replica_id}-events",
                 kv_events_replay_endpoint=f"ipc://{ipc_dir}/{replica_id}-replay",
                 kv_events_topic=replica_id,

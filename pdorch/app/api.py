@@ -40,6 +40,7 @@ from pdorch.app.admin import admin_router
 from pdorch.app.admin_drain import admin_drain_router
 from pdorch.app.admin_scale import admin_scale_router
 from pdorch.app.auth import check_client
+from pdorch.app.dashboard import dashboard_router
 from pdorch.app.errors import ApiError
 from pdorch.app.flow import ClientGone, RequestFlow, read_body
 from pdorch.app.metrics import CONTENT_TYPE
@@ -240,4 +241,5 @@ def create_app(coordinator: Coordinator, models: ModelDispatch | None = None) ->
     app.include_router(admin_scale_router(c))
     app.include_router(admin_drain_router(c))
     app.include_router(passthrough_router(c))
+    app.include_router(dashboard_router(c))  # /dashboard, /admin/dashboard.json
     return app

@@ -68,6 +68,12 @@ async def test_the_page_shows_the_fleet_with_no_console_errors(tmp_path: Path) -
 
         shown = await async_wait_until(shows_the_fleet, timeout=60.0, message="the replicas")
         assert len(shown) == 4  # 1 prefill + 3 decode (one launched by the decision)
+        # offline: the page fetched nothing but itself and its JSON (same origin, no CDN)
+        loaded = await browser.evaluate(
+            "[...performance.getEntriesByType('resource')].map((e) => e.name)"
+        )
+        origin = await browser.evaluate("location.origin")
+        assert loaded and all(u.startswith(origin + "/admin/dashboard.json") for u in loaded)
         # the token left the address bar; the routing and autoscaler decisions are listed
         assert await browser.evaluate("location.hash") == ""
         routes = await browser.evaluate("document.getElementById('routes').innerText")

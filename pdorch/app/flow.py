@@ -293,6 +293,14 @@ class RequestFlow:
         else:
             c.expect_blocks(leg.replica, keys, now)
         c.metrics.routed(self.route_kind, prompt_tokens)
+        c.recent_routes.add(
+            c.clock(),
+            self.request_id,
+            self.route_kind,
+            self.prefill_replica,
+            leg.replica,
+            prompt_tokens,
+        )
         c.token_load_changed()
         return await self._decode(leg, parsed, kv_params)
 

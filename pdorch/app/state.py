@@ -45,6 +45,7 @@ from pdorch.app.binding import Binder
 from pdorch.app.errors import ApiError
 from pdorch.app.metrics import CoordinatorMetrics
 from pdorch.app.prompt_tokens import PromptTokens
+from pdorch.app.recent_routes import RecentRoutes
 from pdorch.app.upstream import new_upstream_session, stream_timeout
 from pdorch.config.fleet import CoordinatorSettings, FleetConfig
 from pdorch.sync import PeerSync
@@ -207,6 +208,7 @@ class Coordinator:
         # pools.kubernetes.discovery.KubernetesDiscovery when the fleet file has `discovery:`
         self.discovery: Any = None
         self.metrics = CoordinatorMetrics(self)
+        self.recent_routes = RecentRoutes()  # the status page's last decisions (dashboard.py)
         self._unsubscribe: Callable[[], None] | None = None
         self._started = False
         self.delta_listeners: list[Callable[[list[TokenLoadDelta]], None]] = []

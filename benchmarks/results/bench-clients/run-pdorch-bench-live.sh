@@ -5,5 +5,5 @@
 set -euo pipefail
 URL=${1:?base url of pdorch serve}
 HERE=$(cd "$(dirname "$0")" && pwd)
-nice -n 5 "${PDORCH:-pdorch}" bench live --url "$URL" --trace "$HERE/mooncake-first40.jsonl" \
-  --trace-format mooncake --api completions --json --out "$HERE/pdorch-bench-live"
+nice -n 5 "${PDORCH:-pdorch}" bench live --url "$URL" --trace "$HERE/mooncake-first11.jsonl" \
+  --trace-format mooncake --rate-scale 0.25 --api completions --json --out "$HERE/pdorch-bench-live"

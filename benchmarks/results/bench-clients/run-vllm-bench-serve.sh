@@ -11,8 +11,8 @@ HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONHASHSEED=0 VLLM_LOGGING_LEVEL=WARN
 nice -n 5 "${PYTHON:-.venv/bin/python}" -m benchmarks.bench_clients.vllm_bench_serve \
   --backend vllm --base-url "$URL" --endpoint /v1/completions \
   --model llama-3.1-8b --tokenizer .cache/tiny-model \
-  --dataset-name timed_trace --dataset-path "$HERE/mooncake-first40.jsonl" \
-  --timed-trace-chunk-hash-size 512 --timed-trace-sec-multiplier 0.001 \
-  --num-prompts 40 --ignore-eos \
+  --dataset-name timed_trace --dataset-path "$HERE/mooncake-first11.jsonl" \
+  --timed-trace-chunk-hash-size 512 --timed-trace-sec-multiplier 0.004 \
+  --num-prompts 11 --ignore-eos \
   --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 \
   --save-result --save-detailed --result-dir "$HERE/vllm-bench-serve" --result-filename result.json

@@ -9,18 +9,18 @@ vLLM's. Run: `python -m benchmarks.bench_clients.vllm_bench_serve --help`.
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> None:
-    # Imported here: vLLM is large and not a dependency of the package.
-    from vllm.benchmarks.serve import add_cli_args
-    from vllm.benchmarks.serve import main as bench_main
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    parser = FlexibleArgumentParser(prog="vllm bench serve")
-    add_cli_args(parser)
-    bench_main(parser.parse_args(sys.argv[1:] if argv is None else argv))
+    # Imported at call time and as Any: vLLM is large, optional (the `vllm` extra) and untyped.
+    serve: Any = importlib.import_module("vllm.benchmarks.serve")
+    argparse_utils: Any = importlib.import_module("vllm.utils.argparse_utils")
+    parser = argparse_utils.FlexibleArgumentParser(prog="vllm bench serve")
+    serve.add_cli_args(parser)
+    serve.main(parser.parse_args(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ CLIENTS = ("guidellm", "aiperf")
 
 @pytest.mark.integration
 def test_make_target_installs_each_client_from_its_pinned_requirements() -> None:
-    out = subprocess.run(
-        ["make", "-n", "bench-clients"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
+    # -B: print the recipes even where the venvs are already installed.
+    make = ["make", "-n", "-B", "bench-clients"]
+    out = subprocess.run(make, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for client in CLIENTS:
         req = ROOT / "benchmarks" / "bench_clients" / f"requirements-{client}.txt"
         pins = [ln for ln in req.read_text().splitlines() if ln and not ln.startswith("#")]
@@ -29,7 +29,8 @@ def test_make_target_installs_each_client_from_its_pinned_requirements() -> None
 @pytest.mark.integration
 def test_committed_run_scripts_parse() -> None:
     scripts = sorted(RESULTS.glob("run-*.sh"))
-    assert {s.name for s in scripts} >= {"run-vllm-bench-serve.sh", "run-pdorch-bench-live.sh", "run-aiperf.sh"}
+    names = {"run-vllm-bench-serve.sh", "run-pdorch-bench-live.sh", "run-aiperf.sh"}
+    assert {s.name for s in scripts} >= names
     for script in scripts:
         subprocess.run(["bash", "-n", str(script)], check=True)
 

@@ -10,21 +10,15 @@ in-process.)
 
 from __future__ import annotations
 
-import json
-import os
-import select
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
-import yaml
 
 from tests.coordinator.helpers import MODEL, sim
+from tests.serve_process import serve_process
 from tests.waiting import wait_until
 
-PDORCH = [sys.executable, "-c", "from pdorch.cli import main; main()"]
 ADMIN_TOKEN = "sk-admin-9f2c41d7e0b34a55b6c1d2e3f4a5b6c7"
 API_KEY = "sk-live-5e8a90b1c2d34e56f7a8b9c0d1e2f3a4"
 WRONG_TOKEN = "sk-wrong-0a1b2c3d4e5f60718293a4b5c6d7e8f9"
@@ -42,28 +36,8 @@ def test_default_logs_hold_no_token_key_or_prompt(tmp_path: Path) -> None:
         "coordinator": {"port": 0, "admin_token": ADMIN_TOKEN, "api_keys": [API_KEY]},
         "health": {"interval_s": 0.2},
     }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(config))
-    err = tmp_path / "serve.err"
-    with err.open("wb") as log:
-        process = subprocess.Popen(
-            [*PDORCH, "serve", "--config", str(path), "--port", "0", "--json"],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    try:
-        stdout = process.stdout
-        assert stdout is not None
-        wait_until(
-            lambda: bool(select.select([stdout], [], [], 0)[0]) or process.poll() is not None,
-            timeout=120.0,
-            message="pdorch serve's JSON line",
-        )
-        line = stdout.readline()
-        assert line, err.read_text()
-        url = json.loads(line)["url"]
+    with serve_process(config, tmp_path) as served:
+        url, process, err = served.url, served.process, served.stderr
         client_auth = {"Authorization": f"Bearer {API_KEY}"}
         admin_auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
         long_prompt = PROMPT + " " + " ".join(f"w{i}" for i in range(80))  # disaggregated
@@ -115,10 +89,6 @@ def test_default_logs_hold_no_token_key_or_prompt(tmp_path: Path) -> None:
             wait_until(probed_and_failed, timeout=30.0, message="probes of the new replica")
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0, err.read_text()
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
     logged = err.read_text()
     assert logged.strip(), "pdorch serve logged nothing at all: the test would prove nothing"
     for secret in SECRETS:

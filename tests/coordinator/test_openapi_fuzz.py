@@ -16,12 +16,7 @@ at random. `FUZZ_CASES` is printed for the results page.
 
 from __future__ import annotations
 
-import json
 import os
-import select
-import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +25,6 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -45,9 +39,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.coordinator.helpers import MODEL, sim
-from tests.waiting import wait_until
+from tests.serve_process import serve_process
 
-PDORCH = [sys.executable, "-c", "from pdorch.cli import main; main()"]
 API_KEY = "sk-fuzz-client"
 ADMIN_TOKEN = "fuzz-admin-token"
 # PDORCH_FUZZ=1: the long campaign (80 a mode and operation); PDORCH_FUZZ_EXAMPLES: any count
@@ -79,37 +72,9 @@ def served(tmp_path: Path) -> Iterator[str]:
         },
         "health": {"timeout_s": 2.0},
     }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(config))
-    err = tmp_path / "serve.err"
-    with err.open("wb") as log:
-        process = subprocess.Popen(
-            [*PDORCH, "serve", "--config", str(path), "--port", "0", "--json"],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    try:
-        stdout = process.stdout
-        assert stdout is not None
-        wait_until(
-            lambda: bool(select.select([stdout], [], [], 0)[0]) or process.poll() is not None,
-            timeout=120.0,
-            message="pdorch serve's JSON line",
-        )
-        line = stdout.readline()
-        assert line, err.read_text()
-        yield str(json.loads(line)["url"])
-        assert process.poll() is None, err.read_text()  # it never crashed
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+    with serve_process(config, tmp_path) as served:
+        yield served.url
+        assert served.process.poll() is None, served.stderr.read_text()  # it never crashed
 
 
 def _openai_shaped(response: requests.Response) -> str | None:

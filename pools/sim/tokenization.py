@@ -66,12 +66,7 @@ class ByteTokenizer:
     def encode_chat(
         self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True
     ) -> list[int]:
-        parts = [
-            f"<|{m.get('role', 'user')}|>\n{_content_text(m.get('content'))}\n" for m in messages
-        ]
-        if add_generation_prompt:
-            parts.append("<|assistant|>\n")
-        return self.encode_prompt("".join(parts), add_special_tokens=True)
+        return self.encode_prompt(render_chat(messages, add_generation_prompt))
 
     def token_text(self, token_id: int) -> str:
         if token_id < self.OFFSET:
@@ -126,6 +121,15 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+
+
+def render_chat(messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    """The sim's chat template (every built-in tokenizer's): `<|role|>` and the content per
+    message, then `<|assistant|>` to prompt the answer."""
+    parts = [f"<|{m.get('role', 'user')}|>\n{_content_text(m.get('content'))}\n" for m in messages]
+    if add_generation_prompt:
+        parts.append("<|assistant|>\n")
+    return "".join(parts)
 
 
 @functools.lru_cache(maxsize=16)

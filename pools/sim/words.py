@@ -122,14 +122,9 @@ class WordTokenizer:
     def encode_chat(
         self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True
     ) -> list[int]:
-        from pools.sim.tokenization import _content_text
+        from pools.sim.tokenization import render_chat
 
-        parts = [
-            f"<|{m.get('role', 'user')}|>\n{_content_text(m.get('content'))}\n" for m in messages
-        ]
-        if add_generation_prompt:
-            parts.append("<|assistant|>\n")
-        return self.encode_prompt("".join(parts), add_special_tokens=True)
+        return self.encode_prompt(render_chat(messages, add_generation_prompt))
 
     def token_text(self, token_id: int) -> str:
         texts = self._v.texts

@@ -109,6 +109,25 @@ def by_phase(
     return {name: classify(rs) for name, rs in phases.items()}
 
 
+# (seconds since the load started, per replica the survivor's `indexed_blocks`, the restarted
+#  coordinator's)
+IndexSample = tuple[float, dict[str, int], dict[str, int]]
+REBUILT_SHARE = 0.95
+
+
+def index_rebuilt_after(samples: Sequence[IndexSample], start: float) -> float | None:
+    """Seconds from `start` to the first sample where the restarted coordinator's index holds
+    at least `REBUILT_SHARE` (0.95) of the survivor's blocks on every replica (the survivor has
+    followed the engines all along; under load both trail the engines by the events in flight,
+    so the survivor, read in the same poll, is the fair reference). None: never."""
+    for t, survivor, restarted in samples:
+        if t < start or not survivor:
+            continue
+        if all(restarted.get(r, 0) >= REBUILT_SHARE * n for r, n in survivor.items()):
+            return round(t - start, 3)
+    return None
+
+
 def first_success_after(results: Sequence[RequestResult], t: float) -> float | None:
     """Seconds from `t` to the first byte of the first request started at or after `t` that
     succeeded (None: none did)."""

@@ -15,7 +15,9 @@ counts (`sent`, `succeeded`, `failed_before_first_byte`, `broken_mid_stream`, `h
 for the killed one the same by phase (in flight at the kill: lost to their clients; while
 down: refused; after ready: must all succeed); `restart.ready_s` (process start → `/health`
 200) and `restart.first_success_s` (process start → first byte of its first succeeded
-request); `kv_index_at_ready` (the restarted coordinator's `indexed_blocks` per replica at its
+request); `restart.kv_index_rebuilt_s` (ready → its index holds 95 % of the survivor's blocks
+on every replica: the replay from 0 at the subscriber's start runs after `/health` answers);
+`kv_index_at_ready` (the restarted coordinator's `indexed_blocks` per replica at its
 first `/admin/pools`, beside the survivor's and the engines' `cached_blocks`);
 `kv_index_after` per coordinator once the load stopped (must `match`); `token_load` convergence
 before the kill (steady state) and after the ready, and both coordinators' load after the drain
@@ -34,7 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from benchmarks.chaos.convergence import LoadSample, by_phase, convergence, first_success_after
+from benchmarks.chaos.convergence import (
+    IndexSample,
+    LoadSample,
+    by_phase,
+    convergence,
+    first_success_after,
+    index_rebuilt_after,
+)
 from benchmarks.chaos.fleet import ChaosFleet
 from benchmarks.chaos.load import LoadSettings, run_load
 from benchmarks.chaos.scenarios import classify, first_errors, load_is_zero, token_load_left
@@ -65,6 +74,7 @@ async def _poll_pair(
     fleet: ChaosFleet,
     origin: float,
     samples: list[LoadSample],
+    index_samples: list[IndexSample],
     not_healthy: dict[str, int],
     poll_s: float,
 ) -> None:
@@ -82,6 +92,7 @@ async def _poll_pair(
                         not_healthy[r["id"]] = not_healthy.get(r["id"], 0) + 1
         if a is not None and b is not None:
             samples.append((t, token_load_left(a), token_load_left(b)))
+            index_samples.append((t, _blocks(a), _blocks(b)))
         await asyncio.sleep(poll_s)
 
 
@@ -108,6 +119,10 @@ async def _engine_blocks(client: httpx.AsyncClient, fleet: ChaosFleet) -> dict[s
         except (httpx.HTTPError, ValueError, KeyError):
             blocks[replica_id] = None
     return blocks
+
+
+def _blocks(view: dict[str, Any]) -> dict[str, int]:
+    return {k: v for k, v in _indexed(view).items() if v is not None}
 
 
 def _indexed(view: dict[str, Any] | None) -> dict[str, int | None]:
@@ -143,9 +158,12 @@ async def run_kill_coordinator(
             origin = time.perf_counter()
             stop = asyncio.Event()
             samples: list[LoadSample] = []
+            index_samples: list[IndexSample] = []
             not_healthy: dict[str, int] = {}
             poller = asyncio.create_task(
-                _poll_pair(client, fleet, origin, samples, not_healthy, config.poll_s)
+                _poll_pair(
+                    client, fleet, origin, samples, index_samples, not_healthy, config.poll_s
+                )
             )
             # the URLs are fixed (same ports after the restart): each load keeps its own
             loads = [
@@ -250,6 +268,8 @@ async def run_kill_coordinator(
         "restart": {
             "ready_s": round(ready_at - restart_at, 3),
             "first_success_s": first_success_after(per[KILLED], restart_at),
+            # ready -> its index holds >= 95 % of the survivor's blocks on every replica
+            "kv_index_rebuilt_s": index_rebuilt_after(index_samples, ready_at),
         },
         "kv_index_at_ready": at_ready,
         "token_load": {

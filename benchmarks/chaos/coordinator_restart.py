@@ -46,7 +46,13 @@ from benchmarks.chaos.convergence import (
 )
 from benchmarks.chaos.fleet import ChaosFleet
 from benchmarks.chaos.load import LoadSettings, run_load
-from benchmarks.chaos.scenarios import classify, first_errors, load_is_zero, token_load_left
+from benchmarks.chaos.scenarios import (
+    classify,
+    first_errors,
+    hung_requests,
+    load_is_zero,
+    token_load_left,
+)
 from benchmarks.live.client import RequestResult
 from pools.http_client import http_client
 
@@ -76,15 +82,24 @@ async def _poll_pair(
     samples: list[LoadSample],
     index_samples: list[IndexSample],
     not_healthy: dict[str, int],
+    skews: list[float],
     poll_s: float,
 ) -> None:
     """Both coordinators' `/admin/pools` together; a sample when both answered; the survivor's
-    polls where a replica is not healthy, counted per replica."""
+    polls where a replica is not healthy, counted per replica; `skews`: how far apart the two
+    answers came (a starved box answers late, and the views differ by what changed between)."""
+
+    async def timed(url: str) -> tuple[dict[str, Any] | None, float]:
+        view = await _view(client, url)
+        return view, time.perf_counter()
+
     while True:
-        a, b = await asyncio.gather(
-            *(_view(client, c.url) for c in fleet.coordinators[: KILLED + 1])
+        (a, ta), (b, tb) = await asyncio.gather(
+            *(timed(c.url) for c in fleet.coordinators[: KILLED + 1])
         )
         t = time.perf_counter() - origin
+        if a is not None and b is not None:
+            skews.append(abs(ta - tb))
         if a is not None:
             for pool in a["pools"].values():
                 for r in pool["replicas"]:
@@ -119,6 +134,18 @@ async def _engine_blocks(client: httpx.AsyncClient, fleet: ChaosFleet) -> dict[s
         except (httpx.HTTPError, ValueError, KeyError):
             blocks[replica_id] = None
     return blocks
+
+
+def _quantiles(values: list[float]) -> dict[str, float] | None:
+    """p50 / p90 / max of `values` (seconds, rounded), None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+
+    def pick(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+    return {"p50": pick(0.5), "p90": pick(0.9), "max": round(ordered[-1], 3)}
 
 
 def _blocks(view: dict[str, Any]) -> dict[str, int]:
@@ -160,9 +187,17 @@ async def run_kill_coordinator(
             samples: list[LoadSample] = []
             index_samples: list[IndexSample] = []
             not_healthy: dict[str, int] = {}
+            skews: list[float] = []
             poller = asyncio.create_task(
                 _poll_pair(
-                    client, fleet, origin, samples, index_samples, not_healthy, config.poll_s
+                    client,
+                    fleet,
+                    origin,
+                    samples,
+                    index_samples,
+                    not_healthy,
+                    skews,
+                    config.poll_s,
                 )
             )
             # the URLs are fixed (same ports after the restart): each load keeps its own
@@ -237,6 +272,7 @@ async def run_kill_coordinator(
                 k: classify([r for r in results if r.group == k]) for k in ("stream", "whole")
             },
             "errors": first_errors(results),
+            "hung_requests": hung_requests(results),
             "token_load_zero": view is not None and load_is_zero(view),
             "token_load_after": None if view is None else token_load_left(view),
             "tracked_requests_after": None if view is None else view.get("tracked_requests"),
@@ -272,10 +308,17 @@ async def run_kill_coordinator(
             "kv_index_rebuilt_s": index_rebuilt_after(index_samples, ready_at),
         },
         "kv_index_at_ready": at_ready,
+        # (t, survivor's blocks, restarted's blocks) summed over replicas, from the ready on
+        "kv_index_trace": [
+            [round(t, 2), sum(a.values()), sum(b.values())]
+            for t, a, b in index_samples
+            if t >= ready_at
+        ],
         "token_load": {
             "before_kill": convergence(samples, 0.0, killed_at),
             "after_ready": convergence(samples, ready_at, load_stopped_at),
             "zero_after_drain": zero,
+            "poll_skew_s": _quantiles(skews),
             "zero_after_s": round(zero_after_s, 3) if zero else None,
         },
         "survivor_polls_not_healthy": not_healthy,

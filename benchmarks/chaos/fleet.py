@@ -28,7 +28,7 @@ from benchmarks.proxy.processes import (
     stop_process,
     venv_bin,
 )
-from pools.ports import free_port
+from pools.ports import free_port, free_ports
 
 ROLES = ("prefill", "prefill", "decode", "decode")
 
@@ -107,10 +107,13 @@ class ChaosFleet:
         `coordinators` > 1: that many `pdorch serve` over the same fleet file, peer sync on
         (its `sync:` section lists every one's PUB endpoint; each binds its own)."""
         counts: dict[str, int] = {}
+        # every engine's three ports held together, so none is handed out twice (the vllm
+        # fleet's kill -9 decode-0 row once measured two servers on one port)
+        ports = iter(free_ports(3 * len(ROLES)))
         for role in ROLES:
             index = counts.get(role, 0)
             counts[role] = index + 1
-            spec = EngineSpec(f"{role}-{index}", role, free_port(), free_port(), free_port())
+            spec = EngineSpec(f"{role}-{index}", role, next(ports), next(ports), next(ports))
             self.specs[spec.replica_id] = spec
         for spec in self.specs.values():
             self.engines[spec.replica_id] = await self._start_engine(spec)

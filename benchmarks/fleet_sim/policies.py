@@ -13,12 +13,16 @@ defaults), `NAME/always` (disaggregate every request: `min_uncached_tokens` 0, n
 limit), `NAME/never` (decode always prefills locally). Parameters of the prefill policy
 follow `@`: `token_load@expected_output_tokens=1024` (several: `@a=1@b=2`), for studies that sweep
 a documented parameter; the spec string is the policy's name in reports.
+
+A `+late` suffix turns on late binding (`router/late_binding.py`) with its defaults, on any
+policy: `dynamo+late`; its parameters follow `:`: `token_load+late:hold_queued_s=0.3:aging=2`.
 """
 
 from __future__ import annotations
 
 import json
 
+from router.late_binding import LateBindingParams
 from router.pd_decision import PdDecisionParams
 from router.policies.config import PolicyConfig, RouterPolicyConfig
 
@@ -38,18 +42,17 @@ PD_MODES = ("conditional", "always", "never")
 
 def router_config_for(spec: str) -> RouterPolicyConfig:
     """The router config of a benchmark policy name like `token_load` or `llmd/never`."""
+    spec, *modifiers = spec.split("+")
+    late: dict[str, object] | None = None
+    for modifier in modifiers:
+        mname, *late_items = modifier.split(":")
+        if mname != "late":
+            raise ValueError(f"policies: unknown modifier {modifier!r}; known: late")
+        late = {"enabled": True, **_assignments(late_items, spec)}
     head, *assignments = spec.split("@")
     name, _, mode = head.partition("/")
     mode = mode or "conditional"
-    params: dict[str, object] = {}
-    for item in assignments:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"policies: {item!r} in {spec!r} is not KEY=VALUE")
-        try:
-            params[key] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key] = value
+    params = _assignments(assignments, spec)
     if name not in POLICY_PAIRS:
         raise ValueError(f"policies: unknown policy {name!r}; known: {', '.join(POLICY_PAIRS)}")
     if mode not in PD_MODES:
@@ -65,4 +68,19 @@ def router_config_for(spec: str) -> RouterPolicyConfig:
         prefill=PolicyConfig(name=prefill, params=params),
         decode=PolicyConfig(name=decode),
         pd=pd,
+        late_binding=LateBindingParams.model_validate(late or {}),
     )
+
+
+def _assignments(items: list[str], spec: str) -> dict[str, object]:
+    """`KEY=VALUE` items (values as JSON when they parse, else strings)."""
+    params: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"policies: {item!r} in {spec!r} is not KEY=VALUE")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params

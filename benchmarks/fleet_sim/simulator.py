@@ -36,6 +36,11 @@ replica's queue waits, the next transfer anywhere, which may release its held bl
 reads or changes the replica happens inside the horizon, so results equal stepping one by one
 (`tests/benchmarks/test_fleet_sim.py::test_fast_forward_equivalence`).
 
+Late binding (`SimConfig`'s router `late_binding.enabled`, policy suffix `+late`): arrivals are
+held in a `BindingQueue` (router/binding_queue.py) and admitted by its `dispatch` after each
+step boundary and tick (the token load's queued prefill drops when a prefill ends, the signal
+the coordinator has); the horizon then also stops at every other replica's next step.
+
 Token-free: requests carry block ids (`block_ids.py`), not token ids; the cores' prefix caches
 and the `KvIndex` (`engine_hash_keys=True`) work on those ids.
 """
@@ -66,8 +71,10 @@ from pools.sim.kv_events import KVCacheEvent
 from pools.sim.outputs import DecodeFastForward
 from pools.sim.request import SimRequest
 from pools.sim.timing import TimingModel, make_timing
+from router.binding_queue import BindingQueue
 from router.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 from router.kv_index import KvIndex
+from router.lifecycle_plan import RequestPlan
 from router.policies.config import RouterPolicyConfig
 from router.replica_state import ReplicaStatic, RoutingRequest
 from transfer.params import KvTransferParams
@@ -258,6 +265,13 @@ class FleetSimulator:
             )
         )
         self.load = self.routing.token_load  # the metrics ticks reconcile it
+        # Late binding (router/late_binding.py): arrivals wait here while every prefilling
+        # replica is busy; a prefill's end (the token load drops) dispatches them.
+        late = router_cfg.late_binding
+        self.binding: BindingQueue | None = (
+            BindingQueue(self.routing.lifecycle, late) if late.enabled else None
+        )
+        self._held_hashes: dict[str, list[bytes]] = {}
         router = self.routing.lifecycle.router
         self.needs_text = any(
             p.needs_prompt_text for p in (router.prefill_policy, router.decode_policy)
@@ -363,6 +377,9 @@ class FleetSimulator:
                     self._on_transfer(data, t_heap)
         result = self._result(time.perf_counter() - wall0)
         result.cpu_s = time.process_time() - cpu0
+        if self.binding is not None:  # how much late binding held (results.json)
+            result.meta["late_binding_delayed"] = self.binding.delayed
+            result.meta["late_binding_max_held"] = self.binding.max_held
         return result
 
     def _start_closed(self, now: float) -> None:
@@ -426,7 +443,28 @@ class FleetSimulator:
             prompt_text=text,
             max_tokens=spec.output_tokens,
         )
-        plan = self.routing.arrive(req, now)
+        if self.binding is not None:
+            self.binding.hold(req, now)
+            self._held_hashes[rid] = seq_hashes
+            self._dispatch(now)
+            return
+        self._start(rec, self.routing.arrive(req, now), seq_hashes, now)
+
+    def _dispatch(self, now: float) -> None:
+        """Late binding: admit the held requests that may go now, and start their legs."""
+        binding = self.binding
+        assert binding is not None
+        for rid, plan in binding.dispatch(now):
+            if plan is None:
+                raise RuntimeError(f"request {rid}: no replica can serve it")
+            self._start(self.records[rid], plan, self._held_hashes.pop(rid), now)
+
+    def _start(
+        self, rec: RequestRecord, plan: RequestPlan, seq_hashes: list[bytes], now: float
+    ) -> None:
+        """The request is admitted: send its leg(s) to the planned core(s)."""
+        rid = rec.request_id
+        prompt_tokens = rec.prompt_tokens
         d = self.by_id[plan.decode.replica]
         rec.decode_replica = d.id
         if plan.prefill is not None:
@@ -452,7 +490,7 @@ class FleetSimulator:
                 SimRequest(
                     rid,
                     [],
-                    max_tokens=spec.output_tokens,
+                    max_tokens=rec.output_tokens,
                     num_prompt_tokens=prompt_tokens,
                     block_hashes=seq_hashes,
                 ),
@@ -467,6 +505,12 @@ class FleetSimulator:
             h = self.arrivals[0][0]
         if rep.transfers and rep.transfers[0] < h:
             h = rep.transfers[0]
+        if self.binding is not None and self.binding.held:
+            # a held request may be admitted to this replica at any replica's step boundary
+            for other in self.replicas:
+                t = other.next_event
+                if t is not None and t < h and other is not rep:
+                    h = t
         for pi, n in rep.inbound.items():
             if n > 0:
                 p = self.replicas[pi]
@@ -485,6 +529,10 @@ class FleetSimulator:
         def on_outputs(res: StepResult, events: list[KVCacheEvent]) -> None:
             self._drain(rep, events)  # the step's KV events reach the index with its outputs
             self._apply_outputs(rep, res, now)
+            if self.binding is not None and self.binding.held:
+                # a prefill that ended in this step frees its replica; admitted before this
+                # replica's next step (or fast-forward) is planned, as in step-by-step mode
+                self._dispatch(now)
 
         horizon = None
         if self.config.fast_forward and rep.role != "prefill":
@@ -637,6 +685,8 @@ class FleetSimulator:
             )
         self.tick_times.append(now)
         self.decode_kv.append([used[r.id] for r in self.decode_capable])
+        if self.binding is not None and self.binding.held:
+            self._dispatch(now)  # the scrape may have dropped stale load
 
     # ------------------------------------------------------------------ result
     def _result(self, wall: float) -> SimResult:

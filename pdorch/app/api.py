@@ -17,7 +17,8 @@ Routes: `POST /v1/completions`, `POST /v1/chat/completions` (stream or not; the 
 `/v1/embeddings` (forwarded to one engine that serves them, `passthrough.py`), `GET /v1/models`
 (the served model), `GET /health` (200 when a decode or colocated
 replica is routable, else 503), `GET /metrics` (Prometheus, `metrics.py`), `/admin/*`
-(`admin.py`). Every error is OpenAI-shaped (`errors.py`), including unknown routes (404),
+(`admin.py`), `GET /dashboard` (the status page, `dashboard.py`). Every error is OpenAI-shaped
+(`errors.py`), including unknown routes (404),
 wrong methods (405) and request validation (400: pdorch never answers 422). Headers past
 `coordinator.max_header_bytes` (64 KiB) get 431 on every route. `GET /openapi.json` is the
 hand-written description of every route (`openapi.py`: FastAPI's would miss the lean path and
@@ -40,6 +41,7 @@ from pdorch.app.admin import admin_router
 from pdorch.app.admin_drain import admin_drain_router
 from pdorch.app.admin_scale import admin_scale_router
 from pdorch.app.auth import check_client
+from pdorch.app.dashboard import dashboard_router
 from pdorch.app.errors import ApiError
 from pdorch.app.flow import ClientGone, RequestFlow, read_body
 from pdorch.app.metrics import CONTENT_TYPE
@@ -240,4 +242,5 @@ def create_app(coordinator: Coordinator, models: ModelDispatch | None = None) ->
     app.include_router(admin_scale_router(c))
     app.include_router(admin_drain_router(c))
     app.include_router(passthrough_router(c))
+    app.include_router(dashboard_router(c))  # /dashboard, /admin/dashboard.json
     return app

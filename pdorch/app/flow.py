@@ -267,7 +267,7 @@ class RequestFlow:
         )
         lifecycle = c.lifecycle
         try:
-            plan = lifecycle.admit(request, now)
+            plan = await c.bind(request, parse_priority(self.http.headers.get(PRIORITY_HEADER)))
         except NoReplicaError as err:
             raise ApiError(
                 503, f"No healthy replica can serve the request: {err}", code="no_replica"
@@ -293,6 +293,14 @@ class RequestFlow:
         else:
             c.expect_blocks(leg.replica, keys, now)
         c.metrics.routed(self.route_kind, prompt_tokens)
+        c.recent_routes.add(
+            c.clock(),
+            self.request_id,
+            self.route_kind,
+            self.prefill_replica,
+            leg.replica,
+            prompt_tokens,
+        )
         c.token_load_changed()
         return await self._decode(leg, parsed, kv_params)
 

@@ -329,6 +329,15 @@ def openapi_document(
         "/openapi.json": {
             "get": {"summary": "This description", "responses": _responses(_ok(obj), ())}
         },
+        "/dashboard": {
+            "get": {
+                "summary": "The status page (HTML; it polls /admin/dashboard.json)",
+                "responses": _responses(_ok({"type": "string"}, "text/html"), ()),
+            }
+        },
+        "/admin/dashboard.json": {
+            "get": admin_op("The status page's data: pools, autoscale, recent routes")
+        },
         "/admin/pools": {"get": admin_op("Every pool's replicas and state")},
         "/admin/explain": {
             "post": admin_op(

@@ -41,9 +41,11 @@ import httpx
 
 from pdorch.app.adapters import AdapterLearningSink, AdapterPoller, ReplicaAdapters
 from pdorch.app.admission import Admission, AdmissionQueue, Shed
+from pdorch.app.binding import Binder
 from pdorch.app.errors import ApiError
 from pdorch.app.metrics import CoordinatorMetrics
 from pdorch.app.prompt_tokens import PromptTokens
+from pdorch.app.recent_routes import RecentRoutes
 from pdorch.app.upstream import new_upstream_session, stream_timeout
 from pdorch.config.fleet import CoordinatorSettings, FleetConfig
 from pdorch.sync import PeerSync
@@ -66,9 +68,9 @@ from router.hash_match_monitor import HashMatchMonitor
 from router.kv_event_subscriber import EngineEventSource, KvEventSubscriber
 from router.kv_index import KvIndex
 from router.lifecycle import RequestLifecycle
-from router.lifecycle_plan import LifecycleEvent
+from router.lifecycle_plan import LifecycleEvent, RequestPlan
 from router.pd_router import PdRouter
-from router.replica_state import ReplicaStatic
+from router.replica_state import ReplicaStatic, RoutingRequest
 from router.token_load import TokenLoad, TokenLoadDelta
 from router.tokenization import TokenizerMode
 from router.vocabulary import PoolName
@@ -149,6 +151,10 @@ class Coordinator:
         self.lifecycle = RequestLifecycle(
             self.router, self.token_load, self.index, self.approx, recorder=recorder
         )
+        # late binding (binding.py): off by default, then `bind` is `lifecycle.admit`
+        self.binder = Binder(
+            self.lifecycle, self.router.config.late_binding, clock, self.limits.max_wait_s
+        )
         # checks that our block keys match what engines report storing (tokenizer drift)
         self.hash_monitor = HashMatchMonitor()
         self._hash_checked_at = float("-inf")
@@ -202,6 +208,7 @@ class Coordinator:
         # pools.kubernetes.discovery.KubernetesDiscovery when the fleet file has `discovery:`
         self.discovery: Any = None
         self.metrics = CoordinatorMetrics(self)
+        self.recent_routes = RecentRoutes()  # the status page's last decisions (dashboard.py)
         self._unsubscribe: Callable[[], None] | None = None
         self._started = False
         self.delta_listeners: list[Callable[[list[TokenLoadDelta]], None]] = []
@@ -398,16 +405,27 @@ class Coordinator:
         try:
             await self.admission.acquire(priority, self.clock())
         except Shed as shed:
-            self.metrics.rejected(shed.reason)
-            limits = self.limits
-            raise ApiError(
-                429,
-                f"Too many concurrent requests (limit {limits.max_concurrent_requests}, "
-                f"queue {limits.max_queue}, wait {limits.max_wait_s:g} s): {shed.reason}; "
-                "retry later.",
-                code="concurrency_limit",
-                headers={"Retry-After": str(limits.retry_after_s)},
-            ) from None
+            raise self._shed_error(shed) from None
+
+    async def bind(self, request: RoutingRequest, priority: int = 0) -> RequestPlan:
+        """Admit the request to the lifecycle, at once or by late binding (binding.py);
+        `NoReplicaError`, or 429 when held past `admission.max_wait_s`."""
+        try:
+            return await self.binder.bind(request, priority)
+        except Shed as shed:
+            raise self._shed_error(shed) from None
+
+    def _shed_error(self, shed: Shed) -> ApiError:
+        self.metrics.rejected(shed.reason)
+        limits = self.limits
+        return ApiError(
+            429,
+            f"Too many concurrent requests (limit {limits.max_concurrent_requests}, "
+            f"queue {limits.max_queue}, wait {limits.max_wait_s:g} s): {shed.reason}; "
+            "retry later.",
+            code="concurrency_limit",
+            headers={"Retry-After": str(limits.retry_after_s)},
+        )
 
     def release(self) -> None:
         self.admission.release()
@@ -435,6 +453,7 @@ class Coordinator:
         """A request's load changed: let the peers know soon (coalesced by `PeerSync`)."""
         if self.sync is not None:
             self.sync.flush_soon()
+        self.binder.dispatch()  # late binding: a freed replica may take a held request
 
     def apply_token_load_deltas(self, deltas: Iterable[TokenLoadDelta]) -> int:
         """Apply deltas a peer coordinator published; returns how many changed our view."""

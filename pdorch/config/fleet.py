@@ -64,6 +64,7 @@ from pools.yaml_errors import (
     validate_config,
 )
 from pools.yaml_errors import dotted as _dotted
+from router.late_binding import LateBindingParams
 from router.pd_decision import PdDecisionParams
 from router.policies.config import PolicyConfigError, RouterPolicyConfig, build_policy
 from router.tokenization import TokenizationConfig
@@ -230,6 +231,11 @@ class FleetConfig(BaseModel):
     )
     pools: PoolsConfig = Field(default_factory=PoolsConfig)
     pd: PdDecisionParams = Field(default_factory=PdDecisionParams)
+    late_binding: LateBindingParams = Field(
+        default_factory=LateBindingParams,
+        description="Hold requests at the coordinator while every prefilling replica is busy "
+        "(router/late_binding.py; off by default).",
+    )
     tokenizer: FleetTokenizerConfig = Field(default_factory=FleetTokenizerConfig)
     slo_policy: str | None = Field(
         default=None,
@@ -328,7 +334,10 @@ class FleetConfig(BaseModel):
     def router_policy_config(self) -> RouterPolicyConfig:
         """Prefill and decode policies plus the P/D parameters, as `router` takes them."""
         return RouterPolicyConfig(
-            prefill=self.pools.policy("prefill"), decode=self.pools.policy("decode"), pd=self.pd
+            prefill=self.pools.policy("prefill"),
+            decode=self.pools.policy("decode"),
+            pd=self.pd,
+            late_binding=self.late_binding,
         )
 
     def tokenization_config(self, default_engine_url: str | None = None) -> TokenizationConfig:

@@ -133,6 +133,9 @@ def _resolve_pool_paths(pool: Any, base: Path) -> Any:
             key = {"vllm": "model", "sim": "tokenizer"}.get(str(spec.get("kind")))
             value = spec.get(key) if key else None
             if key and isinstance(value, str) and not Path(value).is_absolute():
+                if value.startswith("builtin:"):  # a tokenizer shipped with pdorch, not a path
+                    launch.append(spec)
+                    continue
                 spec = {**spec, key: str((base / value).resolve())}
         launch.append(spec)
     return {**pool, "launch": launch}

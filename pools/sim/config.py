@@ -17,6 +17,8 @@ class EngineConfig(BaseModel):
     - `max_num_batched_tokens`, `max_num_seqs`: the per-step token budget and running cap.
     - `max_model_len`: prompt + output cap; a request reaching it ends with `"length"`.
     - `vocab_size`: generated ids are drawn from [0, vocab_size); None = the model profile's.
+    - `text`: `hash` (ids hashed from the sequence, `token_gen`) or `words` (readable sentences
+      over the word vocabulary, `words.py`; the engine picks it with the words tokenizer).
     - `eos_token_id`: never generated (see `token_gen`), honoured if a caller's stop logic needs it.
     - `engine_id`, `kv_host`, `kv_port`: what a prefill engine puts in `kv_transfer_params`
       (vLLM: the NixlConnector engine id and side-channel host/port).
@@ -40,6 +42,7 @@ class EngineConfig(BaseModel):
     enable_kv_cache_events: bool = True
     vocab_size: int | None = Field(None, ge=2)
     eos_token_id: int | None = None
+    text: Literal["hash", "words"] = "hash"
     engine_id: str = Field(default_factory=lambda: str(uuid.uuid4()))
     kv_host: str = "127.0.0.1"
     kv_port: int = 5600

@@ -44,6 +44,7 @@ from pools.sim.metrics import EngineMetrics
 from pools.sim.settings import SimEngineSettings
 from pools.sim.streams import EngineUnavailable, RequestStream, StreamDelta
 from pools.sim.tokenization import SimTokenizer, load_tokenizer
+from pools.sim.words import WORDS_TOKENIZER
 from transfer.transports import KvTransport
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ class SimEngine:
             enable_kv_cache_events=s.kv_events_endpoint is not None,
             vocab_size=self.tokenizer.vocab_size,
             eos_token_id=self.tokenizer.eos_token_id,
+            text="words" if self.tokenizer.name == WORDS_TOKENIZER else "hash",
             engine_id=self.engine_id,
             kv_host=s.kv_host,
             kv_port=kv_port,

@@ -56,6 +56,7 @@ from pools.sim.outputs import (
 from pools.sim.request import Request, RequestStatus, SimRequest, check_stop
 from pools.sim.stats import EngineCounters
 from pools.sim.token_gen import TokenGenerator
+from pools.sim.words import WordGenerator
 from transfer.params import KvTransferParams
 
 StepTime = Callable[..., float]
@@ -77,7 +78,11 @@ class Scheduler:
         self.kv_cache_manager = KVCacheManager(config, num_gpu_blocks, self.counters)
         self.connector = ConnectorState(config, self.kv_cache_manager)
         exclude = [config.eos_token_id] if config.eos_token_id is not None else []
-        self.token_gen = TokenGenerator(vocab_size, exclude=exclude)
+        self.token_gen: TokenGenerator | WordGenerator = (
+            WordGenerator()
+            if config.text == "words"
+            else TokenGenerator(vocab_size, exclude=exclude)
+        )
         self.requests: dict[str, Request] = {}
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -91,7 +96,7 @@ class Scheduler:
         if req.request_id in self.requests:
             raise ValueError(f"request_id: {req.request_id!r} is already in the engine")
         req.validate(self.config.max_model_len)
-        r = Request(req, self.block_size, TokenGenerator.start(req.prompt_token_ids, req.seed))
+        r = Request(req, self.block_size, self.token_gen.start(req.prompt_token_ids, req.seed))
         if self.config.enable_prefix_caching and not r.token_free:
             r.hasher.extend(r.all_token_ids, r.block_hashes)
         self.requests[req.request_id] = r

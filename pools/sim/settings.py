@@ -57,8 +57,10 @@ class SimEngineSettings(BaseModel):
     )
     tokenizer: str | None = Field(
         None,
-        description="Local Hugging Face tokenizer directory (e.g. the tiny model). Without it a "
-        "byte-level fallback tokenizer is used (pools.sim.tokenization.ByteTokenizer).",
+        description="Local Hugging Face tokenizer directory (e.g. the tiny model), or "
+        "'builtin:words' (English words in, readable sentences out: pools/sim/words.py). "
+        "Without it a byte-level fallback tokenizer is used "
+        "(pools.sim.tokenization.ByteTokenizer).",
     )
     kv_events_endpoint: str | None = Field(
         None,

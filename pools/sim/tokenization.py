@@ -8,7 +8,8 @@ must tokenize exactly as vLLM does for that model:
   with `add_special_tokens=False` (the template itself writes BOS), as vLLM's renderer does.
 
 `--tokenizer DIR` loads a Hugging Face tokenizer from a local directory (for example the tiny
-model built by `pdorch dev tiny-model`). Without it, `ByteTokenizer` is used:
+model built by `pdorch dev tiny-model`); `--tokenizer builtin:words` is the readable demo mode
+(`pools/sim/words.py`: English words, and sentences as output). Without it, `ByteTokenizer` is used:
 
 - ids: `BOS = 1`, `EOS = 2`, byte `b` of the UTF-8 text is id `b + 3` (vocabulary 259);
 - completions: `[BOS] + bytes`;
@@ -132,4 +133,8 @@ def load_tokenizer(path: str | None) -> SimTokenizer:
     """The tokenizer for `path` (shared by every simulated engine in the process)."""
     if path is None:
         return ByteTokenizer()
+    from pools.sim.words import WORDS_TOKENIZER, WordTokenizer
+
+    if path == WORDS_TOKENIZER:
+        return WordTokenizer()  # the readable demo mode (pools/sim/words.py)
     return HfTokenizer(path)

@@ -10,6 +10,7 @@ P/D decision's parameters::
     pd:
       min_uncached_tokens: 512
       max_prefill_queue_s: 1.0
+    late_binding: {enabled: true, hold_queued_s: 0.5}   # router/late_binding.py (default off)
 
 A policy may also replace a profile's sections, or define a new profile in place::
 
@@ -36,6 +37,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from router.late_binding import LateBindingParams
 from router.pd_decision import PdDecisionParams
 from router.plugins.profile import Profile
 from router.plugins.spec import (
@@ -75,6 +77,8 @@ class RouterPolicyConfig(BaseModel):
     prefill: PolicyConfig = Field(default_factory=lambda: PolicyConfig(name="token_load"))
     decode: PolicyConfig = Field(default_factory=lambda: PolicyConfig(name="token_load_decode"))
     pd: PdDecisionParams = Field(default_factory=PdDecisionParams)
+    # Hold requests at the router while every prefilling replica is busy (router/late_binding.py)
+    late_binding: LateBindingParams = Field(default_factory=LateBindingParams)
 
 
 def build_policy(

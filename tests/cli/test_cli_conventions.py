@@ -64,6 +64,7 @@ def test_the_walk_sees_every_command() -> None:
         "bench proxy",
         "bench autoscale",
         "bench chaos",
+        "bench soak",
         "plan",
         "autoscale",
         "scale status",

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from openai import OpenAI
 
+from pools.sim.words import vocabulary_words
 from tests.ports import free_port
 from tests.waiting import wait_until
 
@@ -69,10 +72,52 @@ def test_demo_serves_openai_clients_and_stops_on_ctrl_c(
     for replica in ("prefill-0", "prefill-1", "decode-0", "decode-1"):
         assert replica in printed
     assert url in printed
+    # the three commands to try, ready to paste
+    assert f"curl -s {url}/v1/completions" in printed
+    assert f'OpenAI(base_url="{url}/v1"' in printed
+    assert f"pdorch scale status --url {url}" in printed
+    _answers_in_words_and_the_index_sees_the_engines_blocks(client, url)
 
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=30) == 0, log.read_text()
     assert not _healthy(url)
+
+
+def _answers_in_words_and_the_index_sees_the_engines_blocks(client: OpenAI, url: str) -> None:
+    """The demo's words mode: English in, sentences out, the same ones every time; and the
+    coordinator's tokens (`tokenizer: engine`) hash to the block keys the engines publish."""
+    vocabulary = set(vocabulary_words())
+    first = client.completions.create(
+        model="llama-3.1-8b", prompt="Tell me a story about the sea.", max_tokens=24
+    ).choices[0]
+    words = re.findall(r"[A-Za-z]+", first.text)
+    assert len(words) >= 15 and all(w.lower() in vocabulary for w in words), first.text
+    assert "." in first.text and first.text.split(".")[1].strip()[0].isupper()  # sentences
+    again = client.completions.create(
+        model="llama-3.1-8b", prompt="Tell me a story about the sea.", max_tokens=24
+    ).choices[0]
+    assert again.text == first.text  # deterministic, as greedy decoding
+
+    # long enough to go P/D (over the demo's 512 uncached tokens); its blocks land in the
+    # prefill engine's cache and, through its KV events, in the coordinator's precise index
+    prompt = "the quiet river carried every old lantern across the valley. " * 70
+    body = {"model": "llama-3.1-8b", "prompt": prompt, "max_tokens": 2}
+    assert client.completions.create(**body).usage is not None  # type: ignore[call-overload]
+
+    def explained() -> dict[str, Any]:
+        r = httpx.post(f"{url}/admin/explain", json=body, timeout=10.0)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    def hit_rate() -> float:
+        e = explained()
+        full: int = e["prompt_tokens"] // 16
+        # once cached, the decode replica that pulled the blocks may serve it alone: any pick
+        picks = [e["decision"][role] for role in ("prefill", "decode") if e["decision"][role]]
+        return float(max(r["overlap_blocks"] for p in picks for r in p["replicas"])) / full
+
+    assert explained()["tokenized"] is True
+    wait_until(lambda: hit_rate() == 1.0, timeout=20.0, message="the index holds every block")
 
 
 def test_bad_config_exits_with_the_field_named(tmp_path: Path) -> None:

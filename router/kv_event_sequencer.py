@@ -9,6 +9,12 @@ unit-testable.
 Rules, per *source* (one engine publisher: a topic on a bound socket, or a connected endpoint),
 with ``expected`` = the next seq this source should send:
 
+* joining (:meth:`SequenceTracker.on_join`, the subscriber's start or a newly added engine
+  with a replay socket and ``replay_on_join``): a replay from 0 at once, so a coordinator
+  started over engines that already cache blocks rebuilds its index from their buffers without
+  waiting for their next message (an idle engine may send none for a long time); live messages
+  are held meanwhile; a join replay that brings nothing (the engine was not up) leaves the
+  source as never heard, so its first message follows the next rule;
 * first message from a source: with ``seq == 0`` (or ``replay_on_join=False``) it is applied
   and ``expected = seq + 1``; with ``seq > 0`` we joined late (or ZMQ's slow-joiner dropped the
   first messages), so a replay from 0 is requested to rebuild what the engine still buffers;
@@ -120,6 +126,15 @@ class SequenceTracker:
         step.replay_from = start
         self.counters.replays_requested += 1
 
+    def on_join(self, source: Hashable, now: float) -> SeqStep:
+        """Start following ``source``: a replay from 0 (module doc), unless ``replay_on_join``
+        is off or the source was already heard from."""
+        step = SeqStep()
+        if not self.replay_on_join or source in self._sources:
+            return step
+        self._start_replay(self._sources.setdefault(source, _Source()), 0, now, step)
+        return step
+
     def on_live(self, source: Hashable, seq: int, payload: bytes, now: float) -> SeqStep:
         """A message from the live (PUB/SUB) stream."""
         self.counters.messages += 1
@@ -213,6 +228,11 @@ class SequenceTracker:
 
     def _finish(self, st: _Source, step: SeqStep) -> SeqStep:
         st.replaying = False
+        if st.joining and st.expected == 0 and not st.pending:
+            # a join replay that brought nothing: as if never heard (its first message decides)
+            st.joining = False
+            st.expected = None
+            return step
         expected = st.expected or 0
         for seq, payload in st.pending:
             if seq < expected:

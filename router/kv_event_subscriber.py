@@ -152,6 +152,7 @@ class KvEventSubscriber:
         for source in self._sources.values():
             if source.endpoint is not None:
                 self._open(source)
+            self._join(source)
 
     async def stop(self) -> None:
         """Stop all receive and replay tasks and close the sockets."""
@@ -194,6 +195,8 @@ class KvEventSubscriber:
             self._by_topic[source.topic] = source.replica_id
         elif self._started:
             self._open(source)
+        if self._started:
+            self._join(source)
 
     def remove_engine(self, replica_id: str, *, drop_entries: bool = True) -> None:
         """Stop following ``replica_id``; by default also drop its index entries."""
@@ -240,6 +243,13 @@ class KvEventSubscriber:
         sock.setsockopt(zmq.SUBSCRIBE, source.topic.encode("utf-8"))
         sock.connect(source.endpoint)
         self._tasks[source.replica_id] = asyncio.create_task(self._receive(sock, source.replica_id))
+
+    def _join(self, source: EngineEventSource) -> None:
+        """Replay ``source`` from 0 now (``SequenceTracker.on_join``) when it has a replay
+        socket: a coordinator (re)started over a running fleet has its index rebuilt from the
+        engines' buffers at once, not at each engine's next KV event."""
+        if source.replay_endpoint is not None:
+            self._do(source.replica_id, self.tracker.on_join(source.replica_id, self._clock()))
 
     async def _receive(self, sock: zmq.asyncio.Socket, replica_id: str | None) -> None:
         try:

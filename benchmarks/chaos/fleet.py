@@ -89,15 +89,23 @@ class ChaosFleet:
     # relays.py, between the coordinator and the engines named at `start`
     proxies: dict[str, DelayProxy] = field(default_factory=dict)
     relays: dict[str, EventRelay] = field(default_factory=dict)
+    # `start(coordinators=2)`: every `pdorch serve` (index 0 is `coordinator`), each on a port
+    # and a peer-sync PUB port fixed at start (so one can be restarted on the same ones)
+    coordinators: list[RunningProcess] = field(default_factory=list)
+    coordinator_ports: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def url(self) -> str:
         assert self.coordinator is not None, "the coordinator is not started"
         return self.coordinator.url
 
-    async def start(self, slowed: tuple[str, ...] = (), relayed: tuple[str, ...] = ()) -> None:
+    async def start(
+        self, slowed: tuple[str, ...] = (), relayed: tuple[str, ...] = (), coordinators: int = 1
+    ) -> None:
         """Engines, then the coordinator; `slowed` engines' HTTP goes through a `DelayProxy`,
-        `relayed` engines' KV events through an `EventRelay` (both start passing through)."""
+        `relayed` engines' KV events through an `EventRelay` (both start passing through).
+        `coordinators` > 1: that many `pdorch serve` over the same fleet file, peer sync on
+        (its `sync:` section lists every one's PUB endpoint; each binds its own)."""
         counts: dict[str, int] = {}
         # every engine's three ports held together, so none is handed out twice (the vllm
         # fleet's kill -9 decode-0 row once measured two servers on one port)
@@ -117,11 +125,54 @@ class ChaosFleet:
             relay = EventRelay(f"tcp://127.0.0.1:{self.specs[replica_id].kv_events_port}")
             await relay.start()
             self.relays[replica_id] = relay
-        fleet_file = self.log_dir / "fleet.yaml"
-        fleet_file.write_text(self.fleet_yaml())
-        self.coordinator = await start_pdorch(
-            fleet_file, free_port(), self.log_dir, start_timeout_s=self.settings.start_timeout_s
+        if coordinators == 1:
+            fleet_file = self.log_dir / "fleet.yaml"
+            fleet_file.write_text(self.fleet_yaml())
+            self.coordinator = await start_pdorch(
+                fleet_file, free_port(), self.log_dir, start_timeout_s=self.settings.start_timeout_s
+            )
+            self.coordinators = [self.coordinator]
+            return
+        self.coordinator_ports = [(free_port(), free_port()) for _ in range(coordinators)]
+        (self.log_dir / "fleet.yaml").write_text(self.fleet_yaml())
+        for index in range(coordinators):
+            self.coordinators.append(await self._start_coordinator(index))
+        self.coordinator = self.coordinators[0]
+
+    def _sync_endpoint(self, index: int) -> str:
+        return f"tcp://127.0.0.1:{self.coordinator_ports[index][1]}"
+
+    async def _start_coordinator(self, index: int) -> RunningProcess:
+        """Coordinator `index` of several, on its fixed ports; logs in `coordinator-<index>.<n>`
+        (n: its starts so far, so a restart does not overwrite the killed one's log)."""
+        starts = sum(1 for _ in self.log_dir.glob(f"coordinator-{index}.*"))
+        log_dir = self.log_dir / f"coordinator-{index}.{starts}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        proc = await start_pdorch(
+            self.log_dir / "fleet.yaml",
+            self.coordinator_ports[index][0],
+            log_dir,
+            start_timeout_s=self.settings.start_timeout_s,
+            serve_args=["--sync-bind", self._sync_endpoint(index)],
         )
+        proc.name = f"coordinator-{index}"
+        return proc
+
+    def kill_coordinator(self, index: int) -> None:
+        """`kill -9` coordinator `index`: its clients' connections reset, its peer hears nothing
+        more (no `bye`) and expires its token-load entries after `peer_timeout_s`."""
+        proc = self.coordinators[index]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.process.wait(10.0)
+
+    async def restart_coordinator(self, index: int) -> None:
+        """Start coordinator `index` again on the same HTTP and sync ports (a new process: a new
+        origin and incarnation; its KV index starts empty and is rebuilt by replay)."""
+        self.coordinators[index] = await self._start_coordinator(index)
+        if index == 0:
+            self.coordinator = self.coordinators[0]
 
     def fleet_yaml(self) -> str:
         """The coordinator's fleet file: the engines as static endpoints, default health rules."""
@@ -154,8 +205,15 @@ class ChaosFleet:
             f"{s.min_uncached_tokens}}}\n"
             "tokenizer: {mode: engine}\n"
             f"coordinator: {{host: 127.0.0.1, stall_timeout_s: {s.stall_timeout_s}, "
-            f"first_byte_timeout_s: {s.first_byte_timeout_s}{admission}}}\n"
+            f"first_byte_timeout_s: {s.first_byte_timeout_s}{admission}}}\n" + self._sync_yaml()
         )
+
+    def _sync_yaml(self) -> str:
+        """The `sync:` section when several coordinators run (none for one)."""
+        if len(self.coordinator_ports) < 2:
+            return ""
+        peers = ", ".join(self._sync_endpoint(i) for i in range(len(self.coordinator_ports)))
+        return f"sync: {{peers: [{peers}]}}\n"
 
     def _command(self, spec: EngineSpec) -> list[str]:
         s = self.settings
@@ -246,7 +304,9 @@ class ChaosFleet:
     def close(self) -> None:
         for replica_id in self.engines:
             self.resume(replica_id)  # a stopped process cannot act on SIGTERM
-        if self.coordinator is not None:
+        for coordinator in self.coordinators:
+            stop_process(coordinator)
+        if self.coordinator is not None and self.coordinator not in self.coordinators:
             stop_process(self.coordinator)
         for proc in self.engines.values():
             stop_process(proc)

@@ -11,6 +11,7 @@ the whole answer's latency: a non-streamed answer's first byte is its last).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -81,8 +82,13 @@ async def run_load(
     stop: asyncio.Event,
     clock_origin: float,
     on_done: Callable[[RequestResult], None] | None = None,
+    *,
+    backoff_s: float = 0.0,
 ) -> list[RequestResult]:
-    """Drive the load until `stop`; every request started is awaited (none is cancelled)."""
+    """Drive the load until `stop`; every request started is awaited (none is cancelled).
+    `backoff_s` > 0: a worker whose request failed before its first byte waits that long before
+    the next (a client retrying a refused connection; without it a coordinator that is down
+    turns each worker into a busy loop of refusals)."""
     results: list[RequestResult] = []
     url = base_url + "/v1/completions"
 
@@ -116,6 +122,9 @@ async def run_load(
             if on_done is not None:
                 on_done(result)
             turn += 1
+            if backoff_s > 0 and result.error is not None and result.ttft_s is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), backoff_s)
 
     limits = client_limits(
         max_connections=settings.concurrency + 8, max_keepalive_connections=settings.concurrency

@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from benchmarks.chaos.coordinator_restart import NAME as KILL_COORDINATOR
+from benchmarks.chaos.coordinator_restart import run_kill_coordinator
 from benchmarks.chaos.fleet import ChaosFleet, FleetSettings
 from benchmarks.chaos.load import LoadSettings, run_load
 from benchmarks.chaos.overload import OverloadSettings, run_overload
@@ -256,6 +258,9 @@ async def run_chaos(
                     await run_overload(config.fleet, config.load, config.overload, scenario_dir)
                 )
                 continue
+            if name == KILL_COORDINATOR:
+                rows.append(await run_kill_coordinator(config, scenario_dir, on_request, on_status))
+                continue
             rows.append(
                 await run_scenario(SCENARIOS[name], config, scenario_dir, on_request, on_status)
             )
@@ -327,8 +332,8 @@ def _config_view(config: ChaosConfig) -> dict[str, Any]:
 
 def scenario_names(names: Sequence[str]) -> tuple[str, ...]:
     """The chosen names, checked; ValueError names the unknown ones."""
-    unknown = [n for n in names if n not in SCENARIOS and n != OVERLOAD]
+    unknown = [n for n in names if n not in SCENARIOS and n not in (OVERLOAD, KILL_COORDINATOR)]
     if unknown:
-        choices = [*SCENARIOS, OVERLOAD]
+        choices = [*SCENARIOS, KILL_COORDINATOR, OVERLOAD]
         raise ValueError(f"unknown scenario(s) {unknown}; choose from {choices}")
     return tuple(names)

@@ -35,7 +35,11 @@ def bench_chaos(
         "(SIGSTOP for --stop-s, then SIGCONT), restart-decode (SIGTERM, start again on the "
         "same port), slow-decode (0.15 s added each way to one decode engine's HTTP for "
         "--stop-s, a local TCP proxy), kv-events-lost (one decode engine's KV events dropped "
-        "for --stop-s at a local ZMQ relay, then a gap and a replay), overload (not in the "
+        "for --stop-s at a local ZMQ relay, then a gap and a replay), kill-coordinator (not "
+        "in the default set: two pdorch serve with peer sync, clients split over both, one "
+        "killed with kill -9 and restarted on the same port after --down-s: per-coordinator "
+        "counts, its time to serve again, its KV index rebuilt by replay, token load "
+        "re-converged with its peer), overload (not in the "
         "default set: a burst of 10x --concurrency streamed "
         "requests against max_concurrent_requests = --concurrency with an admission queue of "
         "as many, max_wait_s 2: accepted / shed (429) counts, shed latency, admitted TTFT p99, "
@@ -134,8 +138,15 @@ def bench_chaos(
         if model_dir is None:
             raise typer.BadParameter("--engine vllm needs --model-dir", param_hint="--model-dir")
         # one prefill engine (vllm_fleet.py): nothing to kill twice, no admission fleet; no
-        # delay proxy or KV-event relay in front of vLLM (slow-decode, kv-events-lost)
-        skipped = ("kill-both-prefill", "overload", "slow-decode", "kv-events-lost")
+        # delay proxy or KV-event relay in front of vLLM (slow-decode, kv-events-lost);
+        # kill-coordinator runs its two coordinators over the simulated fleet only
+        skipped = (
+            "kill-both-prefill",
+            "overload",
+            "slow-decode",
+            "kv-events-lost",
+            "kill-coordinator",
+        )
         chosen = tuple(n for n in chosen if n not in skipped)
         fleet = FleetSettings(
             served_model_name="tiny",
@@ -204,6 +215,15 @@ def bench_chaos(
                 f"admitted TTFT {row['admitted_ttft_s']}; coordinator RSS "
                 f"{row['coordinator_rss_mib']} MiB"
             )
+        if row["scenario"] == "kill-coordinator":
+            for index, c in row["coordinators"].items():
+                err.print(
+                    f"kill-coordinator: coordinator {index}: {c['sent']} sent, "
+                    f"{c['succeeded']} ok, {c['failed_before_first_byte']} failed<1st byte, "
+                    f"{c['broken_mid_stream']} broken, {c['hung']} hung; "
+                    f"{c.get('by_phase', 'survivor')}"
+                )
+            err.print(f"kill-coordinator: restart {row['restart']}; {row['token_load']}")
         for message in row["errors"]:
             err.print(f"[red]{row['scenario']}: {message}")
 

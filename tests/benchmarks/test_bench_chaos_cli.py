@@ -113,3 +113,67 @@ def test_overload_sheds_with_retry_after_and_serves_the_admitted(tmp_path: Path)
     assert row["shed_with_retry_after"] == row["shed"]
     assert row["coordinator_rss_mib"]["peak"] > 0
     assert row["token_load_zero"] and row["requests_queued_after"] == 0
+
+
+def test_one_of_two_coordinators_killed_and_restarted_on_a_short_run(tmp_path: Path) -> None:
+    """Two `pdorch serve` with peer sync over one fleet, clients split over both; coordinator
+    1 killed with kill -9 after 2 s, restarted on the same ports 1 s later. The survivor's
+    clients lose nothing; the killed one's lose only what was in flight or refused while it was
+    down; once ready it serves, its index is rebuilt by replay (the engines' blocks, not only
+    what they publish next) and its token load agrees with its peer's: 0 everywhere at the end."""
+    cmd = [str(PDORCH), "bench", "chaos", "--json", "--scenarios", "kill-coordinator"]
+    cmd += ["--concurrency", "6", "--max-tokens", "32", "--warmup-s", "2", "--down-s", "1"]
+    cmd += ["--settle-s", "3", "--log-dir", str(tmp_path / "logs")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(proc.stdout)["rows"]
+    assert row["scenario"] == "kill-coordinator" and row["synced_before_load"]
+    survivor, killed = row["coordinators"]["0"], row["coordinators"]["1"]
+    assert survivor["sent"] > 0 and survivor["succeeded"] == survivor["sent"], survivor["errors"]
+    assert survivor["hung"] == 0 and row["survivor_polls_not_healthy"] == {}
+    phases = killed["by_phase"]
+    assert phases["after_ready"]["sent"] > 0, phases
+    assert phases["after_ready"]["succeeded"] == phases["after_ready"]["sent"], phases
+    assert phases["while_down"]["failed_before_first_byte"] > 0, phases  # refused: it was down
+    assert killed["hung"] == 0
+    restart = row["restart"]
+    assert restart["first_success_s"] is not None and restart["kv_index_rebuilt_s"] is not None
+    for c in (survivor, killed):
+        assert c["token_load_zero"], c["token_load_after"]
+        kv = c["kv_index_after"]
+        assert kv["match"] and sum(r["engine"] for r in kv["replicas"].values()) > 0, kv
+    assert killed["sync"]["peers"] and survivor["sync"]["peers_expired"] >= 0
+    assert row["token_load"]["after_ready"]["converged_after_s"] is not None, row["token_load"]
+
+
+def test_token_load_tolerance_and_phases() -> None:
+    from benchmarks.chaos.convergence import (
+        by_phase,
+        convergence,
+        index_rebuilt_after,
+        within_tolerance,
+    )
+
+    a = {"d0": {"decode_blocks": 100, "requests_in_flight": 5}}
+    assert within_tolerance(a, {"d0": {"decode_blocks": 110, "requests_in_flight": 3}})
+    assert not within_tolerance(a, {"d0": {"decode_blocks": 120, "requests_in_flight": 5}})
+    assert not within_tolerance(a, {})  # a coordinator that lost its peer's entries
+    samples = [(0.5, a, {}), (1.2, a, {}), (1.4, a, a), (1.6, a, {})]
+    conv = convergence(samples, 1.0, 2.0)
+    assert conv["samples"] == 3 and conv["converged_after_s"] == 0.4
+    assert conv["within_tolerance_share"] == 0.5
+    assert conv["largest_difference"] == {"decode_blocks": 100, "requests_in_flight": 5}
+    index = [(1.1, {"d0": 100}, {"d0": 3}), (1.3, {"d0": 120}, {"d0": 115})]
+    assert index_rebuilt_after(index, 1.0) == 0.3
+    assert index_rebuilt_after(index[:1], 1.0) is None
+    before = _result(0.2, [], 0.5, "RemoteProtocolError")  # 1.0 -> 1.5, killed at 1.2
+    done = _result(0.2, [], 0.1, None)  # ended before the kill: not in flight
+    down = RequestResult(session_id="s", turn=1, group="whole", start_s=2.0, end_s=2.01)
+    down.error = "ConnectError"
+    after = RequestResult(session_id="s", turn=2, group="whole", start_s=5.0, end_s=5.5)
+    after.ttft_s = 0.5
+    phases = by_phase([before, done, down, after], killed_at=1.2, ready_at=4.0)
+    assert phases["in_flight_at_kill"]["broken_mid_stream"] == 1
+    assert phases["in_flight_at_kill"]["sent"] == 1
+    assert phases["while_down"]["failed_before_first_byte"] == 1
+    assert phases["after_ready"] == {**phases["after_ready"], "sent": 1, "succeeded": 1}

@@ -97,6 +97,31 @@ def test_late_join_replays_from_zero_without_counting_missed() -> None:
     assert seqs(joined.on_live("e", 500, b"", 0.0).apply) == [500]
 
 
+def test_join_replays_from_zero_before_any_message() -> None:
+    """A coordinator (re)started over an engine that already caches blocks: the replay starts
+    at the join, live messages are held behind it, nothing counts as missed."""
+    t = SequenceTracker()
+    assert t.on_join("e", 0.0).replay_from == 0
+    assert t.on_join("e", 0.1).replay_from is None  # once per source
+    assert t.on_live("e", 31, b"", 0.2).apply == []  # held while the replay runs
+    assert seqs(t.on_replay("e", 10, b"").apply) == [10]  # 0..9 gone from the buffer
+    assert seqs(t.on_replay("e", 30, b"").apply) == [30]  # (11..29 were not in it either)
+    assert seqs(t.on_replay_end("e").apply) == [31]
+    assert t.expected("e") == 32 and t.counters.replays_completed == 1
+    assert t.counters.missed == 19  # 11..29: a hole inside what the buffer had
+    assert SequenceTracker(replay_on_join=False).on_join("e", 0.0).replay_from is None
+
+
+def test_join_replay_that_brings_nothing_leaves_the_source_unheard() -> None:
+    """The engine was not up (replay failed) or its buffer was empty: the first message then
+    follows the first-message rule (seq > 0: replay from 0, no gap, nothing missed)."""
+    t = SequenceTracker()
+    t.on_join("e", 0.0)
+    assert t.on_replay_failed("e").apply == [] and t.expected("e") is None
+    assert t.on_live("e", 7, b"", 1.0).replay_from == 0
+    assert t.counters.gaps == 0 and t.counters.missed == 0
+
+
 def test_late_join_without_replay_socket_applies_what_it_has() -> None:
     t = SequenceTracker()
     t.on_live("e", 500, b"", 0.0)

@@ -158,6 +158,8 @@ async def connected(
     sub.add_engine(EngineEventSource("e1", endpoint=ipc("ev"), replay_endpoint=ipc("replay")))
     await sub.start()
     await pub.wait_subscribed()
+    # the subscriber's start replays every engine from 0 (its buffer: empty here)
+    await until(lambda: sub.metrics()["replays_completed"] == 1, what="join replay done")
     yield pub, sub, idx
     await sub.stop()
     await pub.close()
@@ -186,10 +188,10 @@ async def test_gap_is_filled_from_the_replay_socket(connected) -> None:  # type:
     await pub.publish([store(2, 20)], drop=True)  # lost on the wire (e.g. high-water mark)
     await pub.publish([store(3, 30)], drop=True)
     await pub.publish([store(4, 40)])
-    await until(lambda: sub.metrics()["replays_completed"] == 1, what="replay done")
+    await until(lambda: sub.metrics()["replays_completed"] == 2, what="replay done")
     for n in (1, 2, 3, 4):
         assert cached(idx, "e1", n) == 2
-    assert pub.replay_requests == [1]
+    assert pub.replay_requests == [0, 1]  # the join at start, then the gap
     m = sub.metrics()
     assert m["gaps"] == 1 and m["missed"] == 0 and m["duplicates"] == 1
     # Later messages flow normally again.
@@ -210,6 +212,7 @@ async def test_a_replay_longer_than_the_timeout_that_makes_progress_completes(
     await sub.start()
     try:
         await pub.wait_subscribed()
+        await until(lambda: sub.metrics()["replays_completed"] == 1, what="join replay done")
         await pub.publish([store(1, 10)])
         await until(lambda: cached(idx, "e1", 1) == 2, what="first batch indexed")
         pub.replay_gap_s = 0.1
@@ -217,11 +220,11 @@ async def test_a_replay_longer_than_the_timeout_that_makes_progress_completes(
             await pub.publish([store(n, n * 10)], drop=True)
         await pub.publish([store(14, 140)])
         await until(
-            lambda: sub.metrics()["replays_completed"] + sub.metrics()["replays_failed"] == 1,
+            lambda: sub.metrics()["replays_completed"] + sub.metrics()["replays_failed"] == 2,
             what="replay ended",
         )
         m = sub.metrics()
-        assert m["replays_completed"] == 1 and m["missed"] == 0, m
+        assert m["replays_completed"] == 2 and m["missed"] == 0, m
         assert all(cached(idx, "e1", n) == 2 for n in range(1, 15))
     finally:
         await sub.stop()
@@ -323,6 +326,31 @@ async def test_late_join_rebuilds_from_the_replay_buffer(
         await until(lambda: all(cached(idx, "e1", n) == 2 for n in range(4)))
         assert pub.replay_requests == [0]
         assert sub.metrics()["missed"] == 0
+    finally:
+        await sub.stop()
+        await pub.close()
+
+
+async def test_start_over_an_idle_engine_rebuilds_the_index_without_a_new_event(
+    ctx: zmq.asyncio.Context, ipc: Callable[[str], str]
+) -> None:
+    """A coordinator restarted over a running fleet: the engine caches blocks and publishes
+    nothing more (idle); the index is rebuilt from its replay buffer at start anyway."""
+    pub = FakeEnginePublisher(ctx, bind=ipc("ev"), replay_bind=ipc("replay"))
+    for n in range(3):
+        await pub.publish([store(n, 10 * (n + 1))])  # before the subscriber (re)starts
+    idx = KvIndex("m", BS)
+    sub = KvEventSubscriber(idx, context=ctx)
+    sub.add_engine(EngineEventSource("e1", endpoint=ipc("ev"), replay_endpoint=ipc("replay")))
+    await sub.start()
+    try:
+        await until(lambda: all(cached(idx, "e1", n) == 2 for n in range(3)), what="rebuilt")
+        assert pub.replay_requests == [0]
+        assert sub.metrics()["messages"] == 0 and sub.metrics()["missed"] == 0
+        await pub.wait_subscribed()
+        await pub.publish([store(3, 40)])  # live again after the join replay: applied in order
+        await until(lambda: cached(idx, "e1", 3) == 2)
+        assert sub.metrics()["gaps"] == 0 and pub.replay_requests == [0]
     finally:
         await sub.stop()
         await pub.close()
@@ -489,4 +517,4 @@ async def test_reset_engine_drops_entries_and_rejoins(connected) -> None:  # typ
         await pub.publish([store(n, 10 * n)], drop=n < 4)  # new incarnation: 0, 1 lost
     await until(lambda: all(cached(idx, "e1", n) == 2 for n in range(2, 5)))
     assert cached(idx, "e1", 1) == 0
-    assert pub.replay_requests == [0]
+    assert pub.replay_requests == [0, 0]  # the join at start, then the rejoin

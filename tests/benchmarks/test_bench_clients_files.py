@@ -29,7 +29,12 @@ def test_make_target_installs_each_client_from_its_pinned_requirements() -> None
 @pytest.mark.integration
 def test_committed_run_scripts_parse() -> None:
     scripts = sorted(RESULTS.glob("run-*.sh"))
-    names = {"run-vllm-bench-serve.sh", "run-pdorch-bench-live.sh", "run-aiperf.sh"}
+    names = {
+        "run-vllm-bench-serve.sh",
+        "run-pdorch-bench-live.sh",
+        "run-aiperf.sh",
+        "run-guidellm.sh",
+    }
     assert {s.name for s in scripts} >= names
     for script in scripts:
         subprocess.run(["bash", "-n", str(script)], check=True)

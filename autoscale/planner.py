@@ -18,7 +18,11 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    is asked for before the load arrives and not released before it leaves; only the rate is
    projected, at most `trend_cap` 1.5 x its level, and only by the mean growth projected
    over the last `trend_hold_s` 30 s, so a one-tick trend is noise, not an order; before the
-   first whole window, the partial windows' load), sized by `autoscale.sizing` with
+   first whole window, the partial windows' load; with `trend_age` (off by default) the
+   growth is projected only over the part of `startup_s` the trend has lasted, and with
+   `release_after_ticks` k (0, off by default) a projection whose path the level stays below
+   for k ticks is released and nothing is projected until the level reaches it:
+   `autoscale.projections`, Round 6), sized by `autoscale.sizing` with
    `headroom` (0.9) and the pool's correction factor `k`:
    `N_p = ceil(rate·ISL·(1-hit) / (C_p(ISL_u, TTFT)·h/k_p))`,
    `N_d = ceil(rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k_d))`, `T_own` = the model's
@@ -44,7 +48,8 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    may go down to the largest `c` of the last `fast_down_s` (60 s), but not below the
    largest floor for the load *now* of the last `floor_hold_s` (default `scale_down_s`) nor
    the largest floor for the load `startup_s` *ahead* of the last `ahead_hold_s` (default:
-   `floor_hold_s`; 0: this tick's), without waiting the window: N-k that kept meeting
+   `floor_hold_s`; 0: this tick's; a projection released by `release_after_ticks` no longer
+   holds), without waiting the window: N-k that kept meeting
    the SLO for a minute, at or above every raw need of that minute (the floor for the load
    ahead is part of the raw need, so it is held for the fit minute) and every floor for the
    load now of the window. With `decode_fit_as_floor` (off by default) the decode fit check
@@ -104,6 +109,7 @@ from autoscale.planner_terms import (
     reactive_term,
 )
 from autoscale.policy import SloPolicy
+from autoscale.projections import AheadRelease, Projection, TrendAge
 from autoscale.role_moves import PoolView, RoleMover
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import (
@@ -144,6 +150,8 @@ class PdorchPlanner(Planner):
         floor_hold_s: float | None = None,
         ahead_hold_s: float | None = None,
         decode_fit_as_floor: bool = False,
+        trend_age: bool = False,
+        release_after_ticks: int = 0,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -176,11 +184,22 @@ class PdorchPlanner(Planner):
         # True: the decode fit check is the floor's model (module docstring, step 5); False
         # (default): the observed-sequences check of `planner_terms.fits`
         self.decode_fit_as_floor = decode_fit_as_floor
+        # `autoscale.projections`: damp the projected growth by how long the trend has lasted
+        # (rule 1) and release a projection whose load has not come after `release_after_ticks`
+        # ticks below its path (rule 2); both off by default (Round 6)
+        self._trend_age = TrendAge() if trend_age else None
+        self._release = (
+            AheadRelease(release_after_ticks, self.ahead_hold_s) if release_after_ticks else None
+        )
+        self._proj: dict[Pool, Projection | None] = {p: None for p in POOLS}
         self._level = SlidingLoad(self.level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         self._fit: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
-        # (tick, its floor for the load now, its floor for the load `startup_s` ahead)
-        self._floors: dict[Pool, deque[tuple[float, int, int]]] = {p: deque() for p in POOLS}
+        # (tick, its floor for the load now, its floor for the load `startup_s` ahead, the
+        # projection behind the latter when `release_after_ticks` watches it)
+        self._floors: dict[Pool, deque[tuple[float, int, int, Projection | None]]] = {
+            p: deque() for p in POOLS
+        }
         self._floor_now: dict[Pool, int] = {}
         self._agg: list[Observation] = []
         self._fed = False
@@ -264,24 +283,38 @@ class PdorchPlanner(Planner):
 
     def _predictive_floor(self, obs: Observation) -> dict[Pool, Term]:
         out: dict[Pool, Term] = {}
+        level = LoadForecast(*self.forecaster.forecast(0.0))
+        if not self._fed and self._agg:  # before the first whole window: what it saw
+            a = aggregate(self._agg)
+            level = LoadForecast(
+                a.arrival_rps, a.mean_isl_tokens, a.mean_osl_tokens, a.prefix_hit_rate
+            )
+        if self._release is not None:
+            self._release.observe(obs.now, level.rate_rps)
+        # while a released projection's bar stands, nothing is projected (`autoscale.projections`)
+        project = self._release is None or not self._release.suppressed
         for pool in POOLS:
             horizon = self.policy.limits(pool).startup_s
             best: Term | None = None
             at: dict[float, int] = {}
-            level = LoadForecast(*self.forecaster.forecast(0.0))
-            if not self._fed and self._agg:  # before the first whole window: what it saw
-                a = aggregate(self._agg)
-                level = LoadForecast(
-                    a.arrival_rps, a.mean_isl_tokens, a.mean_osl_tokens, a.prefix_hit_rate
-                )
-            for h in (0.0, horizon):
+            self._proj[pool] = None
+            for h in (0.0, horizon) if project else (0.0,):
                 fc = self.forecaster.forecast(h) if self._fed else level
                 ahead = LoadForecast(*fc)
+                projected = ahead.rate_rps
+                if h > 0 and self._trend_age is not None:
+                    projected = self._trend_age.damp(
+                        obs.now, level.rate_rps, projected, h, self.interval_s
+                    )
                 # only the rate is projected (lengths and hit rate at their level), and by at
                 # most `trend_cap` x the level: a trend is evidence of growth, not a measure
-                rate = min(ahead.rate_rps, self.trend_cap * level.rate_rps)
+                rate = min(projected, self.trend_cap * level.rate_rps)
                 if h > 0:
                     rate = self._sustained(pool, obs.now, rate, level.rate_rps)
+                    if self._release is not None:
+                        self._proj[pool] = self._release.track(
+                            Projection(obs.now, level.rate_rps, rate, h)
+                        )
                 load = level._replace(rate_rps=rate)
                 term = self._floor_for(load, obs)[pool]
                 term.inputs["horizon_s"] = h
@@ -372,10 +405,11 @@ class PdorchPlanner(Planner):
             fast = max(c for _, c in fit)
             # a floor for the load now holds `floor_hold_s`, one for the load `startup_s`
             # ahead `ahead_hold_s`
-            for t, f_now, f_ahead in floors:
+            for t, f_now, f_ahead, proj in floors:
                 if now - t <= self.floor_hold_s:
                     fast = max(fast, f_now)
-                if now - t <= self.ahead_hold_s:
+                # a released projection (its load did not come) no longer holds the pool
+                if now - t <= self.ahead_hold_s and not (proj is not None and proj.released):
                     fast = max(fast, f_ahead)
             fast = min(current, fast)
         if watched < st.scale_down_s:
@@ -436,6 +470,7 @@ class PdorchPlanner(Planner):
                     now,
                     clamp_to_limits(self.policy, pool, self._floor_now.get(pool, 0))[0],
                     clamp_to_limits(self.policy, pool, floor.replicas)[0],
+                    self._proj[pool],
                 )
             )
             n, bound = clamp_to_limits(self.policy, pool, term.replicas)

@@ -11,8 +11,8 @@
 - `GET /admin/dashboard.json` (admin token when configured, like every `/admin` route;
   read-only): `pools` (`GET /admin/pools`'s body), `autoscale` (`GET /admin/autoscale`'s,
   each decision with `age_s` added) and `routes`: the last `RECENT_ROUTES` routing decisions
-  (`recent_routes.py`, newest last, each with `age_s`). A several-model fleet shows its first
-  model, the one `/admin` serves.
+  (`recent_routes.py`, newest last, each with `age_s`). A several-model fleet: `?model=NAME`
+  (the page passes its own `/dashboard?model=NAME` on), default the first model (`models.py`).
 """
 
 from __future__ import annotations

@@ -61,9 +61,18 @@ def counts_of(pools: Mapping[str, Mapping[str, Any]]) -> dict[Pool, PoolStatus]:
 class AdminCounts:
     """The counts of `GET /admin/autoscale` (the coordinator's actuator), over HTTP."""
 
-    def __init__(self, url: str, admin_token: str | None, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        admin_token: str | None,
+        timeout_s: float = 10.0,
+        model: str | None = None,
+    ) -> None:
         headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
-        self.client = http_client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+        params = {"model": model} if model else None  # one model of a several-model fleet
+        self.client = http_client(
+            base_url=url.rstrip("/"), headers=headers, params=params, timeout=timeout_s
+        )
 
     async def read(self) -> dict[Pool, PoolStatus]:
         try:

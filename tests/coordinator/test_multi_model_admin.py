@@ -139,3 +139,22 @@ async def test_scale_cli_takes_a_model(two_models: RunningCoordinator) -> None:
     result = await _cli("scale", "status", "--url", url, "--model", "llama-70b")
     assert result.exit_code == 1
     assert f"`{FIRST}`" in result.output and f"`{SECOND}`" in result.output, result.output
+
+
+async def test_autoscale_cli_drives_one_model(
+    two_models: RunningCoordinator, tmp_path: Path
+) -> None:
+    """`pdorch autoscale --model`: the decision is the named model's (its pools read and
+    scaled through `?model=`); the first model records none."""
+    policy = tmp_path / "remote-policy.yaml"
+    policy.write_text(json.dumps({"pools": {"decode": {"min": 1, "max": 3}}}))
+    args = ("autoscale", "--policy", str(policy), "--url", two_models.url, "--once")
+    result = await _cli(*args, "--model", SECOND, "--interval-s", "0.5")
+    assert result.exit_code == 0, result.output
+    second = two_models.models[SECOND][0].scaling
+    first = two_models.models[FIRST][0].scaling
+    assert isinstance(second, ScalingControl) and isinstance(first, ScalingControl)
+    assert second.autoscaler == "remote" and second.decisions, second.decisions
+    assert first.autoscaler is None and not first.decisions
+    result = await _cli(*args, "--model", "llama-70b", "--interval-s", "0.5")
+    assert result.exit_code == 2, result.output  # the coordinator's 404: no metrics to read

@@ -16,7 +16,8 @@ from the coordinator's own gauges (`pdorch_replica_requests_in_flight` as `num_r
 `pdorch_replica_kv_usage`) and no hit rate. Either way each replica's token load comes from
 the coordinator (`pdorch_replica_prefill_tokens_queued` as `queued_prefill_tokens`,
 `pdorch_replica_decode_blocks` x block size as `decode_kv_tokens`). Window: since the last
-call (see `base.py`).
+call (see `base.py`). `model`: one model of a several-model coordinator (`models:` in the
+fleet file): both reads carry `?model=NAME`, so the observation is that model's alone.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
@@ -189,8 +191,11 @@ class CoordinatorSource(MetricsSource):
         engines: bool = True,
         client: httpx.AsyncClient | None = None,
         timeout_s: float = SCRAPE_TIMEOUT_S,
+        model: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        # a several-model coordinator: read this model's `/metrics` and `/admin/pools` only
+        self.query = "?" + urlencode({"model": model}) if model else ""
         self.admin_token = admin_token
         self._own_client = client is None
         self.client = client or http_client(timeout=timeout_s)
@@ -207,7 +212,7 @@ class CoordinatorSource(MetricsSource):
         )
         try:
             response = await self.client.get(
-                self.url + path, headers=headers, timeout=self.timeout_s
+                self.url + path + self.query, headers=headers, timeout=self.timeout_s
             )
             response.raise_for_status()
         except httpx.HTTPError as exc:

@@ -30,9 +30,9 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from pdorch.app.auth import check_admin
 from pdorch.app.errors import ApiError
 from pdorch.app.flow import read_body
+from pdorch.app.models import ModelDispatch
 from pdorch.app.openai_schema import RequestKind, parse_request
 from pdorch.app.replica_guard import check_spec
 from pdorch.app.state import POOLS, Coordinator
@@ -49,20 +49,21 @@ def _json(body: Any, status: int = 200) -> Response:
     return Response(_encode(body), status_code=status, media_type="application/json")
 
 
-def admin_router(c: Coordinator) -> APIRouter:
+def admin_router(models: ModelDispatch) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
-    def guard(request: Request) -> None:
-        check_admin(request.headers, c.admin_token)
+    def guard(request: Request) -> Coordinator:
+        """Admin auth, then the `?model=` coordinator (`models.py`: default the first)."""
+        return models.admin_target(request)
 
     @router.get("/pools")
     async def pools(request: Request) -> Response:
-        guard(request)
+        c = guard(request)
         return _json(c.pools_view())
 
     @router.post("/explain")
     async def explain(request: Request) -> Response:
-        guard(request)
+        c = guard(request)
         raw = await read_body(request, c.limits.max_body_bytes)
         try:
             peek = _decode(raw)
@@ -112,7 +113,7 @@ def admin_router(c: Coordinator) -> APIRouter:
 
     @router.post("/pools/{pool}/replicas")
     async def add_replica(pool: str, request: Request) -> Response:
-        guard(request)
+        c = guard(request)
         if pool not in POOLS:
             raise ApiError(404, f"Unknown pool {pool!r}; pools: {', '.join(POOLS)}.", param="pool")
         raw = await read_body(request, 1 << 20)
@@ -137,7 +138,7 @@ def admin_router(c: Coordinator) -> APIRouter:
 
     @router.delete("/pools/{pool}/replicas/{replica_id}")
     async def remove_replica(pool: str, replica_id: str, request: Request) -> Response:
-        guard(request)
+        c = guard(request)
         replica = c.fleet.get(replica_id)
         if replica is None or replica.pool != pool:
             raise ApiError(404, f"No replica {replica_id!r} in pool {pool!r}.", param="replica_id")

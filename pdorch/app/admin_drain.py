@@ -24,10 +24,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
-from pdorch.app.auth import check_admin
 from pdorch.app.errors import ApiError
 from pdorch.app.flow import read_body
-from pdorch.app.state import Coordinator
+from pdorch.app.models import ModelDispatch
 from pools.drain import drain_replica
 
 DEFAULT_DRAIN_TIMEOUT_S = 30.0
@@ -45,12 +44,12 @@ def _json(body: Any, status: int = 200) -> Response:
     return Response(_encode(body), status_code=status, media_type="application/json")
 
 
-def admin_drain_router(c: Coordinator) -> APIRouter:
+def admin_drain_router(models: ModelDispatch) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
     @router.post("/replicas/{replica_id}/drain")
     async def drain(replica_id: str, request: Request) -> Response:
-        check_admin(request.headers, c.admin_token)
+        c = models.admin_target(request)  # admin auth, then the `?model=` coordinator
         raw = await read_body(request, 1 << 16)
         try:
             body = DrainBody.model_validate_json(raw or b"{}")

@@ -33,9 +33,9 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
-from pdorch.app.auth import check_admin
 from pdorch.app.errors import ApiError
 from pdorch.app.flow import read_body
+from pdorch.app.models import ModelDispatch
 from pdorch.app.recent_latency import ITL_POOLS, TTFT_POOLS, WINDOW_S
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.state import Coordinator
@@ -184,20 +184,21 @@ def autoscale_view(c: Coordinator) -> dict[str, Any]:
     }
 
 
-def admin_scale_router(c: Coordinator) -> APIRouter:
+def admin_scale_router(models: ModelDispatch) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
-    def guard(request: Request) -> None:
-        check_admin(request.headers, c.admin_token)
+    def guard(request: Request) -> Coordinator:
+        """Admin auth, then the `?model=` coordinator (`models.py`: default the first)."""
+        return models.admin_target(request)
 
     @router.get("/autoscale")
     async def autoscale(request: Request) -> Response:
-        guard(request)
+        c = guard(request)
         return _json(autoscale_view(c))
 
     @router.post("/pools/{pool}/scale")
     async def scale(pool: str, request: Request) -> Response:
-        guard(request)
+        c = guard(request)
         body = await _parse(request, ScaleBody)
         scaling = _scaling(c)
         done = scaling.set(
@@ -212,12 +213,12 @@ def admin_scale_router(c: Coordinator) -> APIRouter:
 
     @router.post("/pools/{pool}/auto")
     async def auto(pool: str, request: Request) -> Response:
-        guard(request)
+        c = guard(request)
         return _json(_scaling(c).auto(pool))
 
     @router.post("/replicas/{replica_id}/move")
     async def move(replica_id: str, request: Request) -> Response:
-        guard(request)
+        c = guard(request)
         body = await _parse(request, MoveBody)
         return _json(_scaling(c).move(replica_id, body.to))
 

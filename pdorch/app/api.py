@@ -17,7 +17,8 @@ Routes: `POST /v1/completions`, `POST /v1/chat/completions` (stream or not; the 
 `/v1/embeddings` (forwarded to one engine that serves them, `passthrough.py`), `GET /v1/models`
 (the served model), `GET /health` (200 when a decode or colocated
 replica is routable, else 503), `GET /metrics` (Prometheus, `metrics.py`), `/admin/*`
-(`admin.py`), `GET /dashboard` (the status page, `dashboard.py`). Every error is OpenAI-shaped
+(`admin.py`; both take `?model=NAME` in a several-model fleet, default the first model,
+`models.py`), `GET /dashboard` (the status page, `dashboard.py`). Every error is OpenAI-shaped
 (`errors.py`), including unknown routes (404),
 wrong methods (405) and request validation (400: pdorch never answers 422). Headers past
 `coordinator.max_header_bytes` (64 KiB) get 431 on every route. `GET /openapi.json` is the
@@ -154,7 +155,8 @@ class CoordinatorApp(FastAPI):
 
 def create_app(coordinator: Coordinator, models: ModelDispatch | None = None) -> FastAPI:
     """The coordinator's ASGI app (see the module docstring). `models`: a several-model
-    fleet's coordinators (`coordinator` is then its first, the one `/admin` serves)."""
+    fleet's coordinators (`coordinator` is then its first, the one `/admin` and `/metrics`
+    serve without `?model=`)."""
     c = coordinator
     app = CoordinatorApp(
         title="pdorch coordinator",
@@ -224,9 +226,14 @@ def create_app(coordinator: Coordinator, models: ModelDispatch | None = None) ->
         unavailable = ApiError(503, "No routable decode or colocated replica.", code="no_replica")
         return unavailable.response()
 
+    # `/admin/*` and `?model=` on `/metrics` pick a model's coordinator (`models.py`); a
+    # one-model fleet gets a dispatch of its one coordinator for that, never on the POST path
+    scope = models if models is not None else ModelDispatch([c])
+
     @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(c.metrics.render(), media_type=CONTENT_TYPE)
+    async def metrics(request: Request) -> Response:
+        chosen = scope.metrics_target(request) if request.query_params else c
+        return Response(chosen.metrics.render(), media_type=CONTENT_TYPE)
 
     description = _encode(
         openapi_document(
@@ -238,9 +245,9 @@ def create_app(coordinator: Coordinator, models: ModelDispatch | None = None) ->
     async def openapi() -> Response:
         return Response(description, media_type="application/json")
 
-    app.include_router(admin_router(c))
-    app.include_router(admin_scale_router(c))
-    app.include_router(admin_drain_router(c))
+    app.include_router(admin_router(scope))
+    app.include_router(admin_scale_router(scope))
+    app.include_router(admin_drain_router(scope))
     app.include_router(passthrough_router(c))
-    app.include_router(dashboard_router(c))  # /dashboard, /admin/dashboard.json
+    app.include_router(dashboard_router(scope))  # /dashboard, /admin/dashboard.json
     return app

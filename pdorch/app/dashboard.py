@@ -11,8 +11,8 @@
 - `GET /admin/dashboard.json` (admin token when configured, like every `/admin` route;
   read-only): `pools` (`GET /admin/pools`'s body), `autoscale` (`GET /admin/autoscale`'s,
   each decision with `age_s` added) and `routes`: the last `RECENT_ROUTES` routing decisions
-  (`recent_routes.py`, newest last, each with `age_s`). A several-model fleet shows its first
-  model, the one `/admin` serves.
+  (`recent_routes.py`, newest last, each with `age_s`). A several-model fleet: `?model=NAME`
+  (the page passes its own `/dashboard?model=NAME` on), default the first model (`models.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from pdorch.app.admin_scale import autoscale_view
-from pdorch.app.auth import check_admin
+from pdorch.app.models import ModelDispatch
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.state import Coordinator
 
@@ -49,7 +49,7 @@ def dashboard_view(c: Coordinator) -> dict[str, Any]:
     return {"pools": c.pools_view(), "autoscale": scale, "routes": routes}
 
 
-def dashboard_router(c: Coordinator) -> APIRouter:
+def dashboard_router(models: ModelDispatch) -> APIRouter:
     router = APIRouter()
 
     @router.get("/dashboard")
@@ -59,7 +59,7 @@ def dashboard_router(c: Coordinator) -> APIRouter:
 
     @router.get("/admin/dashboard.json")
     async def data(request: Request) -> Response:
-        check_admin(request.headers, c.admin_token)
+        c = models.admin_target(request)  # admin auth, then the `?model=` coordinator
         return Response(_encode(dashboard_view(c)), media_type="application/json")
 
     return router

@@ -9,6 +9,12 @@ adapter through the coordinator whose replicas have it loaded (`pdorch/app/adapt
 An unknown name is an OpenAI 404 naming every served model and adapter.
 
 A one-model fleet has no dispatch at all (the hot path stays as it was).
+
+`/admin/*`, `/admin/dashboard.json` and `GET /metrics` take an optional `?model=NAME`
+(`ModelDispatch.admin_target`, `metrics_target`): that model's coordinator (a base model, or
+the one serving an adapter of that name); without it the first model's, so one-model fleets
+and clients that never name a model are unchanged; an unknown name is the same 404. A
+one-model fleet's admin routes use a `ModelDispatch` of its one coordinator for this.
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import msgspec
+from starlette.requests import Request
 from starlette.types import Message, Receive
 
+from pdorch.app.auth import check_admin
 from pdorch.app.errors import ApiError
 from pdorch.app.state import Coordinator
 
@@ -83,6 +91,17 @@ class ModelDispatch:
             param="model",
             code="model_not_found",
         )
+
+    def admin_target(self, request: Request) -> Coordinator:
+        """An `/admin` request's coordinator: the admin token checked first (every model
+        shares the fleet file's `coordinator:` section, so the first model's token is the
+        fleet's), then `?model=` (`pick`: absent or empty → the first model)."""
+        check_admin(request.headers, self.primary.admin_token)
+        return self.pick(request.query_params.get("model") or None)
+
+    def metrics_target(self, request: Request) -> Coordinator:
+        """`GET /metrics`' coordinator: `?model=`, else the first (no auth, as before)."""
+        return self.pick(request.query_params.get("model") or None)
 
     def names(self) -> list[str]:
         """Every name a client may send: each base model, then its adapters."""

@@ -84,10 +84,13 @@ class Driver(Protocol):
 
 
 class AdminApiDriver:
-    def __init__(self, url: str, admin_token: str | None) -> None:
-
+    def __init__(self, url: str, admin_token: str | None, model: str | None = None) -> None:
         headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
-        self.client = http_client(base_url=url.rstrip("/"), headers=headers, timeout=30.0)
+        # `model`: one model of a several-model coordinator (`?model=` on every admin call)
+        params = {"model": model} if model else None
+        self.client = http_client(
+            base_url=url.rstrip("/"), headers=headers, params=params, timeout=30.0
+        )
 
     async def apply(self, decision: ScaleDecision, obs: Observation) -> None:
         inputs = decision_inputs(decision, obs)

@@ -61,9 +61,18 @@ def counts_of(pools: Mapping[str, Mapping[str, Any]]) -> dict[Pool, PoolStatus]:
 class AdminCounts:
     """The counts of `GET /admin/autoscale` (the coordinator's actuator), over HTTP."""
 
-    def __init__(self, url: str, admin_token: str | None, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        admin_token: str | None,
+        timeout_s: float = 10.0,
+        model: str | None = None,
+    ) -> None:
         headers = {"authorization": f"Bearer {admin_token}"} if admin_token else {}
-        self.client = http_client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+        params = {"model": model} if model else None  # one model of a several-model fleet
+        self.client = http_client(
+            base_url=url.rstrip("/"), headers=headers, params=params, timeout=timeout_s
+        )
 
     async def read(self) -> dict[Pool, PoolStatus]:
         try:
@@ -114,16 +123,19 @@ def loop_source(
     admin_token: str | None,
     prometheus_url: str | None = None,
     prometheus_window_s: float = 60.0,
+    model: str | None = None,
 ) -> MetricsSource:
     """The control loop's source: `kind`'s metrics (coordinator at `url`, or Prometheus at
-    `prometheus_url` with a `prometheus_window_s` lookback) with `counts`' pool counts."""
+    `prometheus_url` with a `prometheus_window_s` lookback) with `counts`' pool counts.
+    `model`: one model of a several-model coordinator (its `?model=` reads; coordinator
+    source only)."""
     inner: MetricsSource
     if kind == "prometheus":
         if not prometheus_url:
             raise ValueError("the prometheus metrics source needs a Prometheus URL")
         inner = PrometheusSource(prometheus_url, window_s=prometheus_window_s)
     elif kind == "coordinator":
-        inner = CoordinatorSource(url, admin_token=admin_token)
+        inner = CoordinatorSource(url, admin_token=admin_token, model=model)
     else:
         raise ValueError(f"unknown metrics source {kind!r}; known: {', '.join(METRICS_KINDS)}")
     return WithPoolCounts(inner, counts)

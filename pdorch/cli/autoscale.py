@@ -37,6 +37,13 @@ def autoscale(
         envvar="PDORCH_ADMIN_TOKEN",
         help="Admin bearer token (default: $PDORCH_ADMIN_TOKEN, else none sent).",
     ),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        help="A several-model coordinator (`models:` in its fleet file): the served model to "
+        "scale, its metrics and pools read and changed with `?model=` (default: the first "
+        "model). Run one `pdorch autoscale` per model.",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print each decision, change nothing."),
     once: bool = typer.Option(
         False,
@@ -154,7 +161,7 @@ def autoscale(
         import httpx
 
         kube = drainer = None
-        counts: PoolCounts = AdminCounts(url, admin_token)
+        counts: PoolCounts = AdminCounts(url, admin_token, model=model)
         if discovery is not None:
             from autoscale.actuators.kubernetes import CoordinatorDrainer, KubernetesActuator
             from pdorch.autoscaler.kubernetes import KubernetesCounts
@@ -169,8 +176,9 @@ def autoscale(
             admin_token=admin_token,
             prometheus_url=prometheus_url,
             prometheus_window_s=prometheus_window_s,
+            model=model,
         )
-        api = None if dry_run or kube is not None else AdminApiDriver(url, admin_token)
+        api = None if dry_run or kube is not None else AdminApiDriver(url, admin_token, model)
         driver: Driver = api if api is not None else DryRunDriver(sys.stdout)
         if kube is not None and not dry_run:
             from pdorch.autoscaler.kubernetes import KubernetesDriver

@@ -5,7 +5,9 @@ Every command talks to the coordinator's admin API (`pdorch/app/admin_scale.py`)
 arguments); `--admin-token` (or `PDORCH_ADMIN_TOKEN`) when the fleet sets one. Errors the
 coordinator answers (unknown pool, a count below min / above max / over the GPU budget) are
 printed as they come, naming the problem, and exit with status 1; an unreachable coordinator
-exits with 2.
+exits with 2. `--model NAME`: a several-model fleet's model (default: its first), sent as the
+admin API's `?model=`; an unknown name exits 1 with the coordinator's 404 naming the served
+ones.
 """
 
 from __future__ import annotations
@@ -29,20 +31,37 @@ TOKEN_OPTION = typer.Option(
     help="Admin bearer token, when the fleet file sets coordinator.admin_token (default: "
     "$PDORCH_ADMIN_TOKEN, else none sent).",
 )
+MODEL_OPTION = typer.Option(
+    None,
+    "--model",
+    help="A several-model fleet (`models:` in the fleet file): the served model whose pools "
+    "to read or change (default: the file's first model).",
+)
 JSON_OPTION = typer.Option(
     False, "--json", help="Print one JSON object on stdout instead of the table/message."
 )
 
 
 def _call(
-    method: str, url: str, path: str, token: str | None, body: dict[str, Any] | None = None
+    method: str,
+    url: str,
+    path: str,
+    token: str | None,
+    body: dict[str, Any] | None = None,
+    model: str | None = None,
 ) -> dict[str, Any]:
     import httpx
 
     headers = {"authorization": f"Bearer {token}"} if token else {}
+    params = {"model": model} if model else None  # the admin API's `?model=` (models.py)
     try:
         response = httpx.request(
-            method, url.rstrip("/") + path, json=body, headers=headers, timeout=30.0
+            method,
+            url.rstrip("/") + path,
+            json=body,
+            headers=headers,
+            params=params,
+            timeout=30.0,
         )
     except httpx.HTTPError as exc:
         sys.stderr.write(f"error: cannot reach the coordinator at {url}: {exc}\n")
@@ -70,6 +89,7 @@ def _fmt(value: Any, digits: int = 2) -> str:
 def status(
     url: str = URL_OPTION,
     admin_token: str | None = TOKEN_OPTION,
+    model: str | None = MODEL_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Per pool: replicas ready/pending/draining, role, load, KV usage, observed p90 latency
@@ -94,11 +114,12 @@ def status(
     from rich.console import Console
     from rich.table import Table
 
-    view = _call("GET", url, "/admin/autoscale", admin_token)
+    view = _call("GET", url, "/admin/autoscale", admin_token, model=model)
     if as_json:
         sys.stdout.write(json.dumps(view) + "\n")
         return
-    table = Table(title=f"pools at {url} (autoscaler: {view.get('autoscaler') or 'none'})")
+    at = f"{url} model {model}" if model else url
+    table = Table(title=f"pools at {at} (autoscaler: {view.get('autoscaler') or 'none'})")
     for column in (
         "pool", "role", "ready", "pending", "draining", "pinned", "in flight", "KV usage",
         "p90 / SLO", "last decision",
@@ -166,6 +187,7 @@ def set_count(
     ),
     url: str = URL_OPTION,
     admin_token: str | None = TOKEN_OPTION,
+    model: str | None = MODEL_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Scale a pool by hand. The count pins the pool: the autoscaler leaves it alone until
@@ -177,7 +199,7 @@ def set_count(
         sys.stderr.write(f"error: count {count!r} is not N, +N or -N\n")
         raise typer.Exit(2)
     body: dict[str, Any] = {"delta": int(count)} if count[0] in "+-" else {"replicas": int(count)}
-    done = _call("POST", url, f"/admin/pools/{pool}/scale", admin_token, body)
+    done = _call("POST", url, f"/admin/pools/{pool}/scale", admin_token, body, model)
     if as_json:
         sys.stdout.write(json.dumps(done) + "\n")
         return
@@ -188,13 +210,14 @@ def auto(
     pool: str = typer.Argument(..., help="Pool to hand back to the autoscaler."),
     url: str = URL_OPTION,
     admin_token: str | None = TOKEN_OPTION,
+    model: str | None = MODEL_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Unpin a pool: the autoscaler sizes it again.
 
     Example: `pdorch scale auto decode`
     """
-    done = _call("POST", url, f"/admin/pools/{pool}/auto", admin_token)
+    done = _call("POST", url, f"/admin/pools/{pool}/auto", admin_token, model=model)
     if as_json:
         sys.stdout.write(json.dumps(done) + "\n")
         return
@@ -206,6 +229,7 @@ def move(
     to: str = typer.Option(..., "--to", help="Pool to move it to: prefill or decode."),
     url: str = URL_OPTION,
     admin_token: str | None = TOKEN_OPTION,
+    model: str | None = MODEL_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Switch a role-agnostic replica (sim role both, vLLM kv_both; launch spec
@@ -214,7 +238,7 @@ def move(
 
     Example: `pdorch scale move decode-1 --to prefill`
     """
-    done = _call("POST", url, f"/admin/replicas/{replica}/move", admin_token, {"to": to})
+    done = _call("POST", url, f"/admin/replicas/{replica}/move", admin_token, {"to": to}, model)
     if as_json:
         sys.stdout.write(json.dumps(done) + "\n")
         return

@@ -67,27 +67,6 @@ def demo_fleet() -> dict[str, Any]:
     }
 
 
-def _autoscaler(running: Any, policy: Any) -> Any:
-    """The in-process control loop: the coordinator's own metrics (over its HTTP API, engines
-    scraped) with the actuator's pool counts → planner → ScalingControl."""
-    import autoscale.planners  # noqa: F401  (registers every planner)
-    from autoscale.perf_model import build_perf_model
-    from autoscale.planner_base import planner_factory
-    from pdorch.autoscaler.loop import ControlLoop, InProcessDriver
-    from pdorch.autoscaler.source import ActuatorCounts, loop_source
-
-    coordinator = running.coordinator
-    interval = policy.intervals.reactive_s
-    planner = planner_factory("pdorch")(policy, build_perf_model(policy))
-    source = loop_source(
-        "coordinator",
-        ActuatorCounts(coordinator.scaling),
-        url=running.url,
-        admin_token=coordinator.admin_token,
-    )
-    return ControlLoop(planner, source, InProcessDriver(coordinator.scaling), interval)
-
-
 def serve(
     host: str | None = typer.Option(
         None, help="Address to listen on (default: the fleet file's coordinator.host, 127.0.0.1)."
@@ -129,7 +108,9 @@ def serve(
         "--slo-policy",
         help="SLO policy YAML (deploy/examples/slo-policy.yaml): run the autoscaler in this "
         "process over the launched pools, within the policy's pool limits. Without it: no "
-        "autoscaler (pools keep their size unless `pdorch scale set` changes them).",
+        "autoscaler (pools keep their size unless `pdorch scale set` changes them), except "
+        "that a fleet file with `models:` runs one per model that sets its own `slo_policy` "
+        "(this policy is then the default of the models that set none).",
         exists=True,
         dir_okay=False,
         readable=True,
@@ -196,12 +177,14 @@ def serve(
             context = run_coordinator(fleet, host=host, port=port, slo_policy=policy)
             running = await context.__aenter__()
         tune_gc_for_serving()  # the start-up heap is never walked again (gc_tuning.py)
+        from pdorch.autoscaler.in_process import model_control_loops, run_loops
+
         autoscaler: asyncio.Task[None] | None = None
-        control: Any = None
         stop_loop = asyncio.Event()
-        if policy is not None and running.coordinator.scaling is not None:
-            control = _autoscaler(running, policy)
-            autoscaler = asyncio.ensure_future(control.run(stop_loop))
+        # one loop per model with an SLO policy (pdorch/autoscaler/in_process.py)
+        loops = model_control_loops(running, policy)
+        if loops:
+            autoscaler = asyncio.ensure_future(run_loops(loops, stop_loop))
         try:
             if as_json:
                 started = {
@@ -237,7 +220,10 @@ def serve(
                     f"{', '.join(sync.settings.peers) or 'no peers'}"
                 )
             if autoscaler is not None:
-                console.print(f"autoscaler: in-process, policy {slo_policy}")
+                if len(running.models) > 1:
+                    console.print(f"autoscaler: in-process, for {', '.join(loops)}")
+                else:
+                    console.print(f"autoscaler: in-process, policy {slo_policy}")
             console.print("Ctrl-C stops the coordinator and every engine it started.")
             await stop.wait()
             console.print("stopping ...")
@@ -245,7 +231,6 @@ def serve(
             stop_loop.set()
             if autoscaler is not None:
                 await autoscaler
-                await control.source.aclose()
             await context.__aexit__(None, None, None)
 
     try:

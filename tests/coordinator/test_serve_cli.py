@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -251,6 +252,63 @@ def test_serve_with_slo_policy_runs_the_autoscaler_in_process(tmp_path: Path) ->
             return view["autoscaler"] == "in-process" and len(view["decisions"]) >= 2
 
         wait_until(decided, timeout=30.0, message="in-process decisions")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_serve_runs_one_autoscaler_per_model_of_a_models_fleet(tmp_path: Path) -> None:
+    """A `models:` fleet file whose models set their own `slo_policy`: `pdorch serve` (no
+    `--slo-policy`) runs an in-process loop for each, and each model's decisions are recorded
+    by its own coordinator (`/admin/autoscale?model=`, `pdorch scale status --model`)."""
+    for name, decode_max in (("a", 2), ("b", 3)):
+        (tmp_path / f"slo-{name}.yaml").write_text(
+            f"pools:\n  prefill: {{min: 1, max: 1}}\n  decode: {{min: 1, max: {decode_max}}}\n"
+            "intervals: {reactive_s: 0.5}\n"
+        )
+    engine = (
+        "{kind: sim, count: 1, model_profile: llama-3.1-8b, gpu: h100, time_scale: 0.01, "
+        "kv_transport: tcp}"
+    )
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(
+        "models:\n"
+        + "".join(
+            f"  - served_model_name: model-{name}\n"
+            f"    pools: {{prefill: {{launch: [{engine}]}}, decode: {{launch: [{engine}]}}}}\n"
+            f"    slo_policy: slo-{name}.yaml\n"
+            for name in ("a", "b")
+        )
+    )
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*PDORCH, "serve", "--port", str(port), "--config", str(fleet_file)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _healthy(url) or process.poll() is not None, timeout=60.0)
+        assert process.poll() is None, log.read_text()
+
+        def decided(model: str) -> bool:
+            view = httpx.get(f"{url}/admin/autoscale", params={"model": model}, timeout=5.0)
+            body = view.json()
+            return body["autoscaler"] == "in-process" and len(body["decisions"]) >= 2
+
+        for model in ("model-a", "model-b"):
+            wait_until(partial(decided, model), timeout=30.0, message=f"{model} decisions")
+        result = _pdorch("scale", "status", "--url", url, "--model", "model-b", "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["pools"]["decode"]["max"] == 3  # model-b's own policy
+        assert "autoscaler: in-process, for model-a, model-b" in log.read_text()
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0, log.read_text()
     finally:

@@ -39,9 +39,9 @@ def autoscale(
     ),
     model: str | None = typer.Option(
         None,
-        "--model",
-        help="A several-model coordinator (`models:` in its fleet file): the served model to "
-        "scale, its metrics and pools read and changed with `?model=` (default: the first "
+        "--served-model-name",
+        help="A several-model coordinator (`models:` in its fleet file): the served model name "
+        "to scale, its metrics and pools read and changed with `?model=` (default: the first "
         "model). Run one `pdorch autoscale` per model.",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print each decision, change nothing."),

@@ -5,9 +5,9 @@ Every command talks to the coordinator's admin API (`pdorch/app/admin_scale.py`)
 arguments); `--admin-token` (or `PDORCH_ADMIN_TOKEN`) when the fleet sets one. Errors the
 coordinator answers (unknown pool, a count below min / above max / over the GPU budget) are
 printed as they come, naming the problem, and exit with status 1; an unreachable coordinator
-exits with 2. `--model NAME`: a several-model fleet's model (default: its first), sent as the
-admin API's `?model=`; an unknown name exits 1 with the coordinator's 404 naming the served
-ones.
+exits with 2. `--served-model-name NAME`: a several-model fleet's model (default: its
+first), sent as the admin API's `?model=`; an unknown name exits 1 with the coordinator's 404
+naming the served ones.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ TOKEN_OPTION = typer.Option(
 )
 MODEL_OPTION = typer.Option(
     None,
-    "--model",
-    help="A several-model fleet (`models:` in the fleet file): the served model whose pools "
-    "to read or change (default: the file's first model).",
+    "--served-model-name",
+    help="A several-model fleet (`models:` in the fleet file): the served model name (what "
+    "clients put in `model`) whose pools to read or change (default: the file's first model).",
 )
 JSON_OPTION = typer.Option(
     False, "--json", help="Print one JSON object on stdout instead of the table/message."

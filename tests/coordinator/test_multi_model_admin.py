@@ -1,5 +1,6 @@
-"""`/admin/*`, `/metrics` and `pdorch scale` of a several-model fleet: `?model=` (`--model`)
-picks the model, the first is the default, an unknown name is a 404 naming the served ones."""
+"""`/admin/*`, `/metrics` and `pdorch scale` of a several-model fleet: `?model=`
+(`--served-model-name`) picks the model, the first is the default, an unknown name is a 404
+naming the served ones."""
 
 from __future__ import annotations
 
@@ -125,18 +126,20 @@ async def test_metrics_take_a_model(two_models: RunningCoordinator) -> None:
 
 async def test_scale_cli_takes_a_model(two_models: RunningCoordinator) -> None:
     url = two_models.url
-    result = await _cli("scale", "set", "decode", "+1", "--url", url, "--model", SECOND, "--json")
+    result = await _cli(
+        "scale", "set", "decode", "+1", "--url", url, "--served-model-name", SECOND, "--json"
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["replicas"] == 2
     assert (_decode(two_models, SECOND), _decode(two_models, FIRST)) == (2, 1)
-    result = await _cli("scale", "status", "--url", url, "--model", SECOND, "--json")
+    result = await _cli("scale", "status", "--url", url, "--served-model-name", SECOND, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["pools"]["decode"]["pinned"] == 2
     result = await _cli("scale", "status", "--url", url, "--json")  # the first model
     assert json.loads(result.stdout)["pools"]["decode"]["pinned"] is None
-    result = await _cli("scale", "status", "--url", url, "--model", SECOND)
+    result = await _cli("scale", "status", "--url", url, "--served-model-name", SECOND)
     assert result.exit_code == 0 and f"model {SECOND}" in result.output, result.output
-    result = await _cli("scale", "status", "--url", url, "--model", "llama-70b")
+    result = await _cli("scale", "status", "--url", url, "--served-model-name", "llama-70b")
     assert result.exit_code == 1
     assert f"`{FIRST}`" in result.output and f"`{SECOND}`" in result.output, result.output
 
@@ -144,17 +147,17 @@ async def test_scale_cli_takes_a_model(two_models: RunningCoordinator) -> None:
 async def test_autoscale_cli_drives_one_model(
     two_models: RunningCoordinator, tmp_path: Path
 ) -> None:
-    """`pdorch autoscale --model`: the decision is the named model's (its pools read and
+    """`pdorch autoscale --served-model-name`: the decision is the named model's (its pools read and
     scaled through `?model=`); the first model records none."""
     policy = tmp_path / "remote-policy.yaml"
     policy.write_text(json.dumps({"pools": {"decode": {"min": 1, "max": 3}}}))
     args = ("autoscale", "--policy", str(policy), "--url", two_models.url, "--once")
-    result = await _cli(*args, "--model", SECOND, "--interval-s", "0.5")
+    result = await _cli(*args, "--served-model-name", SECOND, "--interval-s", "0.5")
     assert result.exit_code == 0, result.output
     second = two_models.models[SECOND][0].scaling
     first = two_models.models[FIRST][0].scaling
     assert isinstance(second, ScalingControl) and isinstance(first, ScalingControl)
     assert second.autoscaler == "remote" and second.decisions, second.decisions
     assert first.autoscaler is None and not first.decisions
-    result = await _cli(*args, "--model", "llama-70b", "--interval-s", "0.5")
+    result = await _cli(*args, "--served-model-name", "llama-70b", "--interval-s", "0.5")
     assert result.exit_code == 2, result.output  # the coordinator's 404: no metrics to read

@@ -21,6 +21,15 @@ from autoscale.policy import PoolLimits
 from autoscale.signals import Pool, PoolStatus
 
 
+def pool_key(pool: str) -> Pool:
+    """`Pool` for prefill/decode; other pool names (colocated, custom) pass through as plain
+    strings, so `current()` can key every pool the fleet has. One rule for every actuator."""
+    try:
+        return Pool(pool)
+    except ValueError:
+        return pool  # type: ignore[return-value]  # a StrEnum key and a str key hash alike
+
+
 class ActuatorError(RuntimeError):
     """A request the actuator cannot carry out (unknown pool or replica, over a limit)."""
 

@@ -47,7 +47,7 @@ from typing import Protocol
 import httpx
 
 from autoscale.actuators.background import BackgroundWork
-from autoscale.actuators.base import Actuator, ActuatorError, check_count
+from autoscale.actuators.base import Actuator, ActuatorError, check_count, pool_key
 from autoscale.policy import PoolLimits, SloPolicy
 from autoscale.signals import Pool, PoolStatus
 from pools.http_client import http_client
@@ -169,7 +169,7 @@ class KubernetesActuator(Actuator):
         )
 
     def current(self) -> dict[Pool, PoolStatus]:
-        return {_pool_key(pool): self.status(pool) for pool in self.pools()}
+        return {pool_key(pool): self.status(pool) for pool in self.pools()}
 
     def switchable(self, pool: Pool | str) -> list[str]:
         return [
@@ -334,10 +334,3 @@ class KubernetesActuator(Actuator):
                 log.exception("moving %s to %s failed", pod, to_pool)
             finally:
                 self._draining.pop(pod, None)
-
-
-def _pool_key(pool: str) -> Pool:
-    try:
-        return Pool(pool)
-    except ValueError:
-        return pool  # type: ignore[return-value]

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from autoscale.actuators.background import BackgroundWork
-from autoscale.actuators.base import Actuator, ActuatorError, check_count
+from autoscale.actuators.base import Actuator, ActuatorError, check_count, pool_key
 from autoscale.policy import PoolLimits, SloPolicy
 from autoscale.signals import Pool, PoolStatus
 from pools.drain import DrainOutcome, RequestTracker, drain_replica
@@ -149,11 +149,11 @@ class LocalActuator(Actuator):
             )
             pending = sum(1 for p in self._starting.values() if p == pool)
             draining = sum(1 for p in self._draining.values() if p == pool)
-            out[_pool_key(pool)] = PoolStatus(ready=ready, pending=pending, draining=draining)
+            out[pool_key(pool)] = PoolStatus(ready=ready, pending=pending, draining=draining)
         return out
 
     def status(self, pool: str) -> PoolStatus:
-        return self.current().get(_pool_key(pool), PoolStatus())
+        return self.current().get(pool_key(pool), PoolStatus())
 
     def start_report(self, replica_id: str | None = None) -> str:
         """Every failed start so far, and the current log tail of `replica_id` when this
@@ -368,11 +368,3 @@ class LocalActuator(Actuator):
             log.info("replica %s (%s) drained in %.2fs", replica_id, pool, outcome.duration_s)
         finally:
             self._draining.pop(replica_id, None)
-
-
-def _pool_key(pool: str) -> Pool:
-    """`Pool` for prefill/decode; other pool names pass through as plain strings."""
-    try:
-        return Pool(pool)
-    except ValueError:
-        return pool  # type: ignore[return-value]

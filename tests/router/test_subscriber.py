@@ -111,7 +111,7 @@ class FakeEnginePublisher:
             self.replay_requests.append(start_seq)
             for seq, payload in list(self.buffer):
                 if seq >= start_seq:
-                    if self.replay_gap_s:
+                    if self.replay_gap_s:  # the behaviour under test: a slow replayer
                         await asyncio.sleep(self.replay_gap_s)
                     await self.replay.send_multipart(
                         [client, b"", self.topic, seq.to_bytes(8, "big"), payload]

@@ -305,7 +305,9 @@ def test_serve_runs_one_autoscaler_per_model_of_a_models_fleet(tmp_path: Path) -
 
         for model in ("model-a", "model-b"):
             wait_until(partial(decided, model), timeout=30.0, message=f"{model} decisions")
-        result = _pdorch("scale", "status", "--url", url, "--model", "model-b", "--json")
+        result = _pdorch(
+            "scale", "status", "--url", url, "--served-model-name", "model-b", "--json"
+        )
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["pools"]["decode"]["max"] == 3  # model-b's own policy
         assert "autoscaler: in-process, for model-a, model-b" in log.read_text()

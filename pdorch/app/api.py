@@ -235,15 +235,14 @@ def create_app(coordinator: Coordinator, models: ModelDispatch | None = None) ->
         chosen = scope.metrics_target(request) if request.query_params else c
         return Response(chosen.metrics.render(), media_type=CONTENT_TYPE)
 
-    description = _encode(
-        openapi_document(
-            c.served_model, api_keys=bool(c.api_keys), admin_token=c.admin_token is not None
-        )
-    )
-
     @app.get("/openapi.json")
     async def openapi() -> Response:
-        return Response(description, media_type="application/json")
+        # rendered per request: the `model` enums list every served name, adapters loaded at
+        # run time included (a rare, cheap request)
+        description = openapi_document(
+            scope.names(), api_keys=bool(c.api_keys), admin_token=c.admin_token is not None
+        )
+        return Response(_encode(description), media_type="application/json")
 
     app.include_router(admin_router(scope))
     app.include_router(admin_scale_router(scope))

@@ -97,11 +97,11 @@ class ModelDispatch:
         shares the fleet file's `coordinator:` section, so the first model's token is the
         fleet's), then `?model=` (`pick`: absent or empty → the first model)."""
         check_admin(request.headers, self.primary.admin_token)
-        return self.pick(request.query_params.get("model") or None)
+        return self.pick(_model_query(request))
 
     def metrics_target(self, request: Request) -> Coordinator:
         """`GET /metrics`' coordinator: `?model=`, else the first (no auth, as before)."""
-        return self.pick(request.query_params.get("model") or None)
+        return self.pick(_model_query(request))
 
     def names(self) -> list[str]:
         """Every name a client may send: each base model, then its adapters."""
@@ -113,3 +113,17 @@ class ModelDispatch:
 
     def can_serve(self) -> bool:
         return any(c.can_serve() for c in self.coordinators.values())
+
+
+def _model_query(request: Request) -> str | None:
+    """The `?model=` of an `/admin/*` or `/metrics` request (absent or empty: None). Any other
+    query parameter is a 400 naming it: a typo such as `?modle=code-3b` must not silently act
+    on the first model's pools."""
+    for name in request.query_params:
+        if name != "model":
+            raise ApiError(
+                400,
+                f"Unknown query parameter `{name}` (this route takes only `model`).",
+                param=name,
+            )
+    return request.query_params.get("model") or None

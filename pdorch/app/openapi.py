@@ -27,6 +27,7 @@ nothing else is; `test_openapi_fuzz.py` runs schemathesis over it against a live
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -97,14 +98,14 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-def _request_schemas(served_model: str) -> dict[str, Any]:
+def _request_schemas(served_models: Sequence[str]) -> dict[str, Any]:
     token_ids = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}
     text = {"type": "string", "minLength": 1}
     common: dict[str, Any] = {
         "model": {
             "type": "string",
-            "enum": [served_model],
-            "description": "The served model; any other name: 404 model_not_found.",
+            "enum": list(served_models),
+            "description": "A served model or loaded adapter; any other name: 404 model_not_found.",
         },
         "stream": _nullable({"type": "boolean"}),
         "stream_options": _nullable({"type": "object"}),
@@ -193,10 +194,15 @@ def _model_schemas(models: list[type[BaseModel]]) -> dict[str, Any]:
 
 
 def openapi_document(
-    served_model: str, *, api_keys: bool = False, admin_token: bool = False
+    served_models: Sequence[str], *, api_keys: bool = False, admin_token: bool = False
 ) -> dict[str, Any]:
-    """The description of every route for a coordinator serving `served_model`; 401 (and 403
-    for admin) are listed where keys / an admin token are configured."""
+    """The description of every route for a coordinator serving `served_models` (each base
+    model, then its adapters; the first is the one `?model=` defaults to and the passthrough
+    routes serve); 401 (and 403 for admin) are listed where keys / an admin token are
+    configured."""
+    if not served_models:
+        raise ValueError("an OpenAPI description needs at least one served model")
+    served_model = served_models[0]
     client_auth: tuple[int, ...] = (401,) if api_keys else ()
     admin_auth: tuple[int, ...] = (401, 403) if admin_token else ()
     obj = {"type": "object"}
@@ -263,16 +269,28 @@ def openapi_document(
         op: dict[str, Any] = {
             "summary": summary,
             "tags": ["admin"],
-            "responses": _responses(_ok(obj), (*admin_auth, *statuses), ok_status),
+            # 400: a query parameter other than `model`; 404: an unknown `?model=`
+            "responses": _responses(
+                _ok(obj), (*admin_auth, *dict.fromkeys((400, *statuses, 404))), ok_status
+            ),
         }
         if body is not None:
             op["requestBody"] = body
-        if params:
-            op["parameters"] = params
+        op["parameters"] = [*(params or ()), model_query]
         if admin_token:
             op["security"] = [{"AdminToken": []}]
         return op
 
+    # `models.py` ModelDispatch: `?model=` picks the model whose coordinator answers an
+    # `/admin/*` route or `/metrics`; absent or empty: the first model
+    model_query = {
+        "name": "model",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", "enum": ["", *served_models]},
+        "description": f"The model whose coordinator answers; absent or empty: `{served_model}`"
+        " (any other name: 404 model_not_found).",
+    }
     pool = _path_param("pool", "prefill | decode | colocated.")
     replica = _path_param("replica_id", "A replica id (GET /admin/pools).")
     explain_body = _json_body(
@@ -313,8 +331,9 @@ def openapi_document(
         },
         "/metrics": {
             "get": {
-                "summary": "Prometheus metrics",
-                "responses": _responses(_ok({"type": "string"}, "text/plain"), ()),
+                "summary": "Prometheus metrics (one model's coordinator: `?model=`)",
+                "parameters": [model_query],
+                "responses": _responses(_ok({"type": "string"}, "text/plain"), (400, 404)),
             }
         },
         **{
@@ -391,7 +410,7 @@ def openapi_document(
     }
     schemas = {
         "Error": _error_schema(),
-        **_request_schemas(served_model),
+        **_request_schemas(served_models),
         **_model_schemas([StaticEndpointSpec, DrainBody, ScaleBody, MoveBody]),
     }
     security = {

@@ -161,3 +161,32 @@ async def test_autoscale_cli_drives_one_model(
     assert first.autoscaler is None and not first.decisions
     result = await _cli(*args, "--served-model-name", "llama-70b", "--interval-s", "0.5")
     assert result.exit_code == 2, result.output  # the coordinator's 404: no metrics to read
+
+
+async def test_openapi_describes_every_model_and_the_model_query(
+    two_models: RunningCoordinator,
+) -> None:
+    async with http_client(base_url=two_models.url, timeout=30.0) as client:
+        doc = (await client.get("/openapi.json")).json()
+    schemas = doc["components"]["schemas"]
+    for body in ("CompletionRequest", "ChatCompletionRequest"):
+        assert schemas[body]["properties"]["model"]["enum"] == [FIRST, SECOND]
+    for path, ops in doc["paths"].items():
+        if path.startswith("/admin/") or path == "/metrics":
+            for op in ops.values():
+                (query,) = [p for p in op["parameters"] if p["name"] == "model"]
+                assert query["in"] == "query" and query["schema"]["enum"] == ["", FIRST, SECOND]
+                assert "404" in op["responses"], path
+
+
+async def test_an_unknown_query_parameter_is_a_400_naming_it(
+    two_models: RunningCoordinator,
+) -> None:
+    async with http_client(base_url=two_models.url, timeout=30.0) as client:
+        for path in ("/admin/pools", "/metrics"):
+            answer = await client.get(path, params={"modle": SECOND})
+            error = assert_openai_error(answer, 400)
+            assert error["param"] == "modle" and "`modle`" in error["message"], path
+        scaled = await client.post("/admin/pools/decode/scale?modle=code-3b", json={"delta": 1})
+        assert_openai_error(scaled, 400)
+    assert (_decode(two_models, SECOND), _decode(two_models, FIRST)) == (1, 1)

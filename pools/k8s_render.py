@@ -28,7 +28,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from pools.launch import sim_cli_args
+from pools.launch_engines import sim_cli_args
 from pools.launch_spec import SimLaunchSpec, VllmLaunchSpec
 from pools.roles import EngineRole
 from pools.vllm_spec import VllmEngineSpec

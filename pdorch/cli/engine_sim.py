@@ -117,7 +117,7 @@ def engine_sim(
     from pydantic import ValidationError
 
     from pdorch.cli.options import split_list
-    from pools.launch import SIM_FLAG_OF_FIELD
+    from pools.launch_engines import SIM_FLAG_OF_FIELD
     from pools.sim.server import SimServer
     from pools.sim.settings import SimEngineSettings
 

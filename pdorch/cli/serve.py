@@ -142,7 +142,7 @@ def serve(
 
     from pdorch.cli.serve_banner import print_started
     from pdorch.config.fleet import FleetConfigError, load_fleet_config, parse_fleet_config
-    from pools.launch import FleetLaunchError
+    from pools.launch_engines import FleetLaunchError
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
     err = Console(stderr=True)

@@ -260,7 +260,7 @@ def test_list_values_split_at_commas_and_concatenate_over_repeats() -> None:
 def test_the_fleet_launcher_speaks_the_current_engine_sim_flags() -> None:
     """`pools.launch` builds `pdorch engine sim` command lines from the settings' field names;
     each flag it emits must be a current option, not a deprecated spelling."""
-    from pools.launch import sim_cli_args
+    from pools.launch_engines import sim_cli_args
     from pools.launch_spec import SimLaunchSpec
 
     spec = SimLaunchSpec(kind="sim", kv_memory_gb=1.5, num_blocks=64, tokenizer="/t")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pools.k8s_render import load_engines, render_overlay
-from pools.launch import sim_cli_args
+from pools.launch_engines import sim_cli_args
 from pools.launch_spec import SimLaunchSpec, VllmLaunchSpec
 from pools.roles import EngineRole
 from tests.deploy.kustomize import (
@@ -86,7 +86,7 @@ def test_every_overlay_renders_the_whole_fleet_in_one_namespace(overlay: str) ->
 
 def _launcher_spec_for_pod(overlay: str, pool: str, c: Object) -> tuple[Any, list[str]]:
     """The engine spec the local launcher builds (`VllmLaunchSpec.engine_spec`, as
-    `pools.launch._Vllm.start` calls it) for the pod's ports, and its `argv`."""
+    `pools.launch_engines.VllmEngine.start` calls it) for the pod's ports, and its `argv`."""
     engines = load_engines(OVERLAYS_DIR / overlay)
     launch = getattr(engines, pool)
     assert isinstance(launch, VllmLaunchSpec)

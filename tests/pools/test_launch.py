@@ -17,7 +17,8 @@ import zmq.asyncio
 
 from pdorch.config.fleet import FleetConfig, load_fleet_config, parse_fleet_config
 from pools.http_client import http_client
-from pools.launch import FleetLaunchError, RunningFleet, launch_fleet, plan_fleet
+from pools.launch import RunningFleet, launch_fleet, plan_fleet
+from pools.launch_engines import FleetLaunchError
 from pools.replica import ReplicaEndpoint
 from tests.waiting import async_wait_until
 from transfer.params import KvTransferParams

@@ -8,56 +8,28 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import httpx
 import pytest
 
-from pdorch.app.server import RunningCoordinator, run_coordinator
-from pools.http_client import http_client
+from tests.coordinator.decode_processes import (
+    assert_settled,
+    decode_process_fleet,
+    engine_pid,
+    labelled_counter,
+)
 from tests.coordinator.helpers import (
     MODEL,
     answer_text,
-    fleet,
     long_prompt,
-    sim,
     sse_events,
     stream_text,
 )
-from tests.coordinator.test_migration import _metric, _settled
 
 FAST_HEALTH = {"interval_s": 0.25, "timeout_s": 0.5}
 # probes run (they make the replicas routable at start) but never eject a hung engine
 NO_HEALTH = {"interval_s": 0.25, "timeout_s": 0.5, "probe_failures_to_eject": 100_000}
-
-
-@asynccontextmanager
-async def _fleet(
-    health: dict[str, Any], tokenizer: dict[str, Any], **coordinator: Any
-) -> AsyncIterator[tuple[RunningCoordinator, httpx.AsyncClient]]:
-    """1 prefill engine in process + 2 decode engine processes (real time), a coordinator."""
-    config = fleet(
-        decode=[sim(2, in_process=False, time_scale=1.0)],
-        coordinator={"port": 0, **coordinator},
-        health=health,
-        tokenizer=tokenizer,
-    )
-    async with (
-        run_coordinator(config) as pd,
-        http_client(base_url=pd.url, timeout=40.0) as client,
-    ):
-        try:
-            yield pd, client
-        finally:
-            for pid in pd.fleet.pids():  # a stopped engine must take its SIGKILL at the end
-                with suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-
-
-def _pid(pd: RunningCoordinator, replica_id: str) -> int:
-    return pd.fleet.pids()[int(replica_id.rsplit("-", 1)[1])]
 
 
 def _body(stream: bool) -> dict[str, Any]:
@@ -93,16 +65,18 @@ async def test_streams_waiting_on_a_stopped_decode_engine_go_to_the_other_one(
 ) -> None:
     """Without the first-byte deadline (health probes off) or the hang-up on ejection (no
     deadline), the streams routed to the stopped engine wait until it resumes: never here."""
-    async with _fleet(health, {"mode": "chars"}, first_byte_timeout_s=first_byte_timeout_s) as (
-        pd,
-        client,
-    ):
+    async with decode_process_fleet(
+        client_timeout_s=40.0,
+        health=health,
+        tokenizer={"mode": "chars"},
+        coordinator={"first_byte_timeout_s": first_byte_timeout_s},
+    ) as (pd, client):
         bodies = [_body(True) for _ in range(6)]
         references = [
             (await client.post("/v1/completions", json={**b, "stream": False})).json()
             for b in bodies
         ]
-        os.kill(_pid(pd, "decode-0"), signal.SIGSTOP)
+        os.kill(engine_pid(pd, "decode-0"), signal.SIGSTOP)
         loop = asyncio.get_running_loop()
         started = loop.time()
         answers = await asyncio.gather(*(_request(client, b) for b in bodies))
@@ -110,29 +84,32 @@ async def test_streams_waiting_on_a_stopped_decode_engine_go_to_the_other_one(
         for (text, decode), reference in zip(answers, references, strict=True):
             assert decode == "decode-1"
             assert text == answer_text(reference, False)
-        failures = await _metric(client, "pdorch_decode_first_byte_failures_total")
+        failures = await labelled_counter(client, "pdorch_decode_first_byte_failures_total")
         assert failures[why] >= 1, failures
-        os.kill(_pid(pd, "decode-0"), signal.SIGCONT)
-        await _settled(pd, client)
+        os.kill(engine_pid(pd, "decode-0"), signal.SIGCONT)
+        await assert_settled(pd, client)
 
 
 async def test_requests_tokenizing_on_a_stopped_engine_are_not_held_for_the_http_timeout() -> None:
     """`tokenizer: engine` asks a routable decode engine for the prompt's tokens; when it hangs,
     its calls end when the health checker ejects it (not after the 30 s HTTP timeout) and the
     requests are served, streamed or not."""
-    async with _fleet(
-        FAST_HEALTH, {"mode": "engine", "timeout_s": 30.0}, first_byte_timeout_s=60.0
+    async with decode_process_fleet(
+        client_timeout_s=40.0,
+        health=FAST_HEALTH,
+        tokenizer={"mode": "engine", "timeout_s": 30.0},
+        coordinator={"first_byte_timeout_s": 60.0},
     ) as (pd, client):
         await _request(client, _body(False))  # warm: connections open
         bodies = [_body(i % 2 == 0) for i in range(4)]  # new prompts: not in the token cache
         tokenizing = pd.coordinator.routable("decode")[0].replica_id
         other = "decode-1" if tokenizing == "decode-0" else "decode-0"
-        os.kill(_pid(pd, tokenizing), signal.SIGSTOP)
+        os.kill(engine_pid(pd, tokenizing), signal.SIGSTOP)
         loop = asyncio.get_running_loop()
         started = loop.time()
         answers = await asyncio.gather(*(_request(client, b) for b in bodies))
         assert loop.time() - started < 15.0
         assert {decode for _, decode in answers} == {other}
         assert pd.coordinator.tokens.failures >= 1
-        os.kill(_pid(pd, tokenizing), signal.SIGCONT)
-        await _settled(pd, client)
+        os.kill(engine_pid(pd, tokenizing), signal.SIGCONT)
+        await assert_settled(pd, client)

@@ -6,26 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import httpx
 import pytest
 
-from pdorch.app.server import RunningCoordinator, run_coordinator
-from pools.http_client import http_client
+from pdorch.app.server import RunningCoordinator
 from pools.replica import ReplicaState
+from tests.coordinator.decode_processes import (
+    assert_settled,
+    decode_process_fleet,
+    engine_pid,
+    labelled_counter,
+)
 from tests.coordinator.helpers import (
     MODEL,
     RUNNING,
     answer_text,
     engine_metric,
-    fleet,
     long_prompt,
-    sim,
     sse_events,
     stream_text,
 )
@@ -44,29 +44,6 @@ def _body(prompt: str, chat: bool, stream: bool, max_tokens: int, **extra: Any) 
     return {**body, **extra}
 
 
-@asynccontextmanager
-async def _fleet(**coordinator: Any) -> AsyncIterator[tuple[RunningCoordinator, httpx.AsyncClient]]:
-    """1 prefill engine in process + 2 decode engine processes (real time), a coordinator."""
-    config = fleet(
-        decode=[sim(2, in_process=False, time_scale=1.0)],
-        coordinator={"port": 0, **coordinator},
-    )
-    async with (
-        run_coordinator(config) as pd,
-        http_client(base_url=pd.url, timeout=60.0) as client,
-    ):
-        try:
-            yield pd, client
-        finally:
-            for pid in pd.fleet.pids():  # a stopped engine must take its SIGKILL at the end
-                with suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-
-
-def _pid(pd: RunningCoordinator, replica_id: str) -> int:
-    return pd.fleet.pids()[int(replica_id.rsplit("-", 1)[1])]
-
-
 async def _stream_with_signal(
     client: httpx.AsyncClient, body: dict[str, Any], chat: bool, pd: RunningCoordinator, sig: int
 ) -> tuple[list[Any], str]:
@@ -78,32 +55,10 @@ async def _stream_with_signal(
         chunks = response.aiter_raw()
         while received.count(b"data: ") < 3:
             received += await anext(chunks)
-        os.kill(_pid(pd, decode), sig)
+        os.kill(engine_pid(pd, decode), sig)
         async for chunk in chunks:
             received += chunk
     return sse_events(received.decode()), decode
-
-
-async def _metric(client: httpx.AsyncClient, name: str) -> dict[str, float]:
-    text = (await client.get("/metrics")).text
-    found = re.findall(rf'^{name}\{{[a-z]+="([a-z_]+)"\}} (\S+)$', text, re.MULTILINE)
-    return {label: float(value) for label, value in found}
-
-
-async def _settled(pd: RunningCoordinator, client: httpx.AsyncClient) -> None:
-    async def idle() -> bool:
-        view = (await client.get("/admin/pools")).json()
-        return bool(view["tracked_requests"] == 0 and view["requests_in_flight"] == 0)
-
-    await async_wait_until(idle, timeout=10.0, message="token load back to 0")
-    now = pd.coordinator.clock()
-    for replica in pd.coordinator.fleet.replicas():
-        load = pd.coordinator.token_load.load(replica.replica_id, now)
-        assert (load.prefill_tokens_queued, load.decode_blocks, load.requests_in_flight) == (
-            0,
-            0,
-            0,
-        ), replica.replica_id
 
 
 def _check_one_stream(events: list[Any], reference: list[Any], chat: bool) -> None:
@@ -128,21 +83,21 @@ def _check_one_stream(events: list[Any], reference: list[Any], chat: bool) -> No
 async def test_decode_killed_mid_stream_continues_on_the_other_replica_with_the_same_text(
     chat: bool,
 ) -> None:
-    async with _fleet() as (pd, client):
+    async with decode_process_fleet() as (pd, client):
         body = _body(long_prompt(), chat, True, 300, stream_options={"include_usage": True})
         reference = sse_events((await client.post(PATHS[chat], json=body)).text)
         assert stream_text(reference, chat) and reference[-1] == "[DONE]"
         events, decode = await _stream_with_signal(client, body, chat, pd, signal.SIGKILL)
         _check_one_stream(events, reference, chat)
-        migrations = await _metric(client, "pdorch_migrations_total")
+        migrations = await labelled_counter(client, "pdorch_migrations_total")
         assert migrations["connection"] + migrations["eof"] == 1, migrations
         replica = pd.coordinator.fleet.get(decode)
         assert replica is not None and replica.state is ReplicaState.UNHEALTHY
-        await _settled(pd, client)
+        await assert_settled(pd, client)
 
 
 async def test_decode_stopped_mid_stream_is_continued_after_the_stall_timeout() -> None:
-    async with _fleet(stall_timeout_s=1.0) as (pd, client):
+    async with decode_process_fleet(coordinator={"stall_timeout_s": 1.0}) as (pd, client):
         body = _body(long_prompt(), False, True, 300, stream_options={"include_usage": True})
         reference = sse_events((await client.post("/v1/completions", json=body)).text)
         loop = asyncio.get_running_loop()
@@ -150,13 +105,13 @@ async def test_decode_stopped_mid_stream_is_continued_after_the_stall_timeout() 
         events, decode = await _stream_with_signal(client, body, False, pd, signal.SIGSTOP)
         _check_one_stream(events, reference, False)
         assert loop.time() - started < 30.0
-        assert (await _metric(client, "pdorch_migrations_total"))["stall"] == 1
+        assert (await labelled_counter(client, "pdorch_migrations_total"))["stall"] == 1
         replica = pd.coordinator.fleet.get(decode)
         assert replica is not None and replica.consecutive_failures >= 1
 
 
 async def test_migration_limit_reached_ends_the_stream_with_an_error_event_and_done() -> None:
-    async with _fleet(migration_limit=1) as (pd, client):
+    async with decode_process_fleet(coordinator={"migration_limit": 1}) as (pd, client):
         body = _body(long_prompt(), False, True, 400)
         async with client.stream("POST", "/v1/completions", json=body) as response:
             assert response.status_code == 200
@@ -166,11 +121,11 @@ async def test_migration_limit_reached_ends_the_stream_with_an_error_event_and_d
             chunks = response.aiter_raw()
             while received.count(b"data: ") < 3:
                 received += await anext(chunks)
-            os.kill(_pid(pd, first), signal.SIGKILL)
+            os.kill(engine_pid(pd, first), signal.SIGKILL)
             before = received.count(b"data: ")
             while received.count(b"data: ") < before + 3:  # the continuation streams
                 received += await anext(chunks)
-            os.kill(_pid(pd, other), signal.SIGKILL)
+            os.kill(engine_pid(pd, other), signal.SIGKILL)
             async for chunk in chunks:
                 received += chunk
         events = sse_events(received.decode())
@@ -179,9 +134,9 @@ async def test_migration_limit_reached_ends_the_stream_with_an_error_event_and_d
         assert "migration_limit=1 reached" in error["message"], error
         assert other in error["message"]
         assert not any("error" in e for e in events[:-2] if isinstance(e, dict))
-        refused = await _metric(client, "pdorch_migrations_refused_total")
+        refused = await labelled_counter(client, "pdorch_migrations_refused_total")
         assert refused["limit"] == 1, refused
-        await _settled(pd, client)
+        await assert_settled(pd, client)
 
 
 @pytest.mark.parametrize(
@@ -192,7 +147,7 @@ async def test_migration_limit_reached_ends_the_stream_with_an_error_event_and_d
 async def test_non_streamed_request_survives_its_decode_engine(sig: int, reason: str) -> None:
     """Killed: the connection fails; stopped: nothing times a whole answer, the health checker
     finds the replica unhealthy and the waiting leg is hung up. Either way it starts over."""
-    async with _fleet() as (pd, client):
+    async with decode_process_fleet() as (pd, client):
         body = _body(long_prompt(), False, False, 600)
         reference = (await client.post("/v1/completions", json=body)).json()
         task = asyncio.ensure_future(client.post("/v1/completions", json=body))
@@ -205,16 +160,16 @@ async def test_non_streamed_request_survives_its_decode_engine(sig: int, reason:
             return None
 
         decode = await async_wait_until(busy, timeout=10.0, message="the decode leg running")
-        os.kill(_pid(pd, decode), sig)
+        os.kill(engine_pid(pd, decode), sig)
         response = await task
         assert response.status_code == 200, response.text
         assert response.headers["x-pdorch-decode"] != decode
         answer = response.json()
         assert answer_text(answer, False) == answer_text(reference, False)
         assert answer["usage"] == reference["usage"]
-        migrations = await _metric(client, "pdorch_migrations_total")
+        migrations = await labelled_counter(client, "pdorch_migrations_total")
         assert migrations[reason] == 1, migrations
-        await _settled(pd, client)
+        await assert_settled(pd, client)
 
 
 @pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
@@ -224,12 +179,12 @@ async def test_decode_engine_stopping_mid_stream_its_error_event_is_continued_no
     """SIGTERM: the stopping engine (the simulator, like vLLM) ends its open streams with an
     in-band `data: {"error": ...}` event and `[DONE]`; the coordinator continues the stream on
     the other replica instead of passing the error to the client."""
-    async with _fleet() as (pd, client):
+    async with decode_process_fleet() as (pd, client):
         body = _body(long_prompt(), chat, True, 300, stream_options={"include_usage": True})
         reference = sse_events((await client.post(PATHS[chat], json=body)).text)
         events, _ = await _stream_with_signal(client, body, chat, pd, signal.SIGTERM)
         _check_one_stream(events, reference, chat)
-        migrations = await _metric(client, "pdorch_migrations_total")
+        migrations = await labelled_counter(client, "pdorch_migrations_total")
         # the error event as a rule; a connection closed first (eof/reset) is continued too
         assert migrations["error_event"] + migrations["eof"] + migrations["connection"] == 1
-        await _settled(pd, client)
+        await assert_settled(pd, client)

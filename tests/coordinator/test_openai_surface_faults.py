@@ -13,8 +13,8 @@ from typing import Any
 
 import openai
 
+from tests.coordinator.decode_processes import decode_process_fleet, engine_pid
 from tests.coordinator.helpers import MODEL, long_prompt
-from tests.coordinator.test_migration import _fleet, _pid
 
 
 async def _stream(client: openai.AsyncOpenAI, kill: Any | None, **body: Any) -> dict[str, Any]:
@@ -35,7 +35,7 @@ async def _stream(client: openai.AsyncOpenAI, kill: Any | None, **body: Any) -> 
 
 
 async def test_streamed_batch_survives_a_decode_engine_killed_mid_stream() -> None:
-    async with _fleet() as (pd, http):
+    async with decode_process_fleet() as (pd, http):
         client = openai.AsyncOpenAI(base_url=f"{pd.url}/v1", api_key="none", max_retries=0)
         body = {
             "prompt": [long_prompt(), long_prompt()],
@@ -47,7 +47,7 @@ async def test_streamed_batch_survives_a_decode_engine_killed_mid_stream() -> No
         assert set(reference["texts"]) == {0, 1}
 
         def kill(decode: str) -> None:
-            os.kill(_pid(pd, decode.split(",")[0]), signal.SIGKILL)
+            os.kill(engine_pid(pd, decode.split(",")[0]), signal.SIGKILL)
 
         got = await _stream(client, kill, **body)
         assert got["texts"] == reference["texts"]
@@ -62,11 +62,11 @@ async def test_streamed_batch_survives_a_decode_engine_killed_mid_stream() -> No
 
 
 async def test_n_choices_stream_ends_with_an_error_naming_n_when_its_engine_dies() -> None:
-    async with _fleet() as (pd, _http):
+    async with decode_process_fleet() as (pd, _http):
         client = openai.AsyncOpenAI(base_url=f"{pd.url}/v1", api_key="none", max_retries=0)
 
         def kill(decode: str) -> None:
-            os.kill(_pid(pd, decode), signal.SIGKILL)
+            os.kill(engine_pid(pd, decode), signal.SIGKILL)
 
         try:
             await _stream(client, kill, prompt=long_prompt(), max_tokens=300, n=2, seed=3)

@@ -255,3 +255,20 @@ def test_worker_fleet_serves_the_launched_engines_as_static_endpoints() -> None:
     assert worker.sync.peers == sync
     assert worker.coordinator.workers == 1
     assert worker.coordinator.max_concurrent_requests == 3  # 5 over 2 workers, rounded up
+
+
+def test_workers_exit_non_zero_when_the_port_is_taken(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:  # a plain listener, no SO_REUSEPORT: nobody may join it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [*PDORCH, "serve", "--workers", "2", "--port", str(port)],
+            capture_output=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+    assert result.returncode == 1
+    assert "cannot serve" in result.stderr.decode()

@@ -167,6 +167,11 @@ def refusal(fleet: FleetConfig, *, slo_policy: bool) -> str | None:
     return None
 
 
+async def _forward(stream: asyncio.StreamReader, index: int) -> None:
+    while line := await stream.readline():
+        sys.stderr.write(f"worker {index} (stdout): {line.decode(errors='replace')}")
+
+
 @dataclass
 class WorkerSlot:
     """One worker: what stays across its restarts (index, ports) and its current process."""
@@ -215,6 +220,7 @@ class WorkerSupervisor:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _spec_dir: Path | None = None
     _watcher: asyncio.Future[Any] | None = None
+    _drains: set[asyncio.Future[None]] = field(default_factory=set)
 
     async def start(self) -> None:
         self._spec_dir = Path(tempfile.mkdtemp(prefix="pdorch-workers-"))
@@ -279,6 +285,11 @@ class WorkerSupervisor:
                 f"worker {slot.index} (pid {process.pid}) did not start ({why}; its log is above)"
             )
         slot.url = str(ready["url"])
+        # anything the worker prints later goes to our stderr: an unread pipe would fill and
+        # block the worker (stdout stays the supervisor's own `--json` line)
+        drain = asyncio.ensure_future(_forward(process.stdout, slot.index))
+        self._drains.add(drain)
+        drain.add_done_callback(self._drains.discard)
 
     async def _watch(self, slot: WorkerSlot) -> None:
         while not self._stopping:
@@ -333,6 +344,7 @@ class WorkerSupervisor:
                 await process.wait()
 
         await asyncio.gather(*(reap(p) for p in running))
+        await asyncio.gather(*self._drains, return_exceptions=True)  # EOF: the workers are gone
         if self._spec_dir is not None:
             for path in self._spec_dir.glob("*.json"):
                 path.unlink(missing_ok=True)

@@ -17,6 +17,9 @@ pdorch process is written per C for the timed requests.
   `kv_transfer_params` and the same `X-Request-Id`. This is the floor every proxy adds to.
 - `vllm-router`: `vllm-router --vllm-pd-disaggregation --prefill P --decode D` (Rust; NIXL mode).
 - `pdorch`: `pdorch serve --config` over the same two engines, every request disaggregated.
+- `pdorch-wN` (`workers`, `--workers 1,2`): `pdorch serve --workers N` over the same engines:
+  N coordinator processes on one port (SO_REUSEPORT); its CPU is the supervisor's and every
+  worker's (children of the measured process).
 
 Measured per (target, C): req/s = ok requests / wall time; latency percentiles (client-side,
 whole request); added latency = the target's percentile - direct's at the same C; CPU spent per
@@ -79,6 +82,8 @@ class ProxyBenchConfig:
     log_dir: Path | None = None
     stream: bool = False  # SSE answers (`stream: true`): the relay's per-chunk cost
     py_spy_dir: Path | None = None  # record pdorch's flame graph per C here (py-spy)
+    # `pdorch serve --workers N` per value: target `pdorch` for 1, `pdorch-wN` for N > 1
+    workers: tuple[int, ...] = (1,)
 
 
 @dataclass
@@ -330,19 +335,25 @@ async def run_proxy_bench(
                 decode=decode,
                 port=port,
             )
-            try:
-                coordinator = await start_pdorch(
-                    fleet, port, log_dir, use_serve=launcher == "pdorch serve"
-                )
-                started.append(coordinator)
-                targets["pdorch"] = ({"proxy": coordinator.url}, coordinator)
-                notes["pdorch_launcher"] = launcher
-            except (OSError, RuntimeError) as err:
-                skipped["pdorch"] = str(err)
+            for workers in config.workers:
+                name = "pdorch" if workers == 1 else f"pdorch-w{workers}"
+                try:
+                    coordinator = await start_pdorch(
+                        fleet,
+                        port if workers == 1 else free_port(),
+                        log_dir,
+                        use_serve=launcher == "pdorch serve",
+                        workers=workers,
+                    )
+                    started.append(coordinator)
+                    targets[name] = ({"proxy": coordinator.url}, coordinator)
+                    notes["pdorch_launcher"] = launcher
+                except (OSError, RuntimeError) as err:
+                    skipped[name] = str(err)
         engine_pids = [prefill.pid, decode.pid]
         async with http_client(timeout=10.0) as http:
             for concurrency in config.concurrency:
-                for name in [t for t in TARGETS if t in targets]:
+                for name in targets:  # direct, vllm-router, pdorch, pdorch-wN
                     urls, proc = targets[name]
                     say(f"{name} at concurrency {concurrency}")
                     tag = uuid.uuid4().hex[:8]
@@ -393,6 +404,7 @@ async def run_proxy_bench(
             "warmup": config.warmup,
             "time_scale": config.time_scale,
             "model_profile": config.model_profile,
+            "workers": list(config.workers),
             "cpus": os.cpu_count(),
             # other work on the machine skews req/s; CPU µs per request much less so
             "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],

@@ -64,13 +64,15 @@ def _server_class() -> type[Any]:
     return _InLoopServer
 
 
-def _bind(host: str, port: int, backlog: int) -> socket.socket:
+def _bind(host: str, port: int, backlog: int, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted connections only then; without it
     # Nagle + delayed ACKs hold streamed tokens back ~40 ms.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # several processes listen on one port; the kernel spreads connections
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(backlog)
         sock.setblocking(False)
@@ -94,7 +96,8 @@ class InLoopHttpServer:
     closes a connection; `graceful_shutdown_s` [1] how long `stop()` lets open requests finish;
     `stop_deadline_s` [graceful_shutdown_s + 2] when `stop()` cancels uvicorn outright;
     `http` ["auto"] uvicorn's HTTP protocol: a name or an `asyncio.Protocol` class (the
-    coordinator's connection limits, `pdorch/app/edge.py`).
+    coordinator's connection limits, `pdorch/app/edge.py`); `reuse_port` [False] binds with
+    `SO_REUSEPORT` (`pdorch serve --workers N`: N processes, one port, `pdorch/app/workers.py`).
     """
 
     def __init__(
@@ -108,8 +111,10 @@ class InLoopHttpServer:
         graceful_shutdown_s: int = 1,
         stop_deadline_s: float | None = None,
         http: Any = "auto",
+        reuse_port: bool = False,
     ) -> None:
         self.app = app
+        self.reuse_port = reuse_port
         self.host = host
         self.requested_port = port
         self.backlog = backlog
@@ -135,7 +140,7 @@ class InLoopHttpServer:
 
         if self._task is not None:
             raise RuntimeError("InLoopHttpServer.start() called twice")
-        sock = _bind(self.host, self.requested_port, self.backlog)
+        sock = _bind(self.host, self.requested_port, self.backlog, self.reuse_port)
         self._sock = sock
         config = uvicorn.Config(
             self.app,

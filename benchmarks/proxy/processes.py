@@ -257,14 +257,20 @@ async def start_pdorch(
     use_serve: bool = True,
     start_timeout_s: float = 90.0,
     serve_args: Sequence[str] = (),
+    workers: int = 1,
 ) -> RunningProcess:
     """`pdorch serve --config` (or, with `use_serve=False`, `benchmarks.proxy.pdorch_runner`:
     the same `run_coordinator` path without the CLI) in its own process; `serve_args` are
-    more `pdorch serve` options (e.g. `--sync-bind`)."""
-    log_path = log_dir / "pdorch-serve.log"
+    more `pdorch serve` options (e.g. `--sync-bind`). `workers` > 1: `pdorch serve --workers N
+    --json`, returned once its JSON line (printed when every worker serves) is in the log."""
+    log_path = log_dir / ("pdorch-serve.log" if workers == 1 else f"pdorch-serve-w{workers}.log")
+    if workers > 1 and not use_serve:
+        raise RuntimeError("--workers needs `pdorch serve` in this checkout")
     if use_serve:
         cmd = [venv_bin("pdorch"), "serve", "--config", str(config_path), "--port", str(port)]
         cmd += serve_args
+        if workers > 1:
+            cmd += ["--workers", str(workers), "--json"]
     else:
         cmd = [sys.executable, "-m", "benchmarks.proxy.pdorch_runner"]
         cmd += ["--config", str(config_path), "--port", str(port)]
@@ -275,4 +281,11 @@ async def start_pdorch(
         )
     proc = RunningProcess("pdorch", f"http://127.0.0.1:{port}", process, log_path)
     await _wait_http(proc, "/health", start_timeout_s)
+    if workers > 1:  # /health answers once one worker listens; the JSON line once all do
+        deadline = time.monotonic() + start_timeout_s
+        while '"workers": [' not in log_path.read_text(errors="replace"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                stop_process(proc)
+                raise RuntimeError(f"pdorch serve --workers {workers} did not start")
+            await asyncio.sleep(0.1)
     return proc

@@ -114,6 +114,8 @@ def admin_router(models: ModelDispatch) -> APIRouter:
     @router.post("/pools/{pool}/replicas")
     async def add_replica(pool: str, request: Request) -> Response:
         c = guard(request)
+        if c.fixed_fleet is not None:
+            raise ApiError(409, c.fixed_fleet, code="fixed_fleet")
         if pool not in POOLS:
             raise ApiError(404, f"Unknown pool {pool!r}; pools: {', '.join(POOLS)}.", param="pool")
         raw = await read_body(request, 1 << 20)
@@ -139,6 +141,8 @@ def admin_router(models: ModelDispatch) -> APIRouter:
     @router.delete("/pools/{pool}/replicas/{replica_id}")
     async def remove_replica(pool: str, replica_id: str, request: Request) -> Response:
         c = guard(request)
+        if c.fixed_fleet is not None:
+            raise ApiError(409, c.fixed_fleet, code="fixed_fleet")
         replica = c.fleet.get(replica_id)
         if replica is None or replica.pool != pool:
             raise ApiError(404, f"No replica {replica_id!r} in pool {pool!r}.", param="replica_id")

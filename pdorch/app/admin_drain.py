@@ -50,6 +50,8 @@ def admin_drain_router(models: ModelDispatch) -> APIRouter:
     @router.post("/replicas/{replica_id}/drain")
     async def drain(replica_id: str, request: Request) -> Response:
         c = models.admin_target(request)  # admin auth, then the `?model=` coordinator
+        if c.fixed_fleet is not None:
+            raise ApiError(409, c.fixed_fleet, code="fixed_fleet")
         raw = await read_body(request, 1 << 16)
         try:
             body = DrainBody.model_validate_json(raw or b"{}")

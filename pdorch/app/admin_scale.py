@@ -78,6 +78,8 @@ async def _parse(request: Request, model: type[M]) -> M:
 
 
 def _scaling(c: Coordinator) -> ScalingControl:
+    if c.fixed_fleet is not None:
+        raise ApiError(409, c.fixed_fleet, code="fixed_fleet")
     if not isinstance(c.scaling, ScalingControl):
         raise ApiError(
             409,

@@ -47,7 +47,8 @@ _DESCRIPTIONS = {
     403: "Wrong admin token, or a run-time replica address outside `replica_allow`.",
     404: "Unknown model, pool or replica.",
     408: "Headers or body not complete within `header_timeout_s` / `body_timeout_s`.",
-    409: "Conflict (replica id taken; the fleet launches no engines).",
+    409: "Conflict (replica id taken; the fleet launches no engines; `fixed_fleet`: one of "
+    "several `pdorch serve --workers` processes).",
     413: "Body over `max_body_bytes`.",
     422: "The engine refused the body (a forwarded route: relayed as the engine answered).",
     429: "Over the admission limit; `Retry-After` says when to try again.",
@@ -375,12 +376,12 @@ def openapi_document(
             )
         },
         "/admin/pools/{pool}/replicas/{replica_id}": {
-            "delete": admin_op("Stop routing to a replica", (404,), None, [pool, replica])
+            "delete": admin_op("Stop routing to a replica", (404, 409), None, [pool, replica])
         },
         "/admin/replicas/{replica_id}/drain": {
             "post": admin_op(
                 "Drain a replica (or cancel a drain)",
-                (400, 404, 413),
+                (400, 404, 409, 413),
                 _json_body({"$ref": "#/components/schemas/DrainBody"}, required=False),
                 [replica],
             )

@@ -45,13 +45,15 @@ def coordinator_http_server(
     host: str = "127.0.0.1",
     port: int = 8000,
     settings: CoordinatorSettings | None = None,
+    *,
+    reuse_port: bool = False,
 ) -> InLoopHttpServer:
     """The coordinator's HTTP server: `pools.inloop_server.InLoopHttpServer` with its settings.
 
     A deep backlog (bursts of clients), keep-alive 30 s (clients reuse connections between
     requests; the engines' side keeps uvicorn's 5 s), 2 s for open streams at shutdown; the
     connection limits of `settings` (`edge.py`: connections, header and body deadlines;
-    defaults when None).
+    defaults when None); `reuse_port`: `SO_REUSEPORT` (the workers of `pdorch serve --workers`).
     """
     return InLoopHttpServer(
         app,
@@ -61,6 +63,7 @@ def coordinator_http_server(
         keep_alive_s=30,
         graceful_shutdown_s=2,
         http=edge_protocol(settings if settings is not None else CoordinatorSettings()),
+        reuse_port=reuse_port,
     )
 
 
@@ -91,6 +94,7 @@ async def run_coordinator(
     origin: str | None = None,
     limits: CoordinatorLimits | None = None,
     slo_policy: SloPolicy | None = None,
+    reuse_port: bool = False,
 ) -> AsyncIterator[RunningCoordinator]:
     """Launch the fleet's engines, start the coordinator and its HTTP server; stop all on exit.
 
@@ -101,7 +105,8 @@ async def run_coordinator(
     `pools.kubernetes.discovery.KubernetesDiscovery` keeps the fleet in step with the engine
     pods (`coordinator.discovery`). A file with `models:` runs one coordinator per model (each
     with its own engines, logs under `log_dir/<model>`, and its own `slo_policy`) behind one
-    HTTP server that routes by `model` (`pdorch/app/models.py`).
+    HTTP server that routes by `model` (`pdorch/app/models.py`). `reuse_port`: bind the
+    HTTP socket with `SO_REUSEPORT` (one worker of `pdorch serve --workers N`).
     """
     configs = config.model_configs()
     several = len(configs) > 1
@@ -129,6 +134,7 @@ async def run_coordinator(
             bind,
             port if port is not None else config.coordinator.port,
             config.coordinator,
+            reuse_port=reuse_port,
         )
         if (warning := open_admin_warning(bind, config.coordinator.admin_token)) is not None:
             log.warning(warning)

@@ -207,6 +207,9 @@ class Coordinator:
         self.scaling: Any = None
         # pools.kubernetes.discovery.KubernetesDiscovery when the fleet file has `discovery:`
         self.discovery: Any = None
+        # why run-time fleet changes (scale, add/remove, drain) are refused: set on each worker
+        # of `pdorch serve --workers N`, where a change on one worker would miss the others
+        self.fixed_fleet: str | None = None
         self.metrics = CoordinatorMetrics(self)
         self.recent_routes = RecentRoutes()  # the status page's last decisions (dashboard.py)
         self._unsubscribe: Callable[[], None] | None = None

@@ -73,6 +73,13 @@ def bench_proxy(
         "(pdorch-{whole,stream}-cN.svg; needs py-spy and ptrace rights). Default: no profile.",
         file_okay=False,
     ),
+    workers: list[str] = typer.Option(
+        ["1"],
+        metavar="N,...",
+        help="`pdorch serve --workers N` per value, comma-separated or repeated (e.g. 1,2): "
+        "target pdorch for 1, pdorch-wN for N > 1, side by side in one run; CPU per request "
+        "counts the supervisor and every worker. Default: 1 (one coordinator process).",
+    ),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object on stdout; table and progress on stderr."
     ),
@@ -96,6 +103,9 @@ def bench_proxy(
     unknown = [t for t in chosen if t not in TARGETS]
     if unknown:
         raise typer.BadParameter(f"--targets: unknown {unknown}; choose from {list(TARGETS)}")
+    worker_counts = tuple(split_ints(workers, "--workers"))
+    if any(n < 1 for n in worker_counts):
+        raise typer.BadParameter("--workers: every value must be >= 1")
     config = ProxyBenchConfig(
         requests=requests,
         concurrency=levels,
@@ -107,6 +117,7 @@ def bench_proxy(
         log_dir=log_dir,
         stream=stream,
         py_spy_dir=py_spy_dir,
+        workers=worker_counts,
     )
 
     err = Console(stderr=True)
@@ -117,7 +128,8 @@ def bench_proxy(
         console=err,
         transient=True,
     ) as bar:
-        task = bar.add_task("starting", total=requests * len(levels) * len(chosen))
+        runs = len(chosen) + (len(worker_counts) - 1 if "pdorch" in chosen else 0)
+        task = bar.add_task("starting", total=requests * len(levels) * runs)
         result = asyncio.run(
             run_proxy_bench(
                 config,

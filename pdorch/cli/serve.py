@@ -12,7 +12,8 @@ engines launched locally, existing endpoints, or sims).
 It prints what it started (pools, replicas, URLs) and three commands to try
 (`serve_banner.py`); Ctrl-C (or SIGTERM) stops everything it started. Several coordinators
 over one fleet file: give each its own `--sync-bind` and all of them as `--sync-peer`
-(deploy/examples/fleet-two-coordinators.md).
+(deploy/examples/fleet-two-coordinators.md). Several coordinators on one host and port:
+`--workers N` (`serve_workers.py`, design in `pdorch/app/workers.py`).
 """
 
 from __future__ import annotations
@@ -115,6 +116,14 @@ def serve(
         dir_okay=False,
         readable=True,
     ),
+    workers: int | None = typer.Option(
+        None,
+        min=1,
+        max=64,
+        help="Coordinator processes sharing the port (SO_REUSEPORT) and their token load; the "
+        "engines start once. Above 1 the fleet is fixed: scale and drain answer 409, no "
+        "--slo-policy (pdorch/app/workers.py). Default: the fleet file's coordinator.workers, 1.",
+    ),
     log_level: str = typer.Option("warning", help="Log level (stderr): debug, info, warning."),
     as_json: bool = typer.Option(
         False,
@@ -163,6 +172,12 @@ def serve(
     except PolicyError as exc:
         err.print(f"[red]invalid SLO policy[/red]\n{exc}")
         raise typer.Exit(2) from None
+    n_workers = workers if workers is not None else fleet.coordinator.workers
+    if n_workers > 1:
+        _serve_workers(
+            fleet, n_workers, host, port, config, slo_policy, console, as_json, log_level
+        )
+        return
 
     async def main() -> None:
         from pdorch.app.gc_tuning import tune_gc_for_serving
@@ -244,6 +259,63 @@ def serve(
         run(main())
     except FleetLaunchError as exc:
         err.print(f"[red]an engine did not start[/red]: {exc}")
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        err.print(f"[red]cannot serve[/red]: {exc}")
+        raise typer.Exit(1) from None
+
+
+def _serve_workers(
+    fleet: Any,
+    n_workers: int,
+    host: str | None,
+    port: int | None,
+    config: Path | None,
+    slo_policy: Path | None,
+    console: Any,
+    as_json: bool,
+    log_level: str,
+) -> None:
+    """`--workers N` with N > 1: refuse what workers cannot serve (exit 2), else supervise."""
+    import asyncio
+
+    from rich.console import Console
+
+    from pdorch.app.workers import WorkerStartError, refusal
+    from pdorch.cli.serve_workers import serve_workers
+    from pools.launch import FleetLaunchError
+
+    err = Console(stderr=True)
+    why = refusal(fleet, slo_policy=slo_policy is not None)
+    if why is not None:
+        err.print(f"[red]--workers {n_workers}[/red]: {why}")
+        raise typer.Exit(2)
+    what = f"fleet {config}" if config is not None else "embedded demo fleet"
+    run: Any = asyncio.run
+    try:
+        import uvloop
+
+        run = uvloop.run
+    except ImportError:
+        pass
+    try:
+        run(
+            serve_workers(
+                fleet,
+                workers=n_workers,
+                host=host,
+                port=port,
+                what=what,
+                console=console,
+                as_json=as_json,
+                log_level=log_level,
+            )
+        )
+    except FleetLaunchError as exc:
+        err.print(f"[red]an engine did not start[/red]: {exc}")
+        raise typer.Exit(1) from None
+    except WorkerStartError as exc:
+        err.print(f"[red]a coordinator worker did not start[/red]: {exc}")
         raise typer.Exit(1) from None
     except OSError as exc:
         err.print(f"[red]cannot serve[/red]: {exc}")

@@ -110,6 +110,14 @@ class CoordinatorSettings(BaseModel):
 
     host: str = Field(default="127.0.0.1", description="Address the OpenAI endpoint listens on.")
     port: int = Field(default=8000, ge=0, le=65535, description="Port of the OpenAI endpoint.")
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Coordinator processes sharing the port (SO_REUSEPORT; `pdorch serve "
+        "--workers` wins; pdorch/app/workers.py). Above 1 the fleet is fixed: no run-time "
+        "scaling, no in-process autoscaler.",
+    )
     request_timeout_s: float = Field(default=600.0, gt=0, description="Whole-request deadline.")
     prefill_timeout_s: float = Field(
         default=30.0, gt=0, description="Prefill leg deadline; past it decode prefills locally."

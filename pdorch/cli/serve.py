@@ -283,7 +283,7 @@ def _serve_workers(
 
     from pdorch.app.workers import WorkerStartError, refusal
     from pdorch.cli.serve_workers import serve_workers
-    from pools.launch import FleetLaunchError
+    from pools.launch_engines import FleetLaunchError
 
     err = Console(stderr=True)
     why = refusal(fleet, slo_policy=slo_policy is not None)

@@ -13,8 +13,11 @@ test_replica_columns.py runs both paths over seeded fleets and compares every de
 `ColumnBuilder.build(replica_ids, overlap, loads, now, static, cached_blocks)` takes
 `build_snapshots`' arguments. It keeps the previous call's rows and rewrites only the rows
 whose `ReplicaLoad` (a `TokenLoad` returns the same object until the replica's load changes)
-or `ReplicaStatic` object changed, so a decision costs one identity check per replica plus a
-copy of the arrays (each `ReplicaColumns` owns its arrays: one kept for explain stays true).
+or `ReplicaStatic` object changed. A load source with a change log (`TokenLoad.changes_since`)
+is asked only for the replicas it says changed since the last build; any other is asked for
+every replica (one identity check each). Statics, when given, are checked by identity per
+replica. Then a decision costs the changed rows, the overlap row, and a copy of the arrays
+(each `ReplicaColumns` owns its arrays: one kept for explain stays true).
 This relies on what `TokenLoad` and `ReplicaStatic` guarantee: a load or static object is
 never changed in place (a change is a new object).
 
@@ -27,7 +30,7 @@ Columns (index `i` = position in `replica_ids`): `ints[f, i]` for the integer fi
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import overload
+from typing import Protocol, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +56,15 @@ _ROW = {name: i for i, name in enumerate(INT_FIELDS)}
 _OVERLAP = _ROW["overlap_blocks"]
 _CACHED = _ROW["cached_blocks"]
 _DEFAULT_STATIC = ReplicaStatic()
+
+
+class ChangeLog(Protocol):
+    """A load source that says which replicas' loads changed (`TokenLoad` does)."""
+
+    def changes_since(self, position: int) -> tuple[int, list[str]] | None: ...
+
+    def change_position(self) -> int: ...
+
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -197,7 +209,19 @@ def overlap_of(candidates: Sequence[ReplicaSnapshot], replica_id: str) -> int:
 class ColumnBuilder:
     """Builds `ReplicaColumns`, rewriting only the rows whose load or statics changed."""
 
-    __slots__ = ("_healthy", "_ids", "_ints", "_kv_usage", "_loads", "_source", "_statics", "_tps")
+    __slots__ = (
+        "_all_default",
+        "_healthy",
+        "_ids",
+        "_ints",
+        "_kv_usage",
+        "_loads",
+        "_position",
+        "_row_of",
+        "_source",
+        "_statics",
+        "_tps",
+    )
 
     def __init__(self) -> None:
         self._ids: list[str] = []
@@ -208,6 +232,9 @@ class ColumnBuilder:
         self._healthy: BoolArray = np.zeros(0, dtype=np.bool_)
         self._loads: list[ReplicaLoad | None] = []
         self._statics: list[ReplicaStatic | None] = []
+        self._row_of: dict[str, int] = {}
+        self._position = -1  # the load source's change-log position read last (-1: none)
+        self._all_default = False  # every row's statics are the default (no mapping given)
 
     def _reset(self, ids: list[str], loads: LoadSource) -> None:
         n = len(ids)
@@ -219,6 +246,24 @@ class ColumnBuilder:
         self._healthy = np.ones(n, dtype=np.bool_)
         self._loads = [None] * n
         self._statics = [None] * n
+        self._row_of = {rid: i for i, rid in enumerate(ids)}
+        self._position = -1
+        self._all_default = False
+
+    def _changed_rows(self, loads: LoadSource) -> list[int] | None:
+        """Rows whose load may have changed since the last build (None: all of them)."""
+        changes_since = getattr(loads, "changes_since", None)
+        if changes_since is None:
+            return None
+        answer: tuple[int, list[str]] | None = changes_since(self._position)
+        if answer is None:
+            self._position = loads.change_position()  # type: ignore[attr-defined]
+            return None
+        self._position, replica_ids = answer
+        if len(replica_ids) > len(self._ids):
+            return None  # cheaper to re-read every row
+        row_of = self._row_of
+        return sorted({row_of[rid] for rid in replica_ids if rid in row_of})
 
     def build(
         self,
@@ -236,10 +281,10 @@ class ColumnBuilder:
         ints, kv_usage, tps, healthy = self._ints, self._kv_usage, self._tps, self._healthy
         prev_loads, prev_statics = self._loads, self._statics
         get_load = loads.load
-        get_static = (static or {}).get
-        for i, rid in enumerate(ids):
-            load = get_load(rid, now)
-            info = get_static(rid, _DEFAULT_STATIC)
+        changed = self._changed_rows(loads)
+        rows: Iterable[int] = range(len(ids)) if changed is None else changed
+        for i in rows:
+            load = get_load(ids[i], now)
             if load is not prev_loads[i]:
                 prev_loads[i] = load
                 ints[1:7, i] = (
@@ -251,10 +296,17 @@ class ColumnBuilder:
                     load.requests_in_flight,
                 )
                 kv_usage[i] = load.kv_usage
-            if info is not prev_statics[i]:
-                prev_statics[i] = info
-                healthy[i] = info.healthy
-                tps[i] = info.prefill_tokens_per_s or 0.0
+        # statics are a plain mapping (changed in place by their owner): checked every time,
+        # by identity (a `ReplicaStatic` is frozen), only when there are any
+        if static or not self._all_default:
+            self._all_default = not static
+            get_static = (static or {}).get
+            for i, rid in enumerate(ids):
+                info = get_static(rid, _DEFAULT_STATIC)
+                if info is not prev_statics[i]:
+                    prev_statics[i] = info
+                    healthy[i] = info.healthy
+                    tps[i] = info.prefill_tokens_per_s or 0.0
         out_ints = ints.copy()
         row = out_ints[_OVERLAP]
         # one list, then one conversion: a numpy item assignment per replica costs more

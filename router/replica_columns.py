@@ -278,6 +278,7 @@ class ColumnBuilder:
         ids = replica_ids if isinstance(replica_ids, list) else list(replica_ids)
         if ids != self._ids or loads is not self._source:
             self._reset(list(ids), loads)
+        ids = self._ids  # our copy: the caller's list may change after this call
         ints, kv_usage, tps, healthy = self._ints, self._kv_usage, self._tps, self._healthy
         prev_loads, prev_statics = self._loads, self._statics
         get_load = loads.load

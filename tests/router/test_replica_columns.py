@@ -23,7 +23,7 @@ from router.replica_state import (
     RoutingRequest,
     build_snapshots,
 )
-from router.token_load import TokenLoad
+from router.token_load import CHANGE_WINDOW, TokenLoad
 
 BS = 16
 
@@ -188,3 +188,21 @@ def test_pd_router_routes_columns_as_snapshots() -> None:
         )
         if a.prefill is not None and b.prefill is not None:
             _same(a.prefill, b.prefill)
+
+
+def test_builder_rereads_everything_past_the_change_window() -> None:
+    """More changes between two builds than `TokenLoad` keeps: the builder re-reads every row
+    and still matches `build_snapshots`."""
+    rng = random.Random(2)
+    ids, load, static = _fleet(rng, 30)
+    builder = ColumnBuilder()
+    builder.build(ids, {}, load, 1.0, static)
+    for k in range(2 * CHANGE_WINDOW + 10):
+        rid = ids[k % 7]
+        load.on_admitted(f"w{k}", rid, 2.0, prompt_tokens=64, uncached_tokens=k % 64, block_size=BS)
+    assert load.changes_since(0) is None
+    columns = builder.build(ids, {"r3": 2}, load, 3.0, static)
+    assert list(columns) == build_snapshots(ids, {"r3": 2}, load, 3.0, static)
+    position = load.change_position()
+    load.on_finished("w5", 4.0)
+    assert load.changes_since(position) == (position + 1, [ids[5]])

@@ -10,7 +10,7 @@ tokenization (token ids are given):
 
     keys = index.keys_for(token_ids)                  # xxh3-64 block-key chain
     overlap = index.match(keys)                       # leading cached blocks per replica
-    snapshots = build_snapshots(replicas, overlap, token_load, now)
+    snapshots = columns.build(replicas, overlap, token_load, now)   # router/replica_columns.py
     prefill = token_load_profile.pick(request, snapshots, now)
     pd = decide_pd(request, snapshots, params, now)
 
@@ -22,6 +22,9 @@ tails include time slices given to other processes, CPU time does not; the load 
 start is recorded for the same reason. The garbage collector stays on, set as `pdorch serve`
 sets it (`pdorch/app/gc_tuning.py`: `gc.freeze()` of the populated index, what a long-running
 coordinator's old generation looks like, and a young-generation threshold of 20,000). Each
+The candidates are `ReplicaColumns` (arrays, issue 15), built by one `ColumnBuilder` that
+rewrites only the rows whose load changed, as the coordinator's pools do; the `snapshots` stage
+is that build (before issue 15 it was `build_snapshots`, one object per replica). Each
 stage's p50 is reported too (`stage_p50_us`: block_keys, index_match, snapshots,
 token_load_pick, pd_decision), so a slow stage is named.
 
@@ -53,8 +56,10 @@ from pdorch.app.gc_tuning import GEN0_THRESHOLD, GEN1_THRESHOLD, GEN2_THRESHOLD
 from router.kv_events import BlockStored, EngineBlockHash
 from router.kv_index import KvIndex
 from router.pd_decision import PdDecisionParams, decide_pd
+from router.plugins.profile import Profile
 from router.policies.config import build_policy
-from router.replica_state import RoutingRequest, build_snapshots
+from router.replica_columns import ColumnBuilder
+from router.replica_state import PolicyDecision, RoutingRequest
 from router.token_load import TokenLoad
 
 DEFAULT_PROMPT_TOKENS = (1024, 8192, 32768)
@@ -190,15 +195,26 @@ def _populate(
         )
 
 
-def measure_decision_latency(
-    prompt_tokens: int,
-    replicas: int,
-    iterations: int = 300,
-    block_size: int = 16,
-    seed: int = 0,
-    progress: Progress | None = None,
-) -> DecisionLatency:
-    """Time `iterations` full routing decisions for one configuration (see module docstring)."""
+@dataclass(slots=True)
+class BenchSetup:
+    """One configuration's populated state and its prompts (shared with the profiler,
+    `benchmarks/router_profile.py`)."""
+
+    index: KvIndex
+    load: TokenLoad
+    replica_ids: list[str]
+    prompts: list[list[int]]
+    now: float
+    index_bytes: int
+    entries: int
+    distinct_keys: int
+    columns: ColumnBuilder = field(default_factory=ColumnBuilder)
+
+
+def setup_decisions(
+    prompt_tokens: int, replicas: int, iterations: int, block_size: int = 16, seed: int = 0
+) -> BenchSetup:
+    """Populate the index and token load of one configuration; draw its prompts."""
     rng = random.Random(seed * 1_000_003 + prompt_tokens * 7 + replicas)
     now = 1000.0
     index = KvIndex("bench-model", block_size)
@@ -216,14 +232,62 @@ def measure_decision_latency(
     index_bytes = tracemalloc.get_traced_memory()[0] - traced0
     tracemalloc.stop()
     stats = index.stats()
-    entries = sum(stats.blocks_per_replica.values())
-    policy = build_policy({"name": "token_load"})
-    pd_params = PdDecisionParams()
     suffix = max(1, prompt_tokens // 10)
     prompts = [
         base[: prompt_tokens - suffix] + [rng.randrange(VOCAB) for _ in range(suffix)]
         for _ in range(iterations)
     ]
+    return BenchSetup(
+        index,
+        load,
+        replica_ids,
+        prompts,
+        now,
+        index_bytes,
+        sum(stats.blocks_per_replica.values()),
+        stats.distinct_keys,
+    )
+
+
+def decide_once(
+    setup: BenchSetup, policy: Profile, pd_params: PdDecisionParams, token_ids: list[int], i: int
+) -> PolicyDecision:
+    """One decision, untimed, exactly the steps the bench times (for the profiler)."""
+    index = setup.index
+    keys = index.keys_for(token_ids)
+    overlap = index.match(keys)
+    request = RoutingRequest(
+        request_id=f"bench-{i}",
+        prompt_tokens=len(token_ids),
+        block_size=index.block_size,
+        block_keys=keys,
+    )
+    snapshots = setup.columns.build(setup.replica_ids, overlap, setup.load, setup.now)
+    decision = policy.pick(request, snapshots, setup.now)
+    decide_pd(request, snapshots, pd_params, setup.now)
+    return decision
+
+
+def measure_decision_latency(
+    prompt_tokens: int,
+    replicas: int,
+    iterations: int = 300,
+    block_size: int = 16,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> DecisionLatency:
+    """Time `iterations` full routing decisions for one configuration (see module docstring)."""
+    setup = setup_decisions(prompt_tokens, replicas, iterations, block_size, seed)
+    index, load, replica_ids, prompts, now = (
+        setup.index,
+        setup.load,
+        setup.replica_ids,
+        setup.prompts,
+        setup.now,
+    )
+    columns = setup.columns
+    policy = build_policy({"name": "token_load"})
+    pd_params = PdDecisionParams()
     # The collector as in `pdorch serve` (`pdorch/app/gc_tuning.py`): start-up heap frozen,
     # young generation collected after GEN0_THRESHOLD net allocations; restored afterwards.
     thresholds = gc.get_threshold()
@@ -254,7 +318,7 @@ def measure_decision_latency(
                 block_size=block_size,
                 block_keys=keys,
             )
-            snapshots = build_snapshots(replica_ids, overlap, load, now)
+            snapshots = columns.build(replica_ids, overlap, load, now)
             t_snap = clock()
             decision = policy.pick(request, snapshots, now)
             t_pick = clock()
@@ -290,10 +354,10 @@ def measure_decision_latency(
         stage_p50_us={
             name: round(_percentile(sorted(values), 50.0), 2) for name, values in stages.items()
         },
-        index_entries=entries,
-        index_distinct_keys=stats.distinct_keys,
-        index_bytes_per_entry=index_bytes / max(1, entries),
-        index_bytes_per_key=index_bytes / max(1, stats.distinct_keys),
+        index_entries=setup.entries,
+        index_distinct_keys=setup.distinct_keys,
+        index_bytes_per_entry=setup.index_bytes / max(1, setup.entries),
+        index_bytes_per_key=setup.index_bytes / max(1, setup.distinct_keys),
     )
 
 

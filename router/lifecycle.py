@@ -85,7 +85,8 @@ from router.lifecycle_plan import (
 )
 from router.lifecycle_pools import DEFAULT_STATIC, ApproximateIndex, PreciseIndex, ReplicaPools
 from router.pd_router import PdRouter
-from router.replica_state import ReplicaSnapshot, ReplicaStatic, RoutingRequest
+from router.replica_columns import ReplicaColumns
+from router.replica_state import ReplicaStatic, RoutingRequest
 from router.token_load import TokenLoad
 from router.vocabulary import PoolName, RouteKind
 
@@ -178,7 +179,7 @@ class RequestLifecycle:
         now: float,
         exclude: Iterable[str] = (),
         eligible: frozenset[str] | None = None,
-    ) -> list[ReplicaSnapshot]:
+    ) -> ReplicaColumns:
         """Candidates of `pool`, excluded ones and (when `eligible` is given) the ones not in
         it marked unhealthy (`RoutingRequest.eligible`: a LoRA request's replicas)."""
         if eligible is not None:

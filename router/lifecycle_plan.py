@@ -9,7 +9,7 @@ fresh lifecycle and must give the same plans and the same token-load states
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -72,9 +72,9 @@ class RoutedRequest:
     request: RoutingRequest
     route: PdRoute
     lookup: KvLookup
-    prefill: list[ReplicaSnapshot]
-    decode: list[ReplicaSnapshot]
-    colocated: list[ReplicaSnapshot]
+    prefill: Sequence[ReplicaSnapshot]  # `ReplicaColumns` from the lifecycle
+    decode: Sequence[ReplicaSnapshot]
+    colocated: Sequence[ReplicaSnapshot]
 
     @property
     def overlap(self) -> Mapping[str, int]:

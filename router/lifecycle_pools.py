@@ -10,6 +10,10 @@ of `prefill-0..prefill-11` reads the same in both callers.
 approximate one (what we routed to them within its TTL): a replica's overlap is the larger of
 the two (only approximate replicas read the approximate index), and its `cached_blocks` come
 from the index that describes it.
+
+`snapshots` returns `ReplicaColumns` (`router/replica_columns.py`), one `ColumnBuilder` per
+pool, so a decision re-reads only the replicas whose load changed and the `token_load`
+profile and the P/D decision run on arrays (issue 15); other policies read them as snapshots.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from router.lifecycle_plan import KvLookup
-from router.replica_state import LoadSource, ReplicaSnapshot, ReplicaStatic, build_snapshots
+from router.replica_columns import ColumnBuilder, ReplicaColumns
+from router.replica_state import LoadSource, ReplicaStatic
 from router.vocabulary import PoolName
 
 DEFAULT_STATIC = ReplicaStatic()
@@ -59,6 +64,7 @@ class ReplicaPools:
         self._pool_of: dict[str, PoolName] = {}
         self._static: dict[str, ReplicaStatic] = {}
         self._approximate: set[str] = set()
+        self._columns: dict[PoolName, ColumnBuilder] = {pool: ColumnBuilder() for pool in PoolName}
 
     def add(
         self, replica_id: str, pool: PoolName, static: ReplicaStatic, approximate: bool
@@ -127,18 +133,14 @@ class ReplicaPools:
         loads: LoadSource,
         now: float,
         exclude: Iterable[str] = (),
-    ) -> list[ReplicaSnapshot]:
+    ) -> ReplicaColumns:
         """Candidates of `pool` (unhealthy and excluded ones included, marked unhealthy, so
         explain shows them)."""
-        snaps = build_snapshots(
+        columns = self._columns[pool].build(
             self._pools[pool], lookup.overlap, loads, now, self._static, lookup.cached_blocks
         )
-        excluded = set(exclude)
-        if excluded:
-            for snap in snaps:
-                if snap.replica_id in excluded:
-                    snap.healthy = False
-        return snaps
+        columns.mark_unhealthy(exclude)
+        return columns
 
     def record_routed(self, replica_id: str, keys: Sequence[int], now: float) -> None:
         """`replica_id` will hold `keys`: remember it where no KV events will say so."""

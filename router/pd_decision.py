@@ -17,6 +17,9 @@ backed up that even its least-loaded replica would start this prefill later than
 
 Parameters (defaults): `enabled` true, `min_uncached_tokens` 512, `max_prefill_queue_s` 1.0,
 `default_prefill_tokens_per_s` 10000.
+
+On `ReplicaColumns` (`router/replica_columns.py`) the queue times are one array division
+(the same float division per replica, the same minimum) instead of a loop over snapshots.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from router.replica_columns import ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
 
@@ -61,12 +66,24 @@ def decide_pd(
 ) -> PdDecision:
     """Decide whether `request` is prefilled remotely (see module docstring)."""
     uncached = request.uncached_tokens(local_overlap_blocks)
-    healthy = [p for p in prefill_replicas if p.healthy]
-    queue_s = [
-        p.prefill_tokens_queued / (p.prefill_tokens_per_s or params.default_prefill_tokens_per_s)
-        for p in healthy
-    ]
-    min_queue = min(queue_s) if queue_s else None
+    min_queue: float | None
+    if isinstance(prefill_replicas, ReplicaColumns):
+        mask = prefill_replicas.healthy
+        n_healthy = int(np.count_nonzero(mask))
+        tps = prefill_replicas.tps[mask]
+        queued = prefill_replicas.column("prefill_tokens_queued")
+        assert queued is not None
+        queue = queued[mask] / np.where(tps != 0.0, tps, params.default_prefill_tokens_per_s)
+        min_queue = float(queue.min()) if n_healthy else None
+    else:
+        healthy = [p for p in prefill_replicas if p.healthy]
+        n_healthy = len(healthy)
+        queue_s = [
+            p.prefill_tokens_queued
+            / (p.prefill_tokens_per_s or params.default_prefill_tokens_per_s)
+            for p in healthy
+        ]
+        min_queue = min(queue_s) if queue_s else None
 
     def decision(disaggregate: bool, reason: str) -> PdDecision:
         return PdDecision(
@@ -76,7 +93,7 @@ def decide_pd(
             min_uncached_tokens=params.min_uncached_tokens,
             min_prefill_queue_s=min_queue,
             max_prefill_queue_s=params.max_prefill_queue_s,
-            healthy_prefill_replicas=len(healthy),
+            healthy_prefill_replicas=n_healthy,
         )
 
     if not params.enabled:

@@ -32,6 +32,7 @@ from router.explain import DecisionExplanation, explain_pd, explain_pick
 from router.pd_decision import PdDecision, decide_pd
 from router.plugins.profile import Profile
 from router.policies.config import RouterPolicyConfig, build_policy
+from router.replica_columns import overlap_of
 from router.replica_state import PolicyDecision, ReplicaSnapshot, RoutingRequest
 from router.vocabulary import RouteKind
 
@@ -120,7 +121,7 @@ class PdRouter:
             if colocated:
                 return self._colocated(request, colocated, now, commit, pd=None)
             raise NoReplicaError(f"request {rid}: no healthy decode replica")
-        local = next((s.overlap_blocks for s in decode if s.replica_id == d_pick.chosen), 0)
+        local = overlap_of(decode, d_pick.chosen)
         pd = decide_pd(request, prefill, self.config.pd, now, local_overlap_blocks=local)
         if pd.disaggregate:
             p_pick = self.prefill_policy.pick(request, prefill, now)

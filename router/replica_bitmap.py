@@ -15,17 +15,28 @@ single walk over the keys::
 Cost: O(number of keys walked x R/64) machine-word operations for R replicas (Python ints are
 bit vectors), plus O(R) to report the drop-outs -- linear in the prompt's blocks, and the walk
 stops at the first block no replica holds. ``match`` reports only replicas with >= 1 block.
+
+Reporting a drop-out mask names its replicas by bit *index* (``bit_length``, a list lookup),
+not by the power of two (hashing a 1,024-bit int per replica made the report grow as R^2:
+issue 15's profile at 1,024 replicas); a mask with many bits is unpacked in one
+``numpy.unpackbits`` instead of one big-int operation per bit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
+# A mask with more set bits than this is unpacked with numpy (one C pass over its bytes);
+# fewer are peeled off one by one (each peel is O(R/64) word operations).
+_UNPACK_FROM_BITS = 24
+
 
 class ReplicaBitmap:
     """Key -> set-of-replicas as bitmasks, with the prefix walk above. Not thread-safe."""
 
-    __slots__ = ("_bit_of", "_free_bits", "_masks", "_next_bit", "_replica_of_bit")
+    __slots__ = ("_bit_of", "_free_bits", "_masks", "_name_at", "_next_bit", "_replica_of_bit")
 
     def __init__(self) -> None:
         self._masks: dict[int, int] = {}
@@ -33,6 +44,7 @@ class ReplicaBitmap:
         self._replica_of_bit: dict[int, str] = {}
         self._free_bits: list[int] = []
         self._next_bit = 0
+        self._name_at: list[str] = []  # bit index -> replica ("" when free)
 
     def bit(self, replica_id: str) -> int:
         """The replica's bit (a power of two), allocated on first use."""
@@ -44,6 +56,11 @@ class ReplicaBitmap:
             bit = 1 << index
             self._bit_of[replica_id] = bit
             self._replica_of_bit[bit] = replica_id
+            names = self._name_at
+            if index == len(names):
+                names.append(replica_id)
+            else:
+                names[index] = replica_id
         return bit
 
     def release(self, replica_id: str, keys: Iterable[int]) -> None:
@@ -53,7 +70,9 @@ class ReplicaBitmap:
             return
         self.discard_many(bit, keys)
         del self._replica_of_bit[bit]
-        self._free_bits.append(bit.bit_length() - 1)
+        index = bit.bit_length() - 1
+        self._name_at[index] = ""
+        self._free_bits.append(index)
 
     def add(self, bit: int, key: int) -> None:
         masks = self._masks
@@ -87,11 +106,16 @@ class ReplicaBitmap:
         return len(self._masks)
 
     def _replicas_in(self, mask: int) -> list[str]:
+        names = self._name_at
+        if mask.bit_count() > _UNPACK_FROM_BITS:
+            raw = np.frombuffer(mask.to_bytes((mask.bit_length() + 7) // 8, "little"), np.uint8)
+            return [
+                names[i] for i in np.flatnonzero(np.unpackbits(raw, bitorder="little")).tolist()
+            ]
         out: list[str] = []
-        names = self._replica_of_bit
         while mask:
             low = mask & -mask
-            out.append(names[low])
+            out.append(names[low.bit_length() - 1])
             mask ^= low
         return out
 

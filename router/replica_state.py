@@ -180,6 +180,9 @@ class PolicyDecision:
     (built on first read, then kept). Why lazy: formatting a reason costs more than some
     decisions themselves, and the fleet simulator and the proxy's hot path never read it; only
     `/admin/explain` and reports do (issue 15's proxy profile, issue 11's simulator profile).
+    `terms` likewise: the details as given, or a function that builds them; read them as
+    `details` (a row of named floats per candidate is most of a 1,024-replica decision's cost
+    when built eagerly, and only explain reads it; issue 15's router profile).
     """
 
     policy: str
@@ -187,8 +190,18 @@ class PolicyDecision:
     why: str | Callable[[], str]
     scores: dict[str, float] = field(default_factory=dict)
     higher_is_better: bool = False
-    details: dict[str, dict[str, float]] = field(default_factory=dict)
+    terms: dict[str, dict[str, float]] | Callable[[], dict[str, dict[str, float]]] = field(
+        default_factory=dict
+    )
     rejected: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def details(self) -> dict[str, dict[str, float]]:
+        """Each candidate's score terms: built from `terms` on first read, then kept."""
+        terms = self.terms
+        if callable(terms):
+            terms = self.terms = terms()
+        return terms
 
     @property
     def reason(self) -> str:

@@ -64,6 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from router.replica_state import ReplicaLoad
 
 _Key = tuple[str, str]  # (request_id, replica_id)
+CHANGE_WINDOW = 4096  # load changes `changes_since` can always answer for
 
 
 class TokenLoadDelta(BaseModel):
@@ -148,6 +149,11 @@ class TokenLoad:
         # Loads change only on events, so each replica's `ReplicaLoad` is built once per change,
         # not once per routing decision (a decision reads every candidate's).
         self._load_cache: dict[str, ReplicaLoad] = {}
+        # Every replica whose load changed, in order (`changes_since`): a reader of every
+        # candidate's load (`router.replica_columns.ColumnBuilder`) re-reads only those.
+        # Positions count from the start; the oldest half is dropped past the window.
+        self._change_log: list[str] = []
+        self._change_base = 0
         # (time, key) of every tombstone set, so expiry pops the old ones instead of scanning
         # all of them on every scrape; entries no longer current are skipped.
         self._tombstone_heap: list[tuple[float, _Key]] = []
@@ -276,7 +282,7 @@ class TokenLoad:
         self._by_replica.pop(replica_id, None)
         self._totals.pop(replica_id, None)
         self._metrics.pop(replica_id, None)
-        self._load_cache.pop(replica_id, None)
+        self._changed(replica_id)
 
     # ---- metrics reconciliation --------------------------------------------------------------
 
@@ -298,7 +304,7 @@ class TokenLoad:
         previous = self._metrics.get(replica_id)
         if capacity <= 0 and previous is not None:
             capacity = previous.kv_capacity_blocks
-        self._load_cache.pop(replica_id, None)
+        self._changed(replica_id)
         self._metrics[replica_id] = _Metrics(
             num_running=max(0, num_running),
             num_waiting=max(0, num_waiting),
@@ -329,6 +335,28 @@ class TokenLoad:
         load = self._compute_load(replica_id)
         self._load_cache[replica_id] = load
         return load
+
+    def changes_since(self, position: int) -> tuple[int, list[str]] | None:
+        """The replicas whose load changed since change-log `position` (with repeats), and the
+        position to ask from next time; None when `position` is older than the log keeps
+        (`CHANGE_WINDOW` changes) or negative: re-read every replica then."""
+        start = position - self._change_base
+        if position < 0 or start < 0:
+            return None
+        log = self._change_log
+        return self._change_base + len(log), log[start:]
+
+    def change_position(self) -> int:
+        """The change-log position now (`changes_since`)."""
+        return self._change_base + len(self._change_log)
+
+    def _changed(self, replica_id: str) -> None:
+        self._load_cache.pop(replica_id, None)
+        log = self._change_log
+        log.append(replica_id)
+        if len(log) > 2 * CHANGE_WINDOW:
+            del log[:CHANGE_WINDOW]
+            self._change_base += CHANGE_WINDOW
 
     def _decoding(self, replica_id: str) -> tuple[tuple[int, int], ...]:
         """`ReplicaLoad.decoding`: (remaining output tokens, decode blocks) of every entry that
@@ -492,7 +520,7 @@ class TokenLoad:
             totals.reserved_blocks += entry.decode_blocks
         totals.requests += 1
         totals.last_change = now
-        self._load_cache.pop(key[1], None)
+        self._changed(key[1])
 
     def _set(
         self, key: _Key, entry: _Entry, now: float, *, prefill_tokens: int, generated: int
@@ -508,7 +536,7 @@ class TokenLoad:
                 0, totals.reserved_blocks + decode_blocks - entry.decode_blocks
             )
         totals.last_change = now
-        self._load_cache.pop(key[1], None)
+        self._changed(key[1])
         entry.prefill_tokens = prefill_tokens
         entry.generated = generated
         entry.decode_blocks = decode_blocks
@@ -537,7 +565,7 @@ class TokenLoad:
                 totals.reserved_blocks = max(0, totals.reserved_blocks - entry.decode_blocks)
             totals.requests = max(0, totals.requests - 1)
             totals.last_change = now
-        self._load_cache.pop(key[1], None)
+        self._changed(key[1])
         return entry
 
     def _remove(self, key: _Key, now: float) -> None:

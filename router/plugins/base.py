@@ -16,6 +16,13 @@ rotation, `cache_aware`'s text tree, a sampling picker's pending draw) changes i
 `on_request_routed` / `on_replica_removed`, so a pick can be explained or repeated without
 changing the next one. Each part has a pydantic `params_model` (`extra="forbid"`) whose
 defaults are documented in the part's module docstring.
+
+**Columns** (issue 15: decisions over 256-1,024 replicas). A part may also work on
+`ReplicaColumns` (`router/replica_columns.py`): `supports_columns()` says it can (default
+False), and `filter_columns` / `score_columns` / `pick_columns` then give exactly what
+`filter` / `score` / `pick` give on the same candidates as snapshots. `Profile.pick` takes that
+path only when every part of the profile supports it; otherwise the snapshots are built and
+the parts run as above. `rows` are the positions (in `candidates`) of the survivors.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from router.replica_columns import BoolArray, FloatArray, IntArray, ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
 
@@ -60,6 +68,10 @@ class Part(ABC, Generic[P]):
         """Forget `replica_id` (stateless parts ignore it)."""
         return None
 
+    def supports_columns(self) -> bool:
+        """Whether this part (with its params) has a `*_columns` method (module docstring)."""
+        return False
+
 
 @dataclass(slots=True)
 class FilterResult:
@@ -67,6 +79,16 @@ class FilterResult:
     decision's reason when the filter relaxed itself (e.g. nobody had KV headroom)."""
 
     kept: list[ReplicaSnapshot]
+    rejected: dict[str, str] = field(default_factory=dict)
+    note: str | None = None
+
+
+@dataclass(slots=True)
+class ColumnFilterResult:
+    """`FilterResult` over columns: `kept[i]` for candidate `i` (already-dropped ones stay
+    False), the rejections of this filter, and its note."""
+
+    kept: BoolArray
     rejected: dict[str, str] = field(default_factory=dict)
     note: str | None = None
 
@@ -81,6 +103,21 @@ class Filter(Part[P]):
         self, request: RoutingRequest, candidates: Sequence[ReplicaSnapshot], now: float
     ) -> FilterResult:
         """Split `candidates` into survivors and rejections."""
+
+    def filter_columns(
+        self, request: RoutingRequest, candidates: ReplicaColumns, kept: BoolArray, now: float
+    ) -> ColumnFilterResult:
+        """`filter` over the candidates still `kept` (only when `supports_columns()`)."""
+        raise NotImplementedError(f"filter {self.name!r} has no column path")
+
+
+@dataclass(slots=True)
+class ColumnScores:
+    """`ScorerOutput` over columns: one score per survivor row, and a function building the
+    terms (`{replica_id: {term: value}}`, as `ScorerOutput.terms`) when explain reads them."""
+
+    values: FloatArray
+    terms: Callable[[], dict[str, dict[str, float]]]
 
 
 @dataclass(slots=True)
@@ -102,6 +139,12 @@ class Scorer(Part[P]):
         self, request: RoutingRequest, candidates: Sequence[ReplicaSnapshot], now: float
     ) -> ScorerOutput:
         """One number per candidate (every candidate gets one)."""
+
+    def score_columns(
+        self, request: RoutingRequest, candidates: ReplicaColumns, rows: IntArray, now: float
+    ) -> ColumnScores:
+        """`score` over the survivor `rows` (only when `supports_columns()`)."""
+        raise NotImplementedError(f"scorer {self.name!r} has no column path")
 
     def describe(self, terms: dict[str, float]) -> str:
         """A short account of the chosen replica's terms for the decision's reason ("")."""
@@ -162,3 +205,18 @@ class Picker(Part[P]):
         now: float,
     ) -> Pick:
         """Choose among `candidates` (never empty)."""
+
+    def pick_columns(
+        self,
+        request: RoutingRequest,
+        candidates: ReplicaColumns,
+        rows: IntArray,
+        ids: Sequence[str],
+        total: FloatArray,
+        higher_is_better: bool,
+        now: float,
+    ) -> Pick | None:
+        """`pick` over the survivor `rows` (ids `ids`, weighted totals `total`), or None when
+        these inputs need the snapshot path (only called when `supports_columns()`). Only
+        pickers that read no single scorer's numbers and draw nothing from the rng have it."""
+        raise NotImplementedError(f"picker {self.name!r} has no column path")

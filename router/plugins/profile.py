@@ -10,6 +10,11 @@ It keeps the interface every caller of a routing policy uses (`PdRouter`, the co
 the fleet simulator): `pick` (pure: no part changes state in it), `score`, `route` (= `pick`
 + `on_request_routed`), `on_request_routed` and `on_replica_removed` (passed on to every part),
 and `name`. Profiles are built from YAML specs by `router.plugins.spec.build_profile`.
+
+When the candidates are `ReplicaColumns` and every part supports columns (`supports_columns`,
+`router/plugins/base.py`), `pick` runs the same pipeline on the arrays: the same decision
+(chosen, scores, rejections, reason), with the details built only when read. Any other case
+runs on the snapshots (built from the columns on first access).
 """
 
 from __future__ import annotations
@@ -18,8 +23,13 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from router.plugins.base import Filter, Picker, Scored, Scorer
+from router.replica_columns import FloatArray, ReplicaColumns
 from router.replica_state import PolicyDecision, ReplicaSnapshot, RoutingRequest
+
+Terms = dict[str, dict[str, float]]
 
 
 class Profile:
@@ -48,11 +58,17 @@ class Profile:
             *(s for s, _ in self.scorers),
             self.picker,
         )
+        self._columnar = all(part.supports_columns() for part in self._all_parts)
 
     @property
     def needs_prompt_text(self) -> bool:
         """Whether any part reads the prompt text (`text_prefix`)."""
         return any(p.needs_prompt_text for p in self._parts())
+
+    @property
+    def columnar(self) -> bool:
+        """Whether `pick` runs on `ReplicaColumns` without building snapshots."""
+        return self._columnar
 
     @property
     def weights(self) -> dict[str, float]:
@@ -63,6 +79,10 @@ class Profile:
         self, request: RoutingRequest, replicas: Sequence[ReplicaSnapshot], now: float
     ) -> PolicyDecision:
         """Filter, score and pick (see module docstring); changes no state."""
+        if self._columnar and isinstance(replicas, ReplicaColumns):
+            decision = self._pick_columns(request, replicas, now)
+            if decision is not None:
+                return decision
         candidates = list(replicas)
         rejected: dict[str, str] = {}
         notes: list[str] = []
@@ -93,9 +113,74 @@ class Profile:
             why=lambda: self._reason(head if isinstance(head, str) else head(), row, notes),
             scores=pick.scores,
             higher_is_better=pick.higher_is_better,
-            details=details,
+            terms=details,
             rejected=rejected,
         )
+
+    def _pick_columns(
+        self, request: RoutingRequest, columns: ReplicaColumns, now: float
+    ) -> PolicyDecision | None:
+        """`pick` on the arrays (module docstring); None: the picker needs the snapshots."""
+        kept = np.ones(len(columns), dtype=np.bool_)
+        rejected: dict[str, str] = {}
+        notes: list[str] = []
+        for f in self.filters:
+            result = f.filter_columns(request, columns, kept, now)
+            rejected.update(result.rejected)
+            kept = result.kept
+            if result.note:
+                notes.append(result.note)
+            if not kept.any():
+                reason = (
+                    "no healthy replica" if f.name == "health" else f"no candidate left by {f.name}"
+                )
+                return PolicyDecision(self.name, None, reason, rejected=rejected)
+        rows = np.flatnonzero(kept)
+        ids = columns.ids if len(rows) == len(columns) else [columns.ids[i] for i in rows.tolist()]
+        total: FloatArray | None = None
+        outputs = []
+        for scorer, weight in self.scorers:
+            out = scorer.score_columns(request, columns, rows, now)
+            outputs.append((scorer.name, out))
+            w = weight if scorer.higher_is_better == self.higher_is_better else -weight
+            # the same float operations as `_score`: copy for a leading weight 1, else 0.0 + ...
+            if total is None and w == 1.0:
+                total = out.values
+            else:
+                total = (np.zeros(len(ids)) if total is None else total) + w * out.values
+        assert total is not None  # a profile has at least one scorer
+        pick = self.picker.pick_columns(
+            request, columns, rows, ids, total, self.higher_is_better, now
+        )
+        if pick is None:
+            return None
+        pick_terms = pick.terms
+
+        def details() -> Terms:
+            terms: Terms = {}
+            for name, out in outputs:
+                _merge_terms(
+                    terms, ids, name, dict(zip(ids, out.values.tolist(), strict=True)), out.terms()
+                )
+            for rid, extra in pick_terms.items():
+                terms[rid].update(extra)
+            return terms
+
+        chosen = pick.chosen
+        head = pick.reason
+        decision = PolicyDecision(
+            policy=self.name,
+            chosen=chosen,
+            why="",
+            scores=pick.scores,
+            higher_is_better=pick.higher_is_better,
+            terms=details,
+            rejected=rejected,
+        )
+        decision.why = lambda: self._reason(
+            head if isinstance(head, str) else head(), decision.details[chosen], notes
+        )
+        return decision
 
     def _score(
         self, request: RoutingRequest, candidates: Sequence[ReplicaSnapshot], now: float
@@ -122,15 +207,7 @@ class Profile:
                     total = dict.fromkeys(ids, 0.0)
                 for rid in ids:
                     total[rid] += w * scores[rid]
-            extra = out.terms
-            for rid in ids:
-                row = terms.get(rid)
-                more = extra.get(rid)
-                if row is None:
-                    row = terms[rid] = more if more is not None else {}
-                elif more:
-                    row.update(more)
-                row[name] = scores[rid]
+            _merge_terms(terms, ids, name, scores, out.terms)
         assert total is not None  # a profile has at least one scorer
         return Scored(total, self.higher_is_better, by_scorer, directions, terms)
 
@@ -173,3 +250,17 @@ class Profile:
 
     def _parts(self) -> list[Filter[Any] | Scorer[Any] | Picker[Any]]:
         return [*self.filters, *(s for s, _ in self.scorers), self.picker]
+
+
+def _merge_terms(
+    terms: Terms, ids: Sequence[str], name: str, scores: dict[str, float], extra: Terms
+) -> None:
+    """Add one scorer's terms (its own rows are reused) and its raw score under its name."""
+    for rid in ids:
+        row = terms.get(rid)
+        more = extra.get(rid)
+        if row is None:
+            row = terms[rid] = more if more is not None else {}
+        elif more:
+            row.update(more)
+        row[name] = scores[rid]

@@ -25,13 +25,14 @@ from __future__ import annotations
 import json
 import random
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks.fleet_sim.policies import router_config_for
 from router.pd_router import NoReplicaError, PdRouter
 from router.policies.config import PolicyConfig, RouterPolicyConfig, build_policy
+from router.replica_columns import ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
 FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "router" / "decisions"
@@ -176,10 +177,15 @@ def variant_label(policy: str, params: dict[str, Any], weights: dict[str, float]
     return "@".join(parts)
 
 
+def _as(columns: bool, snaps: list[ReplicaSnapshot]) -> Sequence[ReplicaSnapshot]:
+    return ReplicaColumns.of(snaps) if columns else snaps
+
+
 def run_picks(
-    config: PolicyConfig, count: int, seed: int
+    config: PolicyConfig, count: int, seed: int, columns: bool = False
 ) -> list[tuple[str | None, dict[str, float], bool, list[str]]]:
-    """Feed `count` picks to a fresh policy built from `config`; the outcome per pick."""
+    """Feed `count` picks to a fresh policy built from `config`; the outcome per pick.
+    `columns`: the candidates as `ReplicaColumns` (router/replica_columns.py)."""
     policy = build_policy(config, rng=random.Random(seed))
     # A sampling pick draws once per routed request: a pick that is not routed may leave the
     # draw for the next one, so sampling configs route every pick.
@@ -188,7 +194,7 @@ def run_picks(
     out: list[tuple[str | None, dict[str, float], bool, list[str]]] = []
     for i, (request, snaps) in enumerate(pick_inputs(count, seed)):
         now = float(i)
-        d = policy.pick(request, snaps, now)
+        d = policy.pick(request, _as(columns, snaps), now)
         competing = {rid: s for rid, s in d.scores.items() if rid not in d.rejected}
         out.append((d.chosen, competing, d.higher_is_better, sorted(d.rejected)))
         if d.chosen is not None and (i % 13 != 12 or sampling):
@@ -244,15 +250,23 @@ def router_cases() -> Iterator[tuple[str, RouterPolicyConfig]]:
 _LEGACY_POOL = {"local": "decode"}
 
 
-def run_routes(config: RouterPolicyConfig, count: int, seed: int) -> list[list[Any]]:
+def run_routes(
+    config: RouterPolicyConfig, count: int, seed: int, columns: bool = False
+) -> list[list[Any]]:
     """`PdRouter.route` outcomes: [pool, disaggregate, prefill replica, decode replica, P/D
-    decision, prefill pick, decode pick] per request (or ["none"] on `NoReplicaError`)."""
+    decision, prefill pick, decode pick] per request (or ["none"] on `NoReplicaError`).
+    `columns`: every pool's candidates as `ReplicaColumns`."""
     router = PdRouter(config, seed=seed)
     out: list[list[Any]] = []
     for i, (request, prefill, decode, colocated) in enumerate(route_inputs(count, seed)):
         try:
             route = router.route(
-                request, prefill, decode, float(i), colocated=colocated, commit=i % 11 != 10
+                request,
+                _as(columns, prefill),
+                _as(columns, decode),
+                float(i),
+                colocated=_as(columns, colocated),
+                commit=i % 11 != 10,
             )
         except NoReplicaError:
             out.append(["none"])

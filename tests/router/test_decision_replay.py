@@ -32,14 +32,17 @@ def _load(name: str) -> Any:
 POLICY_CASES = list(policy_cases())
 
 
+@pytest.mark.parametrize("columns", [False, True], ids=["snapshots", "columns"])
 @pytest.mark.parametrize(
     ("policy", "label", "config", "count"), POLICY_CASES, ids=[c[1] for c in POLICY_CASES]
 )
 def test_profile_reproduces_recorded_picks(
-    policy: str, label: str, config: Any, count: int
+    policy: str, label: str, config: Any, count: int, columns: bool
 ) -> None:
+    """Also with the candidates as columns (`router/replica_columns.py`): the profiles whose
+    parts all have a column path take it, the others read the snapshots built from them."""
     recorded = _load(policy)[label]
-    replayed = [list(row) for row in run_picks(config, count, _seed_of(label))]
+    replayed = [list(row) for row in run_picks(config, count, _seed_of(label), columns)]
     assert len(recorded) == count
     mismatches = [i for i, (a, b) in enumerate(zip(recorded, replayed, strict=True)) if a != b]
     assert not mismatches, (
@@ -51,10 +54,11 @@ def test_profile_reproduces_recorded_picks(
 ROUTER_CASES = list(router_cases())
 
 
+@pytest.mark.parametrize("columns", [False, True], ids=["snapshots", "columns"])
 @pytest.mark.parametrize(("label", "config"), ROUTER_CASES, ids=[c[0] for c in ROUTER_CASES])
-def test_pd_router_reproduces_recorded_routes(label: str, config: Any) -> None:
+def test_pd_router_reproduces_recorded_routes(label: str, config: Any, columns: bool) -> None:
     recorded = _load("pd_router")[label]
-    replayed = run_routes(config, ROUTES_PER_CONFIG, _seed_of(label))
+    replayed = run_routes(config, ROUTES_PER_CONFIG, _seed_of(label), columns)
     mismatches = [i for i, (a, b) in enumerate(zip(recorded, replayed, strict=True)) if a != b]
     assert not mismatches, (
         f"{label}: {len(mismatches)} routes differ, first #{mismatches[0]}: "

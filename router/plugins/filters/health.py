@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from router.plugins.base import Filter, FilterResult, NoParams
+import numpy as np
+
+from router.plugins.base import ColumnFilterResult, Filter, FilterResult, NoParams
 from router.plugins.registry import register
+from router.replica_columns import BoolArray, ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
 
@@ -30,3 +33,14 @@ class HealthFilter(Filter[NoParams]):
         kept = [r for r in candidates if r.healthy]
         rejected = {r.replica_id: "unhealthy" for r in candidates if not r.healthy}
         return FilterResult(kept, rejected)
+
+    def supports_columns(self) -> bool:
+        return True
+
+    def filter_columns(
+        self, request: RoutingRequest, candidates: ReplicaColumns, kept: BoolArray, now: float
+    ) -> ColumnFilterResult:
+        healthy = candidates.healthy
+        ids = candidates.ids
+        dropped = np.flatnonzero(kept & ~healthy).tolist()
+        return ColumnFilterResult(kept & healthy, {ids[i]: "unhealthy" for i in dropped})

@@ -20,10 +20,12 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from router.plugins.base import Pick, Picker, Scored
 from router.plugins.registry import register
+from router.replica_columns import FloatArray, IntArray, ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
 _NUMERIC_FIELDS = {
@@ -74,6 +76,35 @@ def best(
     return min(tied, key=key).replica_id
 
 
+def best_row(
+    candidates: ReplicaColumns,
+    rows: IntArray,
+    ids: Sequence[str],
+    total: FloatArray,
+    higher_is_better: bool,
+    tie_break: Sequence[str],
+) -> str | None:
+    """`best` over columns: the same choice, or None when a tie needs a field that is not a
+    column (or a total is NaN, where `max`/`min` over a list and over an array differ)."""
+    top = total.max() if higher_is_better else total.min()
+    if np.isnan(top):
+        return None
+    tied: list[int] = np.flatnonzero(total == top).tolist()
+    if len(tied) == 1:
+        return ids[tied[0]]
+    getters = []
+    for item in tie_break:
+        column = candidates.column(item.removeprefix("-"))
+        if column is None:
+            return None
+        getters.append((column[rows].tolist(), -1.0 if item.startswith("-") else 1.0))
+
+    def key(t: int) -> tuple[object, ...]:
+        return (*(s * float(values[t]) for values, s in getters), ids[t])
+
+    return ids[min(tied, key=key)]
+
+
 @register
 class MaxScorePicker(Picker[MaxScoreParams]):
     """Argmax (or argmin) of the weighted total with a stable tie-break."""
@@ -90,11 +121,28 @@ class MaxScorePicker(Picker[MaxScoreParams]):
         now: float,
     ) -> Pick:
         chosen = best(candidates, scored.total, scored.higher_is_better, self.params.tie_break)
-        word = "max" if scored.higher_is_better else "min"
-        value = scored.total[chosen]
-        return Pick(
-            chosen,
-            lambda: f"{word} score {value:.4g}",
-            scored.total,
-            scored.higher_is_better,
-        )
+        return _pick(chosen, scored.total, scored.higher_is_better)
+
+    def supports_columns(self) -> bool:
+        return True
+
+    def pick_columns(
+        self,
+        request: RoutingRequest,
+        candidates: ReplicaColumns,
+        rows: IntArray,
+        ids: Sequence[str],
+        total: FloatArray,
+        higher_is_better: bool,
+        now: float,
+    ) -> Pick | None:
+        chosen = best_row(candidates, rows, ids, total, higher_is_better, self.params.tie_break)
+        if chosen is None:
+            return None
+        return _pick(chosen, dict(zip(ids, total.tolist(), strict=True)), higher_is_better)
+
+
+def _pick(chosen: str, total: dict[str, float], higher_is_better: bool) -> Pick:
+    word = "max" if higher_is_better else "min"
+    value = total[chosen]
+    return Pick(chosen, lambda: f"{word} score {value:.4g}", total, higher_is_better)

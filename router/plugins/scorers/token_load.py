@@ -54,6 +54,11 @@ benchmarks/results/sim-remaining-decode/. `max_tokens` is an upper bound in prod
 client may stop early or set it high); in `pdorch bench sim` it is the exact output length,
 so the simulator shows this term with a perfect length signal.
 
+**Columns** (issue 15): with `remaining_decode` false the same formula runs on
+`ReplicaColumns` as array operations (`score_columns`), the same IEEE operations in the same
+order, so every score is bit-identical to the loop's; a row without decode KV takes the
+`K = n = 0` branch exactly (`np.where`, not the general formula with zeros).
+
 Example::
 
     scorers: [{name: token_load, params: {default_prefill_tokens_per_s: 12000}}]
@@ -63,11 +68,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from router.plugins.base import Scorer, ScorerOutput
+from router.plugins.base import ColumnScores, Scorer, ScorerOutput
 from router.plugins.registry import register
+from router.replica_columns import IntArray, ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
+
+_TERM_NAMES = (
+    "uncached_tokens",
+    "queued_tokens",
+    "decode_kv_tokens",
+    "decode_seqs",
+    "steps",
+    "prefill_s",
+    "decode_s",
+    "tokens_per_s",
+)
 
 
 class TokenLoadParams(BaseModel):
@@ -161,6 +179,60 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
                 "tokens_per_s": tps,
             }
         return ScorerOutput(scores, terms)
+
+    def supports_columns(self) -> bool:
+        return not self.params.remaining_decode
+
+    def score_columns(
+        self, request: RoutingRequest, candidates: ReplicaColumns, rows: IntArray, now: float
+    ) -> ColumnScores:
+        """`score` as array operations (module docstring, "Columns")."""
+        params = self.params
+        bs = request.block_size
+        prompt = request.prompt_tokens
+        default_tps = params.default_prefill_tokens_per_s
+        budget_tokens = params.max_num_batched_tokens
+        c = params.decode_s_per_kv_token
+        out = params.expected_output_tokens
+        if request.max_tokens is not None and request.max_tokens < out:
+            out = request.max_tokens
+        everyone = len(rows) == len(candidates)
+        ints = candidates.ints if everyone else candidates.ints[:, rows]
+        given_tps = candidates.tps if everyone else candidates.tps[rows]
+        overlap = ints[0]
+        queued = ints[1]
+        uncached = np.maximum(prompt - overlap * bs, 0)
+        work = queued + uncached
+        tps = np.where(given_tps != 0.0, given_tps, default_tps)  # `tps or default`
+        kv = ints[2] * bs
+        has_kv = kv > 0
+        n = np.where(has_kv, ints[6], 0)
+        budget = np.where(budget_tokens > n, budget_tokens - n, 1)
+        steps = np.where(has_kv, np.where(work > budget, -(-work // budget), 1), 0)
+        read = c * kv
+        prefill = np.where(has_kv, (work + steps * n) / tps + steps * read, work / tps)
+        decode = np.where(has_kv, out * (n / tps + read), 0.0)
+        values = prefill + decode
+        ids = candidates.ids if everyone else [candidates.ids[i] for i in rows.tolist()]
+
+        def terms() -> dict[str, dict[str, float]]:
+            columns = (
+                uncached.astype(np.float64),
+                queued.astype(np.float64),
+                kv.astype(np.float64),
+                n.astype(np.float64),
+                steps.astype(np.float64),
+                prefill,
+                decode,
+                tps,
+            )
+            lists = [column.tolist() for column in columns]
+            return {
+                rid: dict(zip(_TERM_NAMES, row, strict=True))
+                for rid, row in zip(ids, zip(*lists, strict=True), strict=True)
+            }
+
+        return ColumnScores(values, terms)
 
     def describe(self, terms: dict[str, float]) -> str:
         return (

@@ -1,0 +1,333 @@
+"""Candidate replicas as columns: the same inputs as a list of `ReplicaSnapshot`, one array
+per field, so a decision over hundreds of replicas is a few array operations, not a Python
+object per replica (issue 15: at 256 and 1,024 replicas the per-replica snapshot, score dict
+and terms row were most of the decision).
+
+`ReplicaColumns` *is* a `Sequence[ReplicaSnapshot]`: every caller and every routing part that
+reads snapshots keeps working (the snapshots are built on first access, once, exactly as
+`build_snapshots` builds them). Parts that know columns (`health`, `token_load`, `max_score`,
+`decide_pd`; see `Profile.pick`) read the arrays instead and give the same answer, bit for bit:
+the same IEEE-754 operations in the same order on the same values (tests/router/
+test_replica_columns.py runs both paths over seeded fleets and compares every decision).
+
+`ColumnBuilder.build(replica_ids, overlap, loads, now, static, cached_blocks)` takes
+`build_snapshots`' arguments. It keeps the previous call's rows and rewrites only the rows
+whose `ReplicaLoad` (a `TokenLoad` returns the same object until the replica's load changes)
+or `ReplicaStatic` object changed. A load source with a change log (`TokenLoad.changes_since`)
+is asked only for the replicas it says changed since the last build; any other is asked for
+every replica (one identity check each). Statics, when given, are checked by identity per
+replica. Then a decision costs the changed rows, the overlap row, and a copy of the arrays
+(each `ReplicaColumns` owns its arrays: one kept for explain stays true).
+This relies on what `TokenLoad` and `ReplicaStatic` guarantee: a load or static object is
+never changed in place (a change is a new object).
+
+Columns (index `i` = position in `replica_ids`): `ints[f, i]` for the integer fields
+`INT_FIELDS`, `kv_usage`, `tps` (`prefill_tokens_per_s`, 0.0 where None: every reader treats
+0 and None alike, `tps or default`), `healthy`. Read-only by convention, like a snapshot;
+`mark_unhealthy` is the one change (the lifecycle's excluded and ineligible replicas).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Protocol, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from router.replica_state import (
+    LoadSource,
+    ReplicaLoad,
+    ReplicaSnapshot,
+    ReplicaStatic,
+)
+
+INT_FIELDS = (
+    "overlap_blocks",
+    "prefill_tokens_queued",
+    "decode_blocks",
+    "num_running",
+    "num_waiting",
+    "kv_capacity_blocks",
+    "requests_in_flight",
+    "cached_blocks",
+)
+_ROW = {name: i for i, name in enumerate(INT_FIELDS)}
+_OVERLAP = _ROW["overlap_blocks"]
+_CACHED = _ROW["cached_blocks"]
+_DEFAULT_STATIC = ReplicaStatic()
+
+
+class ChangeLog(Protocol):
+    """A load source that says which replicas' loads changed (`TokenLoad` does)."""
+
+    def changes_since(self, position: int) -> tuple[int, list[str]] | None: ...
+
+    def change_position(self) -> int: ...
+
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class ReplicaColumns(Sequence[ReplicaSnapshot]):
+    """Candidates as arrays (module docstring); a lazy `Sequence[ReplicaSnapshot]` too."""
+
+    __slots__ = ("_loads", "_snapshots", "_statics", "healthy", "ids", "ints", "kv_usage", "tps")
+
+    def __init__(
+        self,
+        ids: list[str],
+        ints: IntArray,
+        kv_usage: FloatArray,
+        tps: FloatArray,
+        healthy: BoolArray,
+        loads: list[ReplicaLoad],
+        statics: list[ReplicaStatic],
+    ) -> None:
+        self.ids = ids
+        self.ints = ints
+        self.kv_usage = kv_usage
+        self.tps = tps
+        self.healthy = healthy
+        self._loads = loads
+        self._statics = statics
+        self._snapshots: list[ReplicaSnapshot] | None = None
+
+    @classmethod
+    def of(cls, snapshots: Sequence[ReplicaSnapshot]) -> ReplicaColumns:
+        """Columns of existing snapshots (which stay the sequence's items, shared)."""
+        snaps = list(snapshots)
+        n = len(snaps)
+        ints = np.zeros((len(INT_FIELDS), n), dtype=np.int64)
+        for f, name in enumerate(INT_FIELDS):
+            ints[f] = [getattr(s, name) for s in snaps]
+        columns = cls(
+            [s.replica_id for s in snaps],
+            ints,
+            np.array([s.kv_usage for s in snaps], dtype=np.float64),
+            np.array([s.prefill_tokens_per_s or 0.0 for s in snaps], dtype=np.float64),
+            np.array([s.healthy for s in snaps], dtype=np.bool_),
+            [],
+            [],
+        )
+        columns._snapshots = snaps
+        return columns
+
+    def column(self, name: str) -> IntArray | FloatArray | BoolArray | None:
+        """The array of a numeric `ReplicaSnapshot` field (None: not a column)."""
+        row = _ROW.get(name)
+        if row is not None:
+            values: IntArray = self.ints[row]
+            return values
+        if name == "kv_usage":
+            return self.kv_usage
+        if name == "healthy":
+            return self.healthy
+        return None
+
+    @property
+    def overlap(self) -> IntArray:
+        values: IntArray = self.ints[_OVERLAP]
+        return values
+
+    def overlap_of(self, replica_id: str) -> int:
+        """The replica's overlap (0 when it is not a candidate)."""
+        try:
+            return int(self.ints[_OVERLAP, self.ids.index(replica_id)])
+        except ValueError:
+            return 0
+
+    def mark_unhealthy(self, replica_ids: Iterable[str]) -> None:
+        """Mark these candidates unhealthy (ids that are not candidates are ignored)."""
+        wanted = set(replica_ids)
+        if not wanted:
+            return
+        for i, rid in enumerate(self.ids):
+            if rid in wanted:
+                self.healthy[i] = False
+                if self._snapshots is not None:
+                    self._snapshots[i].healthy = False
+
+    # -- the Sequence[ReplicaSnapshot] view --------------------------------------------------
+
+    def snapshots(self) -> list[ReplicaSnapshot]:
+        """The candidates as `build_snapshots` returns them (built once, then shared)."""
+        snaps = self._snapshots
+        if snaps is None:
+            healthy = self.healthy.tolist()
+            overlap = self.ints[_OVERLAP].tolist()
+            cached = self.ints[_CACHED].tolist()
+            snaps = self._snapshots = [
+                ReplicaSnapshot(
+                    rid,
+                    healthy[i],
+                    overlap[i],
+                    load.prefill_tokens_queued,
+                    load.decode_blocks,
+                    load.kv_usage,
+                    load.num_running,
+                    load.num_waiting,
+                    load.kv_capacity_blocks,
+                    load.requests_in_flight,
+                    info.prefill_tokens_per_s,
+                    cached[i],
+                    None,
+                    load.decoding,
+                )
+                for i, (rid, load, info) in enumerate(
+                    zip(self.ids, self._loads, self._statics, strict=True)
+                )
+            ]
+        return snaps
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> ReplicaSnapshot: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ReplicaSnapshot]: ...
+
+    def __getitem__(self, index: int | slice) -> ReplicaSnapshot | Sequence[ReplicaSnapshot]:
+        return self.snapshots()[index]
+
+    def __iter__(self) -> Iterator[ReplicaSnapshot]:
+        return iter(self.snapshots())
+
+
+def overlap_of(candidates: Sequence[ReplicaSnapshot], replica_id: str) -> int:
+    """`replica_id`'s overlap among `candidates` (0 if absent), without building snapshots
+    when they are columns."""
+    if isinstance(candidates, ReplicaColumns):
+        return candidates.overlap_of(replica_id)
+    return next((s.overlap_blocks for s in candidates if s.replica_id == replica_id), 0)
+
+
+class ColumnBuilder:
+    """Builds `ReplicaColumns`, rewriting only the rows whose load or statics changed."""
+
+    __slots__ = (
+        "_all_default",
+        "_healthy",
+        "_ids",
+        "_ints",
+        "_kv_usage",
+        "_loads",
+        "_position",
+        "_row_of",
+        "_source",
+        "_statics",
+        "_tps",
+    )
+
+    def __init__(self) -> None:
+        self._ids: list[str] = []
+        self._source: LoadSource | None = None
+        self._ints: IntArray = np.zeros((len(INT_FIELDS), 0), dtype=np.int64)
+        self._kv_usage: FloatArray = np.zeros(0)
+        self._tps: FloatArray = np.zeros(0)
+        self._healthy: BoolArray = np.zeros(0, dtype=np.bool_)
+        self._loads: list[ReplicaLoad | None] = []
+        self._statics: list[ReplicaStatic | None] = []
+        self._row_of: dict[str, int] = {}
+        self._position = -1  # the load source's change-log position read last (-1: none)
+        self._all_default = False  # every row's statics are the default (no mapping given)
+
+    def _reset(self, ids: list[str], loads: LoadSource) -> None:
+        n = len(ids)
+        self._ids = ids
+        self._source = loads
+        self._ints = np.zeros((len(INT_FIELDS), n), dtype=np.int64)
+        self._kv_usage = np.zeros(n)
+        self._tps = np.zeros(n)
+        self._healthy = np.ones(n, dtype=np.bool_)
+        self._loads = [None] * n
+        self._statics = [None] * n
+        self._row_of = {rid: i for i, rid in enumerate(ids)}
+        self._position = -1
+        self._all_default = False
+
+    def _changed_rows(self, loads: LoadSource) -> list[int] | None:
+        """Rows whose load may have changed since the last build (None: all of them)."""
+        changes_since = getattr(loads, "changes_since", None)
+        if changes_since is None:
+            return None
+        answer: tuple[int, list[str]] | None = changes_since(self._position)
+        if answer is None:
+            self._position = loads.change_position()  # type: ignore[attr-defined]
+            return None
+        self._position, replica_ids = answer
+        if len(replica_ids) > len(self._ids):
+            return None  # cheaper to re-read every row
+        row_of = self._row_of
+        return sorted({row_of[rid] for rid in replica_ids if rid in row_of})
+
+    def build(
+        self,
+        replica_ids: Iterable[str],
+        overlap: Mapping[str, int],
+        loads: LoadSource,
+        now: float,
+        static: Mapping[str, ReplicaStatic] | None = None,
+        cached_blocks: Mapping[str, int] | None = None,
+    ) -> ReplicaColumns:
+        """`build_snapshots(...)` as columns (same arguments, same meaning)."""
+        ids = replica_ids if isinstance(replica_ids, list) else list(replica_ids)
+        if ids != self._ids or loads is not self._source:
+            self._reset(list(ids), loads)
+        ids = self._ids  # our copy: the caller's list may change after this call
+        ints, kv_usage, tps, healthy = self._ints, self._kv_usage, self._tps, self._healthy
+        prev_loads, prev_statics = self._loads, self._statics
+        get_load = loads.load
+        changed = self._changed_rows(loads)
+        rows: Iterable[int] = range(len(ids)) if changed is None else changed
+        for i in rows:
+            load = get_load(ids[i], now)
+            if load is not prev_loads[i]:
+                prev_loads[i] = load
+                ints[1:7, i] = (
+                    load.prefill_tokens_queued,
+                    load.decode_blocks,
+                    load.num_running,
+                    load.num_waiting,
+                    load.kv_capacity_blocks,
+                    load.requests_in_flight,
+                )
+                kv_usage[i] = load.kv_usage
+        # statics are a plain mapping (changed in place by their owner): checked every time,
+        # by identity (a `ReplicaStatic` is frozen), only when there are any
+        if static or not self._all_default:
+            self._all_default = not static
+            get_static = (static or {}).get
+            for i, rid in enumerate(ids):
+                info = get_static(rid, _DEFAULT_STATIC)
+                if info is not prev_statics[i]:
+                    prev_statics[i] = info
+                    healthy[i] = info.healthy
+                    tps[i] = info.prefill_tokens_per_s or 0.0
+        out_ints = ints.copy()
+        row = out_ints[_OVERLAP]
+        # one list, then one conversion: a numpy item assignment per replica costs more
+        if overlap:
+            get_overlap = overlap.get
+            row[:] = [get_overlap(rid, 0) for rid in ids]
+        else:
+            row[:] = 0
+        row = out_ints[_CACHED]
+        if cached_blocks:
+            get_cached = cached_blocks.get
+            row[:] = [get_cached(rid, 0) for rid in ids]
+        else:
+            row[:] = 0
+        return ReplicaColumns(
+            ids,
+            out_ints,
+            kv_usage.copy(),
+            tps.copy(),
+            healthy.copy(),
+            prev_loads.copy(),  # type: ignore[arg-type]  # every row is set above
+            prev_statics.copy(),  # type: ignore[arg-type]
+        )

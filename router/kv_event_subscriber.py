@@ -27,7 +27,11 @@ Join replays (:attr:`KvEventSubscriber.replaying`): the engines whose replay fro
 ``replay_timeout_s`` of silence). Until it is empty the index lacks what those engines cached
 before we joined, so routing is cache-blind: the coordinator's ``/health`` says ``replaying``
 (503) meanwhile. Engines added after ``start`` (a scale-up) are replayed too but do not count:
-the rest of the index is whole then.
+the rest of the index is whole then. ``join_deadline_s`` (default 10 s) after ``start``
+``replaying`` is empty whatever is left: a replay that makes progress is not bounded by
+``replay_timeout_s`` (an idle timeout), and a starved coordinator replaying four full
+10,000-batch buffers could otherwise stay not ready for minutes (chaos `kill-coordinator` at
+load 15: over 90 s); a cache-blind coordinator that serves is better than none.
 
 Counters (:meth:`KvEventSubscriber.metrics`): ``messages``, ``events``, ``blocks_stored``,
 ``blocks_removed``, ``gaps``, ``replays_requested``/``_completed``/``_failed``, ``resets``,
@@ -118,6 +122,7 @@ class KvEventSubscriber:
         replay_on_join: bool = True,
         clock: Callable[[], float] = time.monotonic,
         rcvhwm: int = 100_000,
+        join_deadline_s: float = 10.0,
     ) -> None:
         self.sink = sink
         self.bind_endpoint = bind_endpoint
@@ -138,6 +143,8 @@ class KvEventSubscriber:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._replays: dict[str, asyncio.Task[None]] = {}
         self._joining: set[str] = set()  # join replays of `start` not ended yet (`replaying`)
+        self.join_deadline_s = join_deadline_s
+        self._started_at = 0.0
         self._started = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -147,6 +154,7 @@ class KvEventSubscriber:
         if self._started:
             return
         self._started = True
+        self._started_at = self._clock()
         self._ctx = self._ctx_arg if self._ctx_arg is not None else zmq.asyncio.Context()
         if self.bind_endpoint is not None:
             sock = self._ctx.socket(zmq.SUB)
@@ -188,7 +196,10 @@ class KvEventSubscriber:
 
     @property
     def replaying(self) -> frozenset[str]:
-        """The engines whose join replay (asked at `start`) has not ended: see module doc."""
+        """The engines whose join replay (asked at `start`) has not ended, until
+        `join_deadline_s` after `start`: see module doc."""
+        if self._clock() - self._started_at >= self.join_deadline_s:
+            return frozenset()
         return frozenset(self._joining)
 
     @property

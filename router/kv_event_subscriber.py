@@ -22,6 +22,17 @@ seq frame, payload that is not a KV event batch) counted and skipped -- a bad me
 stops the loop.
 :meth:`KvEventSubscriber.remove_engine` closes the engine's socket and drops its entries.
 
+Join replays (:attr:`KvEventSubscriber.replaying`): the engines whose replay from 0, asked at
+:meth:`~KvEventSubscriber.start`, has not ended yet (completed, failed, or timed out after
+``replay_timeout_s`` of silence). Until it is empty the index lacks what those engines cached
+before we joined, so routing is cache-blind: the coordinator's ``/health`` says ``replaying``
+(503) meanwhile. Engines added after ``start`` (a scale-up) are replayed too but do not count:
+the rest of the index is whole then. ``join_deadline_s`` (default 10 s) after ``start``
+``replaying`` is empty whatever is left: a replay that makes progress is not bounded by
+``replay_timeout_s`` (an idle timeout), and a starved coordinator replaying four full
+10,000-batch buffers could otherwise stay not ready for minutes (chaos `kill-coordinator` at
+load 15: over 90 s); a cache-blind coordinator that serves is better than none.
+
 Counters (:meth:`KvEventSubscriber.metrics`): ``messages``, ``events``, ``blocks_stored``,
 ``blocks_removed``, ``gaps``, ``replays_requested``/``_completed``/``_failed``, ``resets``,
 ``duplicates``, ``missed``, ``garbage``, ``unknown_topic`` (and the sink's own counters when it
@@ -31,7 +42,7 @@ Everything runs on the caller's asyncio loop; the sink is called from that loop 
 
 Public API (stable): :class:`KvEventSubscriber` (``start``, ``stop``, ``async with``,
 ``add_engine``, ``remove_engine``, ``reset_engine``, ``bound_endpoint``, ``metrics``,
-``counters``, ``on_frames``),
+``counters``, ``on_frames``, ``replaying``),
 :class:`EngineEventSource`, :class:`KvEventSink` (protocol: ``apply_batch``, ``clear_replica``,
 ``remove_replica`` -- what :class:`~router.kv_index.KvIndex` offers).
 """
@@ -111,6 +122,7 @@ class KvEventSubscriber:
         replay_on_join: bool = True,
         clock: Callable[[], float] = time.monotonic,
         rcvhwm: int = 100_000,
+        join_deadline_s: float = 10.0,
     ) -> None:
         self.sink = sink
         self.bind_endpoint = bind_endpoint
@@ -130,6 +142,9 @@ class KvEventSubscriber:
         self._bound_endpoint: str | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._replays: dict[str, asyncio.Task[None]] = {}
+        self._joining: set[str] = set()  # join replays of `start` not ended yet (`replaying`)
+        self.join_deadline_s = join_deadline_s
+        self._started_at = 0.0
         self._started = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -139,6 +154,7 @@ class KvEventSubscriber:
         if self._started:
             return
         self._started = True
+        self._started_at = self._clock()
         self._ctx = self._ctx_arg if self._ctx_arg is not None else zmq.asyncio.Context()
         if self.bind_endpoint is not None:
             sock = self._ctx.socket(zmq.SUB)
@@ -152,7 +168,7 @@ class KvEventSubscriber:
         for source in self._sources.values():
             if source.endpoint is not None:
                 self._open(source)
-            self._join(source)
+            self._join(source, initial=True)
 
     async def stop(self) -> None:
         """Stop all receive and replay tasks and close the sockets."""
@@ -164,6 +180,7 @@ class KvEventSubscriber:
                 await task
         self._tasks.clear()
         self._replays.clear()
+        self._joining.clear()
         self._bound = None
         if self._ctx is not None and self._ctx_arg is None:
             self._ctx.destroy(linger=0)
@@ -176,6 +193,14 @@ class KvEventSubscriber:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    @property
+    def replaying(self) -> frozenset[str]:
+        """The engines whose join replay (asked at `start`) has not ended, until
+        `join_deadline_s` after `start`: see module doc."""
+        if self._clock() - self._started_at >= self.join_deadline_s:
+            return frozenset()
+        return frozenset(self._joining)
 
     @property
     def bound_endpoint(self) -> str | None:
@@ -209,6 +234,7 @@ class KvEventSubscriber:
             task = tasks.pop(replica_id, None)
             if task is not None:
                 task.cancel()
+        self._joining.discard(replica_id)
         self.tracker.forget(replica_id)
         if drop_entries:
             self.sink.remove_replica(replica_id)
@@ -226,6 +252,7 @@ class KvEventSubscriber:
         task = self._replays.pop(replica_id, None)
         if task is not None:
             task.cancel()
+        self._joining.discard(replica_id)  # its old cache is gone: nothing left to wait for
         self.tracker.forget(replica_id)
         self.sink.clear_replica(replica_id)
 
@@ -244,12 +271,17 @@ class KvEventSubscriber:
         sock.connect(source.endpoint)
         self._tasks[source.replica_id] = asyncio.create_task(self._receive(sock, source.replica_id))
 
-    def _join(self, source: EngineEventSource) -> None:
+    def _join(self, source: EngineEventSource, *, initial: bool = False) -> None:
         """Replay ``source`` from 0 now (``SequenceTracker.on_join``) when it has a replay
         socket: a coordinator (re)started over a running fleet has its index rebuilt from the
-        engines' buffers at once, not at each engine's next KV event."""
-        if source.replay_endpoint is not None:
-            self._do(source.replica_id, self.tracker.on_join(source.replica_id, self._clock()))
+        engines' buffers at once, not at each engine's next KV event. ``initial`` (from
+        `start`): counted in `replaying` until that replay ends."""
+        if source.replay_endpoint is None:
+            return
+        rid = source.replica_id
+        self._do(rid, self.tracker.on_join(rid, self._clock()))
+        if initial and rid in self._replays:
+            self._joining.add(rid)
 
     async def _receive(self, sock: zmq.asyncio.Socket, replica_id: str | None) -> None:
         try:
@@ -358,6 +390,9 @@ class KvEventSubscriber:
             sock.close(linger=0)
             if self._replays.get(rid) is asyncio.current_task():
                 del self._replays[rid]
+        # ended (or given up): the join, if this or the replay it replaced was one, is over;
+        # a replay cancelled for a newer one (a gap seen meanwhile) leaves it to that one
+        self._joining.discard(rid)
         if rid in self._sources:
             step = self.tracker.on_replay_end(rid) if ok else self.tracker.on_replay_failed(rid)
             self._do(rid, step)

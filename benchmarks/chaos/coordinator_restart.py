@@ -14,9 +14,10 @@ Figures (definitions: `convergence.py`, `scenarios.py`): per coordinator the usu
 counts (`sent`, `succeeded`, `failed_before_first_byte`, `broken_mid_stream`, `hung`, by kind);
 for the killed one the same by phase (in flight at the kill: lost to their clients; while
 down: refused; after ready: must all succeed); `restart.ready_s` (process start → `/health`
-200) and `restart.first_success_s` (process start → first byte of its first succeeded
-request); `restart.kv_index_rebuilt_s` (ready → its index holds 95 % of the survivor's blocks
-on every replica: the replay from 0 at the subscriber's start runs after `/health` answers);
+200, which waits for the KV-event join replay: 503 `replaying` until then) and
+`restart.first_success_s` (process start → first byte of its first succeeded request);
+`restart.kv_index_rebuilt_s` (ready → its index holds 95 % of the survivor's blocks on every
+replica: 0 when the replay was done at ready);
 `kv_index_at_ready` (the restarted coordinator's `indexed_blocks` per replica at its
 first `/admin/pools`, beside the survivor's and the engines' `cached_blocks`);
 `kv_index_after` per coordinator once the load stopped (must `match`); `token_load` convergence

@@ -84,11 +84,13 @@ async def run_load(
     on_done: Callable[[RequestResult], None] | None = None,
     *,
     backoff_s: float = 0.0,
+    headers: dict[str, str] | None = None,
 ) -> list[RequestResult]:
     """Drive the load until `stop`; every request started is awaited (none is cancelled).
     `backoff_s` > 0: a worker whose request failed before its first byte waits that long before
     the next (a client retrying a refused connection; without it a coordinator that is down
-    turns each worker into a busy loop of refusals)."""
+    turns each worker into a busy loop of refusals). `headers`: sent with every request (e.g.
+    `x-pdorch-priority`)."""
     results: list[RequestResult] = []
     url = base_url + "/v1/completions"
 
@@ -129,6 +131,8 @@ async def run_load(
     limits = client_limits(
         max_connections=settings.concurrency + 8, max_keepalive_connections=settings.concurrency
     )
-    async with http_client(timeout=settings.request_timeout_s, limits=limits) as client:
+    async with http_client(
+        timeout=settings.request_timeout_s, limits=limits, headers=headers
+    ) as client:
         await asyncio.gather(*(worker(i, client) for i in range(settings.concurrency)))
     return results

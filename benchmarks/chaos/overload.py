@@ -36,25 +36,36 @@ class OverloadSettings:
 
 
 @dataclass(slots=True)
-class _Answer:
+class Answer:
     status: int | None = None
     retry_after: str | None = None
     first_byte_s: float | None = None
     total_s: float = 0.0
     error: str | None = None
+    body: bytes = b""  # a refusal's body (only with `read_refusal`)
 
 
-async def _one(host: str, port: int, body: dict[str, Any]) -> _Answer:
+async def send_stream(
+    host: str,
+    port: int,
+    body: dict[str, Any],
+    headers: dict[str, str] | None = None,
+    *,
+    read_refusal: bool = False,
+) -> Answer:
     """One streamed completion over a bare asyncio connection (HTTP/1.1, `Connection: close`).
 
     Not httpx: 320 httpx streams at once cost the bench client seconds of CPU on a 2-core box,
     and that time would be counted as the coordinator's shed latency. First byte = the first
-    read holding an SSE `data:` event; the answer ends at EOF."""
-    answer = _Answer()
+    read holding an SSE `data:` event; the answer ends at EOF. A refusal (not 200) ends at its
+    head (`total_s`); `read_refusal` also reads its body to EOF into `body` (`total_s` stays
+    the head's time)."""
+    answer = Answer()
     data = json.dumps(body).encode()
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     head = (
         f"POST /v1/completions HTTP/1.1\r\nhost: {host}:{port}\r\n"
-        f"content-type: application/json\r\ncontent-length: {len(data)}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(data)}\r\n{extra}"
         "connection: close\r\n\r\n"
     ).encode()
     started = time.perf_counter()
@@ -74,6 +85,10 @@ async def _one(host: str, port: int, body: dict[str, Any]) -> _Answer:
             if b"\r\n\r\n" in received:
                 answer.status, answer.retry_after = _status(received)
                 if answer.status != 200:
+                    answer.total_s = time.perf_counter() - started
+                    if read_refusal:
+                        rest = await reader.read()
+                        answer.body = received.split(b"\r\n\r\n", 1)[1] + rest
                     break  # a refusal: its status is all we need
         if answer.status == 200 and b"[DONE]" not in received:
             answer.error = "stream ended before [DONE]"
@@ -82,7 +97,8 @@ async def _one(host: str, port: int, body: dict[str, Any]) -> _Answer:
     finally:
         if writer is not None:
             writer.close()
-    answer.total_s = time.perf_counter() - started
+    if answer.status is None or answer.status == 200:
+        answer.total_s = time.perf_counter() - started
     return answer
 
 
@@ -97,7 +113,7 @@ def _status(received: bytes) -> tuple[int, str | None]:
     return int(lines[0].split()[1]), retry_after
 
 
-def _quantile(values: list[float], q: float) -> float | None:
+def quantile(values: list[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
@@ -142,7 +158,7 @@ async def run_overload(
         model = fleet_settings.served_model_name
         bodies = [payload(model, load, stream=True) for _ in range(burst)]  # built before timing
         async with asyncio.timeout(settings.request_timeout_s):
-            answers = await asyncio.gather(*(_one(host, port, body) for body in bodies))
+            answers = await asyncio.gather(*(send_stream(host, port, body) for body in bodies))
         async with http_client(timeout=10.0) as client:
             view = (await client.get(fleet.url + "/admin/pools")).json()
         rss_peak = rss_peak_mib(fleet.coordinator.pid)
@@ -168,13 +184,13 @@ async def run_overload(
         "hung": 0,
         "by_kind": {"stream": {"hung": 0}, "whole": {"hung": 0}},
         "shed_latency_s": {
-            "p50": _quantile([a.total_s for a in shed], 0.5),
-            "p99": _quantile([a.total_s for a in shed], 0.99),
-            "max": _quantile([a.total_s for a in shed], 1.0),
+            "p50": quantile([a.total_s for a in shed], 0.5),
+            "p99": quantile([a.total_s for a in shed], 0.99),
+            "max": quantile([a.total_s for a in shed], 1.0),
         },
         "admitted_ttft_s": {
-            "p50": _quantile([a.first_byte_s for a in ok if a.first_byte_s is not None], 0.5),
-            "p99": _quantile([a.first_byte_s for a in ok if a.first_byte_s is not None], 0.99),
+            "p50": quantile([a.first_byte_s for a in ok if a.first_byte_s is not None], 0.5),
+            "p99": quantile([a.first_byte_s for a in ok if a.first_byte_s is not None], 0.99),
         },
         "coordinator_rss_mib": {"idle_peak": rss_idle, "peak": rss_peak},
         "routing": {},

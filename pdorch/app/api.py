@@ -15,8 +15,9 @@ FastAPI as before.
 Routes: `POST /v1/completions`, `POST /v1/chat/completions` (stream or not; the P/D flow in
 `flow.py`; batches of prompts `fanout.py`), `POST /tokenize`, `/detokenize`, `/v1/responses`,
 `/v1/embeddings` (forwarded to one engine that serves them, `passthrough.py`), `GET /v1/models`
-(the served model), `GET /health` (200 when a decode or colocated
-replica is routable, else 503), `GET /metrics` (Prometheus, `metrics.py`), `/admin/*`
+(the served model), `GET /health` (readiness: 200 when a decode or colocated
+replica is routable and the KV-event join replay after start has ended, else 503 `no_replica`
+or `replaying`), `GET /metrics` (Prometheus, `metrics.py`), `/admin/*`
 (`admin.py`; both take `?model=NAME` in a several-model fleet, default the first model,
 `models.py`), `GET /dashboard` (the status page, `dashboard.py`). Every error is OpenAI-shaped
 (`errors.py`), including unknown routes (404),
@@ -221,10 +222,19 @@ def create_app(coordinator: Coordinator, models: ModelDispatch | None = None) ->
 
     @app.get("/health")
     async def health() -> Response:
-        if any(m.can_serve() for m in every):
-            return Response(status_code=200)
-        unavailable = ApiError(503, "No routable decode or colocated replica.", code="no_replica")
-        return unavailable.response()
+        # readiness (the Kubernetes probe; liveness is the TCP port): not while the KV-event
+        # join replay of a (re)started coordinator runs, its index is empty and routing
+        # cache-blind until then (router/kv_event_subscriber.py, `replaying`)
+        if not any(m.can_serve() for m in every):
+            unavailable = ApiError(
+                503, "No routable decode or colocated replica.", code="no_replica"
+            )
+            return unavailable.response()
+        replaying = sorted(rid for m in every for rid in m.subscriber.replaying)
+        if replaying:
+            message = f"Rebuilding the KV index: join replay of {', '.join(replaying)} not ended."
+            return ApiError(503, message, code="replaying").response()
+        return Response(status_code=200)
 
     # `/admin/*` and `?model=` on `/metrics` pick a model's coordinator (`models.py`); a
     # one-model fleet gets a dispatch of its one coordinator for that, never on the POST path

@@ -15,7 +15,8 @@ Metrics (type; labels):
 - `pdorch_decode_retries_total`, `pdorch_stream_errors_total` (streams ended with an error
   event), `pdorch_client_disconnects_total` (counters)
 - `pdorch_rejected_total` (counter; `reason`: concurrency (over `max_concurrent_requests`
-  with the admission queue full or off), queue_timeout (queued past `admission.max_wait_s`),
+  with the admission queue full or off), displaced (queued, then its place taken by a
+  higher priority), queue_timeout (queued past `admission.max_wait_s`),
   body_size, auth)
 - `pdorch_migrations_total` (counter; `reason`: `connection` reset/refused/timed out, `eof`
   the answer ended before `[DONE]`, `stall` no byte for `stall_timeout_s`, `error_event` the

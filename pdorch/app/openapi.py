@@ -326,7 +326,8 @@ def openapi_document(
         },
         "/health": {
             "get": {
-                "summary": "200 when a decode or colocated replica is routable, else 503",
+                "summary": "200 when a decode or colocated replica is routable and the KV-event "
+                "join replay after start has ended, else 503 (no_replica, replaying)",
                 "responses": _responses(_ok(None), ()),
             }
         },

@@ -43,7 +43,11 @@ def bench_chaos(
         "default set: a burst of 10x --concurrency streamed "
         "requests against max_concurrent_requests = --concurrency with an admission queue of "
         "as many, max_wait_s 2: accepted / shed (429) counts, shed latency, admitted TTFT p99, "
-        "the coordinator's RSS peak).",
+        "the coordinator's RSS peak), overload-mixed (not in the default set: the same burst "
+        "while the steady --concurrency clients run at x-pdorch-priority 10, the burst half at "
+        "0 and half at -10, max_concurrent_requests 1.5 x --concurrency: per priority class "
+        "sent / admitted / ok / shed / other errors, shed latency, admitted TTFT, the steady "
+        "clients' TTFT before / during / after the burst, queue and token load after).",
     ),
     concurrency: int = typer.Option(
         32, min=2, help="Concurrent clients (even ones stream, odd ones do not)."
@@ -143,6 +147,7 @@ def bench_chaos(
         skipped = (
             "kill-both-prefill",
             "overload",
+            "overload-mixed",
             "slow-decode",
             "kv-events-lost",
             "kill-coordinator",
@@ -215,6 +220,16 @@ def bench_chaos(
                 f"admitted TTFT {row['admitted_ttft_s']}; coordinator RSS "
                 f"{row['coordinator_rss_mib']} MiB"
             )
+        if row["scenario"] == "overload-mixed":
+            for name, c in row["classes"].items():
+                err.print(
+                    f"overload-mixed: {name}: {c['sent']} sent, {c['admitted']} admitted, "
+                    f"{c['ok']} ok, {c['shed']} shed {c['shed_reasons']}, {c['other_errors']} "
+                    f"other; shed latency {c['shed_latency_s']}; TTFT {c['admitted_ttft_s']}"
+                )
+            for window, w in row["steady"].items():
+                err.print(f"overload-mixed: steady {window}: streamed TTFT {w['ttft_s']}")
+            err.print(f"overload-mixed: queue {row['queue']}; RSS {row['coordinator_rss_mib']}")
         if row["scenario"] == "kill-coordinator":
             for index, c in row["coordinators"].items():
                 err.print(

@@ -115,6 +115,42 @@ def test_overload_sheds_with_retry_after_and_serves_the_admitted(tmp_path: Path)
     assert row["token_load_zero"] and row["requests_queued_after"] == 0
 
 
+def test_overload_mixed_sheds_the_burst_not_the_steady_high_priority_clients(
+    tmp_path: Path,
+) -> None:
+    """4 steady clients at priority 10; a burst of 40 streams (priorities 0 and -10) against
+    max_concurrent_requests 6 + a queue of 4: the burst is shed with 429 + Retry-After, no
+    steady request is shed while lower ones could be, nothing is a 5xx, and the queue and the
+    token load are back to 0 after."""
+    cmd = [str(PDORCH), "bench", "chaos", "--json", "--scenarios", "overload-mixed"]
+    cmd += ["--concurrency", "4", "--max-tokens", "32", "--settle-s", "2"]
+    cmd += ["--log-dir", str(tmp_path / "logs")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(proc.stdout)["rows"]
+    classes = row["classes"]
+    assert set(classes) == {"high", "normal", "low"}
+    assert classes["normal"]["sent"] == classes["low"]["sent"] == 20
+    high = classes["high"]
+    assert high["sent"] > 0 and high["ok"] == high["sent"], high
+    for name in ("normal", "low"):
+        c = classes[name]
+        assert c["ok"] + c["shed"] == c["sent"], c
+        assert c["other_errors"] == 0 and c["server_errors_5xx"] == 0, c["errors"]
+        assert c["shed_with_retry_after"] == c["shed"]
+    assert classes["normal"]["shed"] + classes["low"]["shed"] >= 30  # 6 running + 4 queued
+    steady = row["steady"]
+    assert steady["before"]["streams"] > 0 and steady["during"]["streams"] > 0, steady
+    queue = row["queue"]
+    assert queue["max_in_flight"] <= 6 and queue["max_queued"] <= 4, queue
+    assert queue["queued_after"] == 0 and queue["in_flight_after"] == 0, queue
+    assert row["token_load_zero"], row["token_load_after"]
+    assert row["coordinator_rss_mib"]["peak"] > 0
+    # a displaced waiter is shed, never left holding a slot (its exception is retrieved)
+    log = (tmp_path / "logs" / "overload-mixed" / "pdorch-serve.log").read_text()
+    assert "never retrieved" not in log
+
+
 def test_one_of_two_coordinators_killed_and_restarted_on_a_short_run(tmp_path: Path) -> None:
     """Two `pdorch serve` with peer sync over one fleet, clients split over both; coordinator
     1 killed with kill -9 after 2 s, restarted on the same ports 1 s later. The survivor's

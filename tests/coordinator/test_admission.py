@@ -103,7 +103,7 @@ async def test_queue_deadline_displacement_and_a_waiter_that_leaves() -> None:
     high = asyncio.ensure_future(admission.acquire(9, 0.0))
     with pytest.raises(Shed) as displaced:
         await low
-    assert displaced.value.reason == "concurrency"
+    assert displaced.value.reason == "displaced"
     admission.release()  # the running one ends: the slot goes to `high`
     await high
     assert admission.in_flight == 1
@@ -116,3 +116,18 @@ async def test_queue_deadline_displacement_and_a_waiter_that_leaves() -> None:
     assert admission.queued == 0
     admission.release()
     assert admission.in_flight == 0
+
+
+async def test_a_waiter_displaced_as_its_deadline_strikes_is_shed_not_admitted() -> None:
+    """`wait_for` yields once after its timeout: a higher priority that displaces the waiter in
+    that moment must shed it (`displaced`), not leave it holding a slot nobody gave it (found
+    by `bench chaos --scenarios overload-mixed`: one request over the limit per race, and an
+    exception never retrieved in the coordinator's log)."""
+    admission = Admission(AdmissionQueue(limit=1, max_queue=1), max_wait_s=0.0)
+    await admission.acquire(0, 0.0)  # the one slot
+    low = asyncio.ensure_future(admission.acquire(0, 0.0))  # queued, its deadline at once
+    high = asyncio.ensure_future(admission.acquire(5, 0.0))  # displaces it in that yield
+    outcomes = await asyncio.gather(low, high, return_exceptions=True)
+    reasons = [o.reason if isinstance(o, Shed) else o for o in outcomes]
+    assert reasons[0] == "displaced", reasons
+    assert admission.in_flight == 1 and admission.queued == 0  # only the first holds a slot

@@ -356,6 +356,36 @@ async def test_start_over_an_idle_engine_rebuilds_the_index_without_a_new_event(
         await pub.close()
 
 
+async def test_replaying_names_the_join_replays_of_start_until_they_end_or_the_deadline(
+    ctx: zmq.asyncio.Context, ipc: Callable[[str], str]
+) -> None:
+    """`replaying` (what `/health` reads): the engines whose join replay, asked at `start`, has
+    not ended; an engine added later does not count; `join_deadline_s` after `start` nothing
+    does, even while a replay still runs (a silent replay socket here: a bound ROUTER that
+    never answers)."""
+    silent = ctx.socket(zmq.ROUTER)
+    silent.setsockopt(zmq.LINGER, 0)
+    silent.bind(ipc("silent"))
+    pub = FakeEnginePublisher(ctx, bind=ipc("ev"), replay_bind=ipc("replay"))
+    await pub.publish([store(0, 10)])
+    now = [0.0]
+    sub = KvEventSubscriber(KvIndex("m", BS), context=ctx, clock=lambda: now[0])
+    sub.add_engine(EngineEventSource("held", replay_endpoint=ipc("silent"), topic="h"))
+    sub.add_engine(EngineEventSource("e1", endpoint=ipc("ev"), replay_endpoint=ipc("replay")))
+    await sub.start()
+    try:
+        assert "held" in sub.replaying
+        await until(lambda: sub.replaying == {"held"}, what="e1's join replay ended")
+        sub.add_engine(EngineEventSource("late", replay_endpoint=ipc("silent"), topic="l"))
+        assert sub.replaying == {"held"}  # joined after start: not a restart's rebuild
+        now[0] = sub.join_deadline_s
+        assert sub.replaying == frozenset()
+    finally:
+        await sub.stop()
+        await pub.close()
+        silent.close(linger=0)
+
+
 async def test_gap_without_replay_socket_is_counted(
     ctx: zmq.asyncio.Context, ipc: Callable[[str], str]
 ) -> None:

@@ -46,7 +46,7 @@ from pdorch.app.errors import ApiError
 from pdorch.app.metrics import CoordinatorMetrics
 from pdorch.app.prompt_tokens import PromptTokens
 from pdorch.app.recent_routes import RecentRoutes
-from pdorch.app.upstream import new_upstream_session, stream_timeout
+from pdorch.app.upstream import leg_timeout, new_upstream_session
 from pdorch.config.fleet import CoordinatorSettings, FleetConfig
 from pdorch.sync import PeerSync
 from pools.drain import RequestTracker
@@ -166,9 +166,10 @@ class Coordinator:
             ),
         )
         self._upstream: aiohttp.ClientSession | None = None
-        self.stream_timeout = stream_timeout(
-            self.settings.connect_timeout_s, self.settings.request_timeout_s
-        )
+        # no read timer on streamed legs: after the first byte the relay's stall watchdog
+        # (`stall_timeout_s`, proxy_stream.py) ends a silent stream; aiohttp would re-arm a
+        # timer per packet (upstream.py)
+        self.stream_timeout = leg_timeout(self.settings.connect_timeout_s)
         tokenizer = config.tokenizer
         fixed = None
         if tokenizer.mode is not TokenizerMode.ENGINE or tokenizer.engine_url is not None:

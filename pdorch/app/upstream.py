@@ -23,13 +23,13 @@ Connector settings and why:
   skipped too (one header less to build and parse per leg).
 - Timeouts: every leg has `sock_connect` = `connect_timeout_s` (a refused or unreachable
   engine fails fast and the leg is retried elsewhere; it costs nothing on a reused
-  connection). Streamed decode legs also get `sock_read` = `request_timeout_s`
-  (`stream_timeout`): after the first byte nothing else bounds the stream, and a hung engine
-  must end it with an error event (the httpx client's read timeout did this). Prefill and
-  non-streamed legs get no read timer (it is re-armed on every received packet, ~10% of a
-  leg's client CPU): the flow already bounds them, the prefill leg by `prefill_timeout_s` and
-  everything before the first byte by `request_timeout_s` (which, counting from the request's
-  start, always fired before the httpx read timeout of the same length). No `total` anywhere.
+  connection). No leg gets a read timer (aiohttp re-arms it on every received packet, ~10% of
+  a leg's client CPU, and on a stream that is per event): the flow bounds every leg, the
+  prefill leg by `prefill_timeout_s`, everything before the first byte by `request_timeout_s`,
+  a continuation's first byte by `prefill_timeout_s`, and a stream after its first byte by
+  the relay's stall watchdog (`stall_timeout_s`, `proxy_stream.py`; the coordinator's
+  `stream_timeout` is `leg_timeout(connect_timeout_s)`). `stream_timeout()` (a `sock_read`)
+  stays for callers without such a watchdog. No `total` anywhere.
 """
 
 from __future__ import annotations

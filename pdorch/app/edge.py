@@ -18,6 +18,8 @@ limits from the fleet file's `coordinator:` section:
   streams in* (httptools buffers a head of any size; `api.py`'s 431 only sees complete heads,
   so without this a client could send gigabytes of one header within `header_timeout_s`).
 - A request that is no HTTP at all gets uvicorn's 400, in the OpenAI shape (`invalid_http`).
+- Not a limit: every answer's head goes out with its first body bytes in one write
+  (`HeadCork`; uvicorn writes them apart).
 
 Each answer is OpenAI-shaped (`errors.py`) with `connection: close`. The whole-request
 deadline (`request_timeout_s`, 504) starts after the body (`flow.py`); headers over
@@ -57,6 +59,51 @@ def _error_bytes(status: int, message: str, error_type: str, code: str) -> bytes
         b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body))
     )
     return head + body
+
+
+class HeadCork:
+    """A response's transport until its first body write: uvicorn writes the status line and
+    headers (`http.response.start`) in a `send()` of their own, and the body in another;
+    this holds the head and writes it with the first body bytes, one syscall (and one wake
+    of the client) per answer less. A head with no body write in the same loop turn (a
+    stream whose first event is not ready) goes out alone at the next turn. Then the cycle
+    gets its plain transport back: a stream's later writes pay nothing for this."""
+
+    __slots__ = ("_cycle", "_flush", "_head", "_loop", "_transport")
+
+    def __init__(
+        self, transport: asyncio.Transport, cycle: Any, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._loop = loop
+        self._head: bytes | None = None
+        self._flush: asyncio.Handle | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._flush is None:  # the head: hold it for the first body bytes
+            self._head = data
+            self._flush = self._loop.call_soon(self._release)
+            return
+        self._flush.cancel()
+        head, self._head = self._head, None
+        self._cycle.transport = self._transport
+        self._transport.write(head + data if head else data)
+
+    def _release(self) -> None:
+        head, self._head = self._head, None
+        self._cycle.transport = self._transport
+        if head and not self._transport.is_closing():
+            self._transport.write(head)
+
+    def close(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._release()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info, ...
+        return getattr(self._transport, name)
 
 
 def edge_protocol(settings: CoordinatorSettings) -> type[HttpToolsProtocol]:
@@ -144,6 +191,9 @@ def edge_protocol(settings: CoordinatorSettings) -> type[HttpToolsProtocol]:
 
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
+            cycle: Any = self.cycle
+            if cycle is not None:  # the answer's head and its first body bytes: one write
+                cycle.transport = HeadCork(self.transport, cycle, self.loop)
             self._edge_in_head = False
             self._edge_head_bytes = 0
             self._edge_reading_body = True

@@ -60,6 +60,7 @@ from pdorch.app.admission import PRIORITY_HEADER, parse_priority
 from pdorch.app.errors import ApiError
 from pdorch.app.fanout import fan_out
 from pdorch.app.faults import RequestFaults
+from pdorch.app.leg_bytes import decode_leg_bytes
 from pdorch.app.legs import (
     LegFailure,
     UpstreamAnswer,
@@ -72,12 +73,11 @@ from pdorch.app.openai_schema import ParsedRequest, RequestKind, parse_request
 from pdorch.app.proxy_stream import ProxyStream
 from pdorch.app.state import Coordinator
 from pools.fleet import FailureKind
-from pools.pd_protocol import REQUEST_ID_HEADER, decode_leg_body, prefill_leg_body
+from pools.pd_protocol import REQUEST_ID_HEADER, prefill_leg_body
 from router.lifecycle_plan import DecodeLeg
 from router.pd_router import NoReplicaError
 from router.replica_state import RoutingRequest
 from router.vocabulary import RouteKind
-from transfer.params import KvTransferParams
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ class RequestFlow:
         self._admitted_to_lifecycle = True
         leg = plan.decode
         self._show(leg)
-        kv_params: KvTransferParams | None = None
+        kv_params: bytes | None = None  # the prefill's checked kv_transfer_params, as JSON
         if plan.prefill is not None:
             prefill = plan.prefill.replica
             self.track(prefill)
@@ -340,7 +340,7 @@ class RequestFlow:
             self._cut_cancel = True
             self._work.cancel()
 
-    async def _prefill(self, replica_id: str, parsed: ParsedRequest) -> KvTransferParams | None:
+    async def _prefill(self, replica_id: str, parsed: ParsedRequest) -> bytes | None:
         """The prefill leg; None (after reporting) when the decode side must prefill."""
         c = self.c
         replica = c.replica(replica_id)
@@ -379,7 +379,7 @@ class RequestFlow:
         return with_token_ids(parsed.body)
 
     async def _decode(
-        self, leg: DecodeLeg, parsed: ParsedRequest, kv_params: KvTransferParams | None
+        self, leg: DecodeLeg, parsed: ParsedRequest, kv_params: bytes | None
     ) -> Response:
         """Decode legs until one answers. Before the first byte a failure moves to another
         replica (`decode_retries`); a non-streamed answer whose engine died after getting it
@@ -413,7 +413,7 @@ class RequestFlow:
                 lifecycle.decode_failed(self.request_id, c.now(), reached=False)
                 continue
             sent = kv_params if leg.with_kv else None
-            body = _encode(decode_leg_body(base, sent) if sent is not None else base)
+            body = decode_leg_bytes(parsed, base, sent)
             url = replica.url + self.path
             tried_replicas.add(decode)
             if parsed.stream:
@@ -467,7 +467,7 @@ class RequestFlow:
             if self.prefill_replica is not None and self.prefill_replica != decode:
                 self.untrack(self.prefill_replica)
             first_byte = time.monotonic() - self.started
-            c.metrics.first_byte.labels(self.endpoint).observe(first_byte)
+            c.metrics.decode_first_byte(self.endpoint, first_byte)
             if parsed.stream:
                 prefilled = c.replica(leg.prefilled_by) if leg.prefilled_by != decode else replica
                 if prefilled is not None:
@@ -569,8 +569,7 @@ class RequestFlow:
             self.c.release()
         if not self.counted:
             return
-        self.c.metrics.requests.labels(self.endpoint, str(status)).inc()
-        self.c.metrics.duration.labels(self.endpoint).observe(time.monotonic() - self.started)
+        self.c.metrics.answered(self.endpoint, status, time.monotonic() - self.started)
 
 
 _USAGE_KEY = b'"completion_tokens":'

@@ -2,7 +2,9 @@
 (`pdorch/app/upstream.py`: why aiohttp, connector and timeout settings).
 
 - `prefill_leg`: POST the prefill body (`pools.pd_protocol.prefill_leg_body`), read the JSON,
-  return its `kv_transfer_params` (a `transfer.KvTransferParams`). Any failure (connection,
+  check its `kv_transfer_params` (`transfer.KvTransferParams.parse`: usable for a remote
+  prefill) and return them as JSON bytes, the engine's object as it sent it (the decode leg
+  splices them in, `leg_bytes.py`: no pydantic `wire()` per request). Any failure (connection,
   timeout, 5xx, 4xx, no or bad params) is a `LegFailure`: the caller lets the decode replica
   prefill locally.
 - `open_decode_stream`: POST the decode body and read up to the *first chunk* of the answer.
@@ -36,9 +38,9 @@ import msgspec
 from pools.fleet import FailureKind
 from pools.health import classify_error
 from pools.pd_protocol import kv_transfer_params_of
-from transfer.params import KvTransferParams
 
 _decode_json = msgspec.json.Decoder().decode
+_encode_json = msgspec.json.Encoder().encode
 JSON_HEADERS = {"content-type": "application/json"}
 # what the leg functions turn into `LegFailure` (aiohttp's timeouts are `TimeoutError`s)
 UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError)
@@ -87,8 +89,8 @@ def _content_type(response: aiohttp.ClientResponse) -> str:
 
 async def prefill_leg(
     session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
-) -> KvTransferParams:
-    """Run the prefill leg; its `kv_transfer_params` or `LegFailure`."""
+) -> bytes:
+    """Run the prefill leg; its checked `kv_transfer_params` as JSON, or `LegFailure`."""
     try:
         async with session.post(url, data=body, headers=headers) as response:
             status = response.status
@@ -100,7 +102,10 @@ async def prefill_leg(
         text = content[:300].decode("utf-8", errors="replace")
         raise LegFailure(kind, f"prefill answered {status}: {text}", status=status)
     try:
-        return kv_transfer_params_of(_decode_json(content))
+        answer = _decode_json(content)
+        kv_transfer_params_of(answer)  # usable for a remote prefill, else ValueError
+        wire: bytes = _encode_json(answer["kv_transfer_params"])
+        return wire
     except (msgspec.DecodeError, ValueError, AttributeError) as exc:
         raise LegFailure(None, f"prefill answer unusable: {exc}", status=200) from None
 

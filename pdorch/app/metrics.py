@@ -104,6 +104,7 @@ _TOKEN_BUCKETS = (
     16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072,
 )  # fmt: skip
 _ROUTES = ("pd", "local", "colocated", "fallback")
+_ENDPOINTS = ("completions", "chat")
 
 
 class _StateCollector(Collector):
@@ -360,8 +361,13 @@ class CoordinatorMetrics:
         # labelled children looked up once: `.labels()` costs as much as the observation
         self._by_route: dict[str, tuple[Counter, Histogram, Histogram]] = {}
         self._by_replica: dict[tuple[str, str], tuple[Histogram, Histogram]] = {}
+        self._answered: dict[tuple[str, int], Counter] = {}
+        self._by_endpoint: dict[str, tuple[Histogram, Histogram]] = {}
         for route in _ROUTES:
             self._route(route)
+        for endpoint in _ENDPOINTS:
+            self._endpoint(endpoint)
+            self._answered_child(endpoint, 200)
         self.coordinator = coordinator
         # the same observations per pool over the last minute (`scale status`'s p90s)
         self.recent = RecentLatency(_TTFT_BUCKETS, _ITL_BUCKETS, coordinator.clock)
@@ -385,6 +391,29 @@ class CoordinatorMetrics:
             children = (self.ttft.labels(pool, replica_id), self.itl.labels(pool, replica_id))
             self._by_replica[key] = children
         return children
+
+    def _endpoint(self, endpoint: str) -> tuple[Histogram, Histogram]:
+        children = self._by_endpoint.get(endpoint)
+        if children is None:
+            children = (self.duration.labels(endpoint), self.first_byte.labels(endpoint))
+            self._by_endpoint[endpoint] = children
+        return children
+
+    def _answered_child(self, endpoint: str, status: int) -> Counter:
+        key = (endpoint, status)
+        child = self._answered.get(key)
+        if child is None:
+            child = self._answered[key] = self.requests.labels(endpoint, str(status))
+        return child
+
+    def answered(self, endpoint: str, status: int, seconds: float) -> None:
+        """A client request ended: `pdorch_requests_total` and its duration."""
+        self._answered_child(endpoint, status).inc()
+        self._endpoint(endpoint)[0].observe(seconds)
+
+    def decode_first_byte(self, endpoint: str, seconds: float) -> None:
+        """`pdorch_first_byte_seconds`: request to the decode leg's first byte."""
+        self._endpoint(endpoint)[1].observe(seconds)
 
     def routed(self, route: str, prompt_tokens: int) -> None:
         """A request was routed: `pdorch_routes_total` and its prompt tokens."""

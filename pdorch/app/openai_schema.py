@@ -62,6 +62,9 @@ class ParsedRequest:
     n: int = 1
     # completions with several prompts: each one (the flow's `prompt` is the first)
     batch: list[str | list[int]] | None = None
+    # the client's bytes when `body` is exactly their JSON (validation removed or rewrote
+    # nothing): the decode legs splice fields into them instead of re-encoding (`leg_bytes.py`)
+    raw: bytes | None = None
 
     def for_prompt(self, prompt: str | list[int]) -> ParsedRequest:
         """This request with one prompt of its batch (`fanout.py` runs one flow each)."""
@@ -185,6 +188,7 @@ def parse_request(
     for name, why in UNSUPPORTED.items():
         if body.get(name) is not None:
             raise _bad(f"'{name}' is not supported by pdorch: {why}.", param=name)
+    pristine = "kv_transfer_params" not in body and "request_id" not in body
     body.pop("kv_transfer_params", None)  # only the coordinator speaks the KV protocol
     body.pop("request_id", None)  # ids upstream are the coordinator's (module docstring)
     max_tokens = _positive_int(body, "max_tokens")
@@ -197,7 +201,10 @@ def parse_request(
         if kwargs is not None and not isinstance(kwargs, dict):
             raise _bad("'chat_template_kwargs' must be an object.", param="chat_template_kwargs")
         text = "\n".join(_content_text(m.get("content")) for m in messages)
-        return ParsedRequest(kind, body, stream, None, messages, max_tokens, text, kwargs, n)
+        kept = raw if pristine else None
+        return ParsedRequest(
+            kind, body, stream, None, messages, max_tokens, text, kwargs, n, raw=kept
+        )
     prompts = _prompts(body)
     if len(prompts) * n > MAX_CHOICES:
         raise _bad(
@@ -206,7 +213,10 @@ def parse_request(
         )
     prompt = prompts[0]
     if len(prompts) == 1:
+        if body.get("prompt") is not prompt:
+            pristine = False
         body["prompt"] = prompt  # a batch of one is that prompt
     text = prompt if isinstance(prompt, str) else ""
     batch = prompts if len(prompts) > 1 else None
-    return ParsedRequest(kind, body, stream, prompt, None, max_tokens, text, None, n, batch)
+    kept = raw if pristine and batch is None else None
+    return ParsedRequest(kind, body, stream, prompt, None, max_tokens, text, None, n, batch, kept)

@@ -62,6 +62,13 @@ _encode = msgspec.json.Encoder().encode
 _DONE = b"data: [DONE]\n\n"
 
 
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
 def _usage_events(parsed: ParsedRequest) -> int:
     """1 when the stream ends with a usage event (`stream_options.include_usage`), else 0."""
     options = parsed.body.get("stream_options")
@@ -88,6 +95,13 @@ class _EndedWithError(Exception):
 
 
 _ERROR_EVENT = b'data: {"error"'
+_TAIL = len(_DONE) * 2  # enough of the stream's end to see `[DONE]` split across reads
+
+
+def _tail(tail: bytes, chunk: bytes) -> bytes:
+    """The stream's last bytes after `chunk` (at least `_TAIL` of them; no copy of a long
+    chunk: `[DONE]` and the event separator are read from its end)."""
+    return chunk if len(chunk) >= _TAIL else (tail + chunk)[-_TAIL:]
 
 
 def _split_error(events: bytes) -> tuple[bytes, bytes | None]:
@@ -149,7 +163,7 @@ class ProxyStream(StreamingResponse):
                 out, ended = _split_error(out)
             if out:
                 sent += out.count(b"data: ")
-                tail = (tail + out)[-32:]
+                tail = _tail(tail, out)
                 if not first_sent:
                     first_sent = sent
                 yield out
@@ -158,10 +172,11 @@ class ProxyStream(StreamingResponse):
                 try:
                     if ended is not None:
                         raise _EndedWithError(ended)
+                    loop_time = self._clock()
                     async for chunk in self.stream.rest:
                         if not chunk:
                             continue
-                        self._last_byte = self._now()
+                        self._last_byte = loop_time()
                         events += chunk.count(b"data: ")
                         last_at = c.now()
                         lifecycle.tokens(rid, last_at, events)
@@ -171,7 +186,7 @@ class ProxyStream(StreamingResponse):
                             if ended is not None:
                                 if chunk:
                                     sent += chunk.count(b"data: ")
-                                    tail = (tail + chunk)[-32:]
+                                    tail = _tail(tail, chunk)
                                     yield chunk
                                 raise _EndedWithError(ended)
                             if not chunk:
@@ -179,12 +194,12 @@ class ProxyStream(StreamingResponse):
                             sent += chunk.count(b"data: ")
                         else:
                             sent = events
-                        tail = (tail + chunk)[-32:]
+                        tail = _tail(tail, chunk)
                         # a slow client holds us here: that time is not the engine's silence
                         self._in_yield = True
                         yield chunk
                         self._in_yield = False
-                        self._last_byte = self._now()
+                        self._last_byte = loop_time()
                 except _EndedWithError as err:
                     raise self._error_failure(err.event) from None
                 except Exception as exc:  # aiohttp read/payload errors: died, hung or cut
@@ -309,11 +324,14 @@ class ProxyStream(StreamingResponse):
 
     # ---- stall watchdog ----------------------------------------------------------------------
 
-    def _now(self) -> float:
+    def _clock(self) -> Callable[[], float]:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        return loop.time()
+        return loop.time
+
+    def _now(self) -> float:
+        return self._clock()()
 
     def _arm_stall(self) -> None:
         self._last_byte = self._now()
@@ -365,9 +383,35 @@ class ProxyStream(StreamingResponse):
         return sep + error_event(message)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the events as the relay yields them, one ASGI body message each (one socket
+        write per upstream read); a client that leaves cancels the relay at its next await.
+
+        Not Starlette's `StreamingResponse.__call__`: under ASGI spec < 2.4 (uvicorn says
+        2.3) it runs the body in an anyio task group beside a disconnect listener, per
+        stream; here one plain task waits for the disconnect and cancels this one."""
+        task = asyncio.current_task()
+        assert task is not None
+        left = False
+
+        def client_left(watcher: asyncio.Future[None]) -> None:
+            nonlocal left
+            if not watcher.cancelled() and watcher.exception() is None:
+                left = True
+                task.cancel()
+
+        watcher = asyncio.ensure_future(_wait_disconnect(receive))
+        watcher.add_done_callback(client_left)
         try:
-            await super().__call__(scope, receive, send)
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not left or task.uncancel() > 0:  # not (only) ours: pass it on
+                raise
         finally:
+            watcher.remove_done_callback(client_left)
+            watcher.cancel()
             await self._close()
 
     async def close_unsent(self) -> None:

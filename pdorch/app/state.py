@@ -46,7 +46,7 @@ from pdorch.app.errors import ApiError
 from pdorch.app.metrics import CoordinatorMetrics
 from pdorch.app.prompt_tokens import PromptTokens
 from pdorch.app.recent_routes import RecentRoutes
-from pdorch.app.upstream import new_upstream_session, stream_timeout
+from pdorch.app.upstream import leg_timeout, new_upstream_session
 from pdorch.config.fleet import CoordinatorSettings, FleetConfig
 from pdorch.sync import PeerSync
 from pools.drain import RequestTracker
@@ -166,9 +166,11 @@ class Coordinator:
             ),
         )
         self._upstream: aiohttp.ClientSession | None = None
-        self.stream_timeout = stream_timeout(
-            self.settings.connect_timeout_s, self.settings.request_timeout_s
-        )
+        self._probes: aiohttp.ClientSession | None = None  # probes and scrapes: no cap
+        # no read timer on streamed legs: after the first byte the relay's stall watchdog
+        # (`stall_timeout_s`, proxy_stream.py) ends a silent stream; aiohttp would re-arm a
+        # timer per packet (upstream.py)
+        self.stream_timeout = leg_timeout(self.settings.connect_timeout_s)
         tokenizer = config.tokenizer
         fixed = None
         if tokenizer.mode is not TokenizerMode.ENGINE or tokenizer.engine_url is not None:
@@ -241,12 +243,12 @@ class Coordinator:
         if self.sync is not None:
             await self.sync.start()
         if self.health is not None:
-            if self._own_client:  # probes on the legs' aiohttp session: far less CPU per probe
-                self.health.client = self.upstream
+            if self._own_client:  # probes on aiohttp (upstream.py): far less CPU per probe
+                self.health.client = self.probe_session
             await self.health.start()
         if self.scraper is not None:
-            if self._own_client:  # scrapes on the legs' session too (pools/metrics_scrape.py)
-                self.scraper.client = self.upstream
+            if self._own_client:  # scrapes on aiohttp too (pools/metrics_scrape.py)
+                self.scraper.client = self.probe_session
             await self.scraper.start()
 
     async def stop(self) -> None:
@@ -267,10 +269,11 @@ class Coordinator:
         with contextlib.suppress(Exception):
             await self.subscriber.stop()
         await self.tokens.aclose()
-        if self._upstream is not None:
-            upstream, self._upstream = self._upstream, None
-            with contextlib.suppress(Exception):
-                await upstream.close()
+        for session in (self._upstream, self._probes):
+            if session is not None:
+                with contextlib.suppress(Exception):
+                    await session.close()
+        self._upstream = self._probes = None
         if self._own_client:
             await self.client.aclose()
 
@@ -289,7 +292,18 @@ class Coordinator:
         """The legs' session (`upstream.py`), made on first use on the running loop."""
         session = self._upstream
         if session is None or session.closed:
-            session = self._upstream = new_upstream_session(self.settings.connect_timeout_s)
+            session = self._upstream = new_upstream_session(
+                self.settings.connect_timeout_s, self.settings.upstream_connections_per_replica
+            )
+        return session
+
+    @property
+    def probe_session(self) -> aiohttp.ClientSession:
+        """Health probes' and scrapes' session: no connection cap, so a probe never waits
+        behind the legs of a busy engine (`upstream.py`)."""
+        session = self._probes
+        if session is None or session.closed:
+            session = self._probes = new_upstream_session(self.settings.connect_timeout_s, 0)
         return session
 
     # ---- fleet → router state ----------------------------------------------------------------

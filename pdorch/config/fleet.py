@@ -181,6 +181,16 @@ class CoordinatorSettings(BaseModel):
         description="Requests whose headers (names + values) sum past this get 431 (default "
         "64 KiB: real clients send < 2 KiB; the HTTP parser itself sets no limit).",
     )
+    upstream_connections_per_replica: int = Field(
+        default=1024,
+        ge=1,
+        description="Open connections to one engine at most (the legs' pool, "
+        "pdorch/app/upstream.py): a leg past it waits for a free connection, it does not "
+        "fail. One HTTP/1.1 connection carries one request at a time, so this caps the "
+        "requests in flight per engine; the default is vLLM's largest default batch "
+        "(max_num_seqs 1024), so it never holds back a batch, and it bounds sockets and "
+        "connection storms (C=256: 256 connects at once).",
+    )
     max_connections: int = Field(
         default=4096,
         ge=1,

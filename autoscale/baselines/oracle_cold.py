@@ -15,27 +15,29 @@ Rule, per pool, at each tick `τ` (every `tick_s`, default the policy's `reactiv
 it can act whenever pdorch can), with `P` the provisioned count (ready + pending; draining ones
 are leaving), `S = startup_s`, `d = drain_s`:
 
-    U = max r(t) over t in [τ, τ + S]        what must be ready by the time an order lands
-    K = max r(t) over t in [τ, τ + S + d]    what is cheaper kept than released
-    desired = U            if P <= U          (order now: ready exactly S ahead of its need)
-              min(P, K)    otherwise          (release only what no interval needs for S + d)
+    L = max r(t) over t in [τ + S, τ + S + tick_s)   where an order placed now lands
+    K = max r(t) over t in [τ, τ + S + d]           what is cheaper kept than released
+    desired = max(L, min(P, K))
 
 Why this is the cheapest plan: a replica ordered at `τ` serves from `τ + S`, so an interval
-starting at `t` needs its extra replicas ordered at `t - S`, no later (the `U` term, which
-also keeps the replicas pending for an interval inside the horizon); ordering earlier only
-pays more. A replica that the need drops below at `t1` and wants again at `t2` costs `t2 - t1`
-kept, or `d` (its drain, paid) `+ S` (the re-order, paid while pending) released: kept iff
-`t2 - t1 <= S + d`, the break-even. Read per unit layer of the need (the layer `j` is the
-time where `r(t) >= j`; replicas are interchangeable), each gap of each layer is bridged or
-released on its own, so deciding every gap by its break-even is the cheapest for the layer,
-and the `K` term decides exactly that: at a gap's start its end lies within `S + d` or not.
-The rule never orders early for a released layer (then `P <= U` and it orders only at
-`t2 - S`).
+starting at `t` needs its extra replicas ordered at `t - S`, no later, and ordering earlier
+only pays more: new orders are sized by `L` alone (a need inside `(τ, τ + S)` that the fleet
+does not already cover cannot be helped by an order now; it happens only before the first
+orders land, and an order for it would be paid pending and then cancelled). A replica that the
+need drops below at `t1` and wants again at `t2` costs `t2 - t1` kept, or `d` (its drain,
+paid) `+ S` (the re-order, paid while pending) released: kept iff `t2 - t1 <= S + d`, the
+break-even; `K` keeps every ready or pending replica some interval needs within `S + d`.
+Read per unit layer of the need (the layer `j` is the time where `r(t) >= j`; replicas are
+interchangeable), each gap of each layer is bridged or released on its own, so deciding every
+gap by its break-even is the cheapest for the layer, and the `K` term decides exactly that: at
+a gap's start its end lies within `S + d` or not. A released layer is not re-grown early: it
+comes back through `L`, at `t2 - S`.
 
 Parameters (options) and defaults:
 - `grid_s` 30 s: the oracle's `interval_s`, so the needs are the oracle's own.
 - `tick_s` = `policy.intervals.reactive_s` (5 s): pdorch's tick. With `S` = 120 s and the
-  30 s grid on 5 s ticks, an order lands exactly at the interval that needs it.
+  30 s grid on 5 s ticks, an order lands exactly at the interval that needs it (ticks that do
+  not divide the grid order up to one tick early, never late).
 - `drain_s` 5 s per pool (a float, or a dict per pool): what a released replica is paid
   while it drains. The simulator drains the least-loaded ready replica, measured in the
   oracle's Azure run at 0.03 s (prefill) and 1.4-2.2 s (decode); `drain_timeout_s` (300 s)
@@ -46,8 +48,8 @@ Parameters (options) and defaults:
   sequence of per-interval needs `{Pool: int}` (interval `k` = index `k`; past its end the
   pools' min), for tests and replays.
 
-Then the GPU budget (`autoscale.budget`): when the kept counts do not fit, the kept replicas
-go first (`desired = U`), then the budget split of `U`. It reads only `observation.now` and
+Then the GPU budget (`autoscale.budget`, the oracle's split by marginal SLO gain) when the
+desired counts do not fit. It reads only `observation.now` and
 the pools of the observation. The runs' start fleet is the shared one (`runner.initial_fleet`)
 and the first tick is at `tick_s`, so an opening ramp above that fleet is short until
 `tick_s + S` (125 s) whatever the plan: `oracle-cold` is a bound in GPU-hours, and in
@@ -89,13 +91,14 @@ def cold_count(
     grid_s: float,
     startup_s: float,
     drain_s: float,
+    tick_s: float,
 ) -> tuple[int, int, int]:
-    """(desired, U, K) of one pool at `now` (module docstring): `need(k)` is the clamped
+    """(desired, L, K) of one pool at `now` (module docstring): `need(k)` is the clamped
     need of grid interval `k`, `provisioned` the pool's ready + pending replicas."""
-    up = max(need(k) for k in grid_span(now, now + startup_s, grid_s))
-    keep = max(need(k) for k in grid_span(now, now + startup_s + drain_s, grid_s))
-    desired = up if provisioned <= up else min(provisioned, keep)
-    return desired, up, keep
+    lands = now + startup_s
+    ahead = max(need(k) for k in grid_span(lands, lands + tick_s - 2 * _EPS, grid_s))
+    keep = max(need(k) for k in grid_span(now, lands + drain_s, grid_s))
+    return max(ahead, min(provisioned, keep)), ahead, keep
 
 
 class OracleColdPlanner(Planner):
@@ -147,33 +150,29 @@ class OracleColdPlanner(Planner):
         now = observation.now
         desired: dict[Pool, int] = {}
         reasons: dict[Pool, str] = {}
-        ahead: dict[Pool, int] = {}
         details: dict[str, Any] = {}
         for p in POOLS:
             provisioned = observation.pools[p].provisioned
-            n, up, keep = cold_count(
+            desired[p], ahead, keep = cold_count(
                 self._pool_need(p),
                 now,
                 provisioned,
                 grid_s=self.grid_s,
                 startup_s=self.policy.limits(p).startup_s,
                 drain_s=self.drain_s[p],
+                tick_s=self.interval_s,
             )
-            desired[p], ahead[p] = n, up
-            reasons[p] = "oracle-cold-keep" if n > up else "oracle-cold-ahead"
-            details[str(p)] = {"ahead": up, "keep": keep, "provisioned": provisioned}
+            # "keep": held above what an order now would be sized for (module docstring)
+            reasons[p] = "oracle-cold-keep" if desired[p] > ahead else "oracle-cold-ahead"
+            details[str(p)] = {"ahead": ahead, "keep": keep, "provisioned": provisioned}
         if self.policy.gpu_budget is not None:
             gpus = {p: self.policy.limits(p).gpus_per_replica for p in POOLS}
-            budget = self.policy.gpu_budget
-            if sum(desired[p] * gpus[p] for p in POOLS) > budget:
-                desired = dict(ahead)  # the kept replicas go first
-                reasons = {p: "oracle-cold-ahead" for p in POOLS}
-                split = split_budget(
-                    desired, {p: self.policy.limits(p).min for p in POOLS}, gpus, budget
-                )
-                for p in POOLS:
-                    if split[p] < desired[p]:
-                        desired[p], reasons[p] = split[p], "budget"
+            split = split_budget(
+                desired, {p: self.policy.limits(p).min for p in POOLS}, gpus, self.policy.gpu_budget
+            )
+            for p in POOLS:
+                if split[p] < desired[p]:
+                    desired[p], reasons[p] = split[p], "budget"
         return ScaleDecision(now, desired, reasons, (), details)
 
 

@@ -81,18 +81,33 @@ def test_the_break_even_counts_the_drain() -> None:
     assert released.plan(observation(120.0, p=(3, 0))).desired[P] == 1
     # the pure rule, per pool: (desired, U, K)
     need = [3, 3, 3, 3, 1, 1, 1, 1, 1, 3].__getitem__
-    assert cold_count(need, 120.0, 3, grid_s=30.0, startup_s=120.0, drain_s=40.0) == (3, 1, 3)
+    rule = {"grid_s": 30.0, "startup_s": 120.0, "drain_s": 40.0, "tick_s": 5.0}
+    assert cold_count(need, 120.0, 3, **rule) == (3, 1, 3)
 
 
-def test_needs_are_clamped_and_the_budget_drops_kept_replicas_first() -> None:
+def test_no_order_for_a_need_it_cannot_reach_in_time() -> None:
+    # the opening: decode needs 5 in [60, 90) and 4 from 90 s, 5 again from 240 s. At the
+    # first tick (5 s) an order lands at 125 s: it is sized for 4 (the need there), not for
+    # the 5 of [60, 90) it cannot reach (it would be paid pending, then cancelled at 90 s)
+    decode = [2, 2, 5, 4, 4, 4, 4, 4, 5, 5]
+    pl = OracleColdPlanner(policy(), PERF, needs=[{P: 1, D: n} for n in decode])
+    assert pl.plan(observation(5.0, d=(2, 0))).desired[D] == 4
+    assert pl.plan(observation(90.0, d=(2, 2))).desired[D] == 4  # no cancel
+    assert pl.plan(observation(120.0, d=(4, 0))).desired[D] == 5  # for 240 s
+
+
+def test_needs_are_clamped_and_kept_within_the_budget() -> None:
     # needs past the given list are the pools' min (1); max 4 clamps a need of 9
     pl = OracleColdPlanner(policy(pmax=4), PERF, needs=needs([9, 9]))
     assert pl.need(0) == {P: 4, D: 1} and pl.need(7) == {P: 1, D: 1}
-    # budget 6: prefill keeps 4 for a later need (d = 40 s), decode must order 3 now
+    # budget 6: prefill keeps 4 for a later need (d = 40 s), decode orders 3 for 240 s:
+    # 7 GPUs asked, the budget split gives 6
     many = [{P: 4, D: 1}] * 4 + [{P: 1, D: 3}] * 5 + [{P: 4, D: 3}] * 4
     capped = OracleColdPlanner(policy(budget=6), PERF, needs=many, drain_s=40.0)
     d = capped.plan(observation(120.0, p=(4, 0), d=(1, 0)))
-    assert d.desired == {P: 1, D: 3}
+    assert sum(d.desired.values()) == 6 and "budget" in d.reasons.values()
+    free = OracleColdPlanner(policy(), PERF, needs=many, drain_s=40.0)
+    assert free.plan(observation(120.0, p=(4, 0), d=(1, 0))).desired == {P: 4, D: 3}
 
 
 def test_needs_from_the_trace_are_the_oracles() -> None:

@@ -44,7 +44,7 @@ from benchmarks.fleet_sim.membership import DynamicFleetSimulator
 from benchmarks.fleet_sim.simulator import SimConfig
 from benchmarks.workloads.model import Segment, Workload, output_content_id
 
-CLAIRVOYANT = ("oracle", "static-peak", "static-mean")  # planners handed the trace
+CLAIRVOYANT = ("oracle", "oracle-cold", "static-peak", "static-mean")  # planners handed the trace
 # `NAME+VARIANT` runs planner NAME with role switching forced on (and options), so one run
 # can hold a planner with and without it side by side: `pdorch,pdorch+role-switching`
 VARIANTS: dict[str, tuple[bool, dict[str, Any]]] = {

@@ -355,6 +355,7 @@ def test_every_planner_is_registered_and_takes_policy_model_options() -> None:
     }
     extra: dict[str, dict[str, Any]] = {
         "oracle": {"requests": steady(1.0, 10.0, 10)},
+        "oracle-cold": {"requests": steady(1.0, 10.0, 10)},
         "static-peak": {"prefill": 1, "decode": 1},
         "static-mean": {"prefill": 1, "decode": 1},
     }

@@ -5,8 +5,10 @@ Notation (per pool): `λ_tok = rate·ISL·(1-hit)` observed uncached prompt toke
 `t_own = perf.prefill_time_s(ISL_u)`; `μ = ISL_u / t_own` one prefill replica's raw tokens/s;
 `C_p = perf.prefill_tokens_per_s(ISL_u, TTFT)` its capacity at the target; `Q` the uncached
 prompt tokens queued on the prefill replicas; `S` the sequences on the decode replicas
-(running + waiting); `B = perf.decode_max_batch(ctx, ITL)` a decode replica's batch at the
-target; `k` the pool's correction factor (capacities are divided by it).
+(running + waiting); `B = perf.decode_max_batch(ctx, ITL/k_d)` a decode replica's batch at the
+target; `k` the pool's correction factor (prefill capacities are divided by it; decode's
+scales the step time, so it tightens the ITL target the step-bound batch is read at, and the
+KV pool and `max_num_seqs` cap `B` whatever it says: `sizing`'s module docstring).
 """
 
 from __future__ import annotations
@@ -100,7 +102,9 @@ def _prefill_load(perf: PerfModel, policy: SloPolicy, obs: Observation) -> dict[
     }
 
 
-def _decode_load(perf: PerfModel, policy: SloPolicy, obs: Observation) -> dict[str, float]:
+def _decode_load(
+    perf: PerfModel, policy: SloPolicy, obs: Observation, correction: float
+) -> dict[str, float]:
     reps = obs.replicas_of(Pool.DECODE)
     itl = itl_target_s(policy)
     if reps:
@@ -118,7 +122,8 @@ def _decode_load(perf: PerfModel, policy: SloPolicy, obs: Observation) -> dict[s
         "sequences": seqs,
         "waiting": waiting,
         "context_tokens": float(ctx),
-        "batch_at_target": float(perf.decode_max_batch(ctx, itl)),
+        # the step-bound batch at the corrected target, capped by KV and max_num_seqs
+        "batch_at_target": float(perf.decode_max_batch(ctx, itl / correction)),
         "kv_usage_sum": sum(r.kv_usage for r in reps),
     }
 
@@ -166,7 +171,8 @@ def reactive_term(
     bring one) and `Q_T = max(0, Q - (N_prov·μ/k - λ_tok)·T)` the queue the provisioned
     replicas have not drained by the time a replica ordered now is ready: that rest is drained
     over one more start-up time, or within the TTFT budget when starts are instant (`T = 0`).
-    decode: `N_s = ceil(S / (B / k))` and `N_kv = ceil(Σ kv_usage / kv_high)`.
+    decode: `N_s = ceil(S / B)` (`B` at the corrected target) and
+    `N_kv = ceil(Σ kv_usage / kv_high)`.
     While replicas are pending, the backlog part (`Q`, waiting sequences) cannot raise the
     count above the provisioned replicas (`_with_backlog`).
     Both: an observed percentile over target adds one replica above the provisioned ones,
@@ -189,8 +195,8 @@ def reactive_term(
         backlog = max(0.0, left) / max(budget, start) / mu if mu > 0 else 0.0
         best = _with_backlog(status, steady, backlog, "ttft-queue")
     else:
-        inputs = _decode_load(perf, policy, obs)
-        batch = inputs["batch_at_target"] / correction
+        inputs = _decode_load(perf, policy, obs, correction)
+        batch = inputs["batch_at_target"]
         running = inputs["sequences"] - inputs["waiting"]
         if batch > 0:
             best = _with_backlog(
@@ -224,7 +230,7 @@ def decode_floor_need(
     headroom: float,
 ) -> float:
     """The decode floor's model, one function for the floor and the fit check: fractional
-    replicas `rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k)` (`sizing.decode_need`), with
+    replicas `rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL/k)·h)` (`sizing.decode_need`), with
     `T_own = min(perf.prefill_time_s(ISL_u), TTFT)` (the model's own prefill time: a request
     occupies its decode replica from its first token on, prefill queueing is not residence)."""
     ttft = ttft_target_s(policy)
@@ -257,7 +263,7 @@ def fits(
     """Would the observed load, spread over `replicas`, still meet the SLO with `margin`?
 
     prefill: `λ_tok ≤ margin·m·C_p/k` and `t_own + (Q/m)/(μ/k) ≤ margin·TTFT`.
-    decode (`decode_as_floor` False): `S/m ≤ B/k`, the predicted ITL
+    decode (`decode_as_floor` False): `S/m ≤ B` (at the corrected target), the predicted ITL
     `k·perf.decode_step_s(ceil(S/m), ctx) ≤ margin·ITL` and `Σ kv_usage / m ≤ margin·kv_high`.
     decode (`decode_as_floor` True): the floor's own model on the observed load,
     `decode_floor_need(rate, ISL, OSL, hit, k, headroom=margin) ≤ m`, and the KV check. Why:
@@ -280,7 +286,7 @@ def fits(
         mu = x["mu_tok_s"] / correction
         queue_wait = (x["queued_tokens"] / m) / mu if mu > 0 else 0.0
         return x["t_own_s"] + queue_wait <= margin * ttft_target_s(policy)
-    y = _decode_load(perf, policy, obs)
+    y = _decode_load(perf, policy, obs, correction)
     if decode_as_floor:
         need = decode_floor_need(
             perf,
@@ -294,7 +300,7 @@ def fits(
         )
         return replicas_for(need) <= replicas and y["kv_usage_sum"] / m <= margin * kv_high
     batch = math.ceil(y["sequences"] / m - 1e-9)
-    if batch > y["batch_at_target"] / correction:
+    if batch > y["batch_at_target"]:
         return False
     step = perf.decode_step_s(max(1, batch), round(y["context_tokens"])) * correction
     if step > margin * itl_target_s(policy):

@@ -5,11 +5,19 @@ Prefill (TTFT): `N_p = ceil(rate · ISL · (1 - hit) / (C_p(ISL_u, TTFT) · h / 
 for `ISL_u = ISL·(1 - hit)` uncached tokens.
 
 Decode (ITL): sequences in flight by Little's law `S = rate · (T_ttft + OSL · ITL)`, and
-`N_d = ceil(S / (B_d(ctx, ITL) · h / k_d))` with `B_d = perf.decode_max_batch` at the context
+`N_d = ceil(S / (B_d(ctx, ITL / k_d) · h))` with `B_d = perf.decode_max_batch` at the context
 `ctx = ISL + OSL/2` (a sequence is half-way through its output on average).
 
 `h` is a headroom (1.0 = run replicas exactly at the target; pdorch's planner uses 0.9) and
 `k` a correction factor (observed/predicted latency, 1.0 = trust the model).
+
+The decode correction scales the *step time* (observed ITL / the model's step), so it moves
+the ITL target the step-bound batch is read at (`k·D(b, ctx) ≤ ITL` ⇔ `D(b, ctx) ≤ ITL/k`,
+Dynamo's planner corrects its ITL target the same way); `max_num_seqs` and the KV pool cap
+`B_d` whatever `k` says. It used to divide the capped batch (`B_d(ctx, ITL)/k`): on the
+Mooncake trace (13.7k-token contexts, KV-bound at 32 sequences per replica) `k_d` sat at its
+0.5 bound and the floor counted 64 sequences per replica, twice what the KV pool holds
+(benchmarks/results/AUTOSCALE.md, Round 7).
 """
 
 from __future__ import annotations
@@ -86,7 +94,7 @@ def decode_need(
     """Fractional decode replicas for the load (module docstring)."""
     if rate_rps <= 0 or osl <= 0:
         return 0.0
-    batch = perf.decode_max_batch(context_tokens(isl, osl), itl_s) * headroom / correction
+    batch = perf.decode_max_batch(context_tokens(isl, osl), itl_s / correction) * headroom
     if batch <= 0:
         return math.inf
     return decode_concurrency(rate_rps, osl, ttft_term_s, itl_s) / batch

@@ -85,3 +85,34 @@ def test_online_decode_fit_skips_a_window_beyond_the_correction_bound() -> None:
         )
         online.observe(observation(rate=0.0, reps=(rep,)))
         assert online.samples(D) == samples
+
+
+def test_decode_floor_is_its_need_averaged_over_the_residence_time() -> None:
+    # residence R = 0.1 s own prefill + 200 * 0.05 s = 10.1 s: the ticks of the last 10.1 s.
+    # need(rate) = rate * 10.1 / 100 (step-bound batch 100): 10 rps -> 1.01, 30 rps -> 3.03
+    pl = PdorchPlanner(
+        policy(), LinearPerfModel(), forecaster=EwmaForecaster(alpha=1.0), headroom=1.0,
+        forecast_window_s=0.0,
+    )  # fmt: skip
+    floors = [
+        pl.plan(observation(now, rate=rate, d=(4, 0))).details["decode"]["floor"]
+        for now, rate in ((0.0, 10.0), (5.0, 30.0), (10.0, 30.0), (15.0, 30.0))
+    ]
+    # ceil(1.01), ceil((1.01 + 3.03) / 2 = 2.02), ceil(7.07 / 3 = 2.36), then t = 0 is 15 s old:
+    # ceil(3.03)
+    assert floors == [2, 3, 3, 4]
+    off = PdorchPlanner(
+        policy(), LinearPerfModel(), forecaster=EwmaForecaster(alpha=1.0), headroom=1.0,
+        forecast_window_s=0.0, decode_residence_mean=False,
+    )  # fmt: skip
+    off.plan(observation(0.0, rate=10.0, d=(4, 0)))
+    assert off.plan(observation(5.0, rate=30.0, d=(4, 0))).details["decode"]["floor"] == 4
+
+
+def test_residence_mean_keeps_the_tick_itself_when_the_residence_is_shorter() -> None:
+    from autoscale.residence import ResidenceMean
+
+    r = ResidenceMean()
+    assert r.add(0.0, 2.0, 12.0) == 2.0
+    assert r.add(5.0, 4.0, 12.0) == 3.0
+    assert r.add(10.0, 6.0, 1.0) == 6.0  # R shorter than a tick: this tick alone

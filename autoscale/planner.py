@@ -154,7 +154,8 @@ class PdorchPlanner(Planner):
         decode_fit_as_floor: bool = False,
         trend_age: bool = False,
         release_after_ticks: int = 0,
-        decode_residence_mean: bool = True,
+        decode_residence_mean: bool = False,
+        decode_correction_on_target: bool = False,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -195,8 +196,12 @@ class PdorchPlanner(Planner):
             AheadRelease(release_after_ticks, self.ahead_hold_s) if release_after_ticks else None
         )
         self._proj: dict[Pool, Projection | None] = {p: None for p in POOLS}
-        # the decode floor's need over the last residence time (`autoscale.residence`)
+        # the decode floor's need over the last residence time (`autoscale.residence`), and
+        # the decode correction on the ITL target, not the KV-capped batch (`sizing`); both
+        # off by default: with them Mooncake's floor asks the oracle's ~4 decode replicas, but
+        # the shared budget then starves prefill (-0.5 points there, -0.46 on diurnal: Round 7)
         self._residence = ResidenceMean() if decode_residence_mean else None
+        self.decode_correction_on_target = decode_correction_on_target
         self._decode_mean = 0.0
         self._level = SlidingLoad(self.level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
@@ -281,6 +286,7 @@ class PdorchPlanner(Planner):
             hit,
             self.correction[Pool.DECODE],
             self.headroom,
+            self.decode_correction_on_target,
         )
         return {
             Pool.PREFILL: Term(replicas_for(p), "ttft-throughput", {**inputs, "need": p}),
@@ -381,6 +387,7 @@ class PdorchPlanner(Planner):
             min_samples=self.min_samples,
             kv_high=self.kv_high,
             decode_as_floor=self.decode_fit_as_floor,
+            decode_on_target=self.decode_correction_on_target,
         )
 
     def _consolidated(self, obs: Observation, pool: Pool, start: int, current: int) -> int:
@@ -489,6 +496,7 @@ class PdorchPlanner(Planner):
                 min_samples=self.min_samples,
                 kv_high=self.kv_high,
                 start_s=self._arrival_s(obs, pool),
+                decode_on_target=self.decode_correction_on_target,
             )
             term = react if react.replicas > floor.replicas else floor
             self._floors[pool].append(
@@ -565,6 +573,7 @@ class PdorchPlanner(Planner):
                 min_samples=self.min_samples,
                 kv_high=self.kv_high,
                 start_s=start,
+                decode_on_target=self.decode_correction_on_target,
             ).replicas
             for start in (limits.startup_s, self.policy.switch_s)
         ]

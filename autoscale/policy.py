@@ -151,7 +151,9 @@ class PerfModelConfig(_Strict):
     `sweep_file` (relative to the policy file) is required for `sweep` and, given with
     `online`, replaces the timing model as the prior. `online_half_life_s` is the age at which
     an observation of the online correction weighs half; the correction stays within
-    [`online_min_correction`, `online_max_correction`] of the prior. `rho_max` caps a prefill
+    [`online_min_correction`, `online_max_correction`] of the prior; with
+    `online_skip_decode_outliers` a decode replica-window past `online_max_correction` x the
+    prior's step is not learnt (`OnlinePerfModel`). `rho_max` caps a prefill
     replica's utilisation whatever the queueing bound allows (headroom for bursts)."""
 
     source: PerfModelSource = PerfModelSource.ONLINE
@@ -159,6 +161,7 @@ class PerfModelConfig(_Strict):
     online_half_life_s: float = Field(default=300.0, gt=0)
     online_min_correction: float = Field(default=0.25, gt=0)
     online_max_correction: float = Field(default=4.0, gt=0)
+    online_skip_decode_outliers: StrictBool = False
     rho_max: float = Field(default=0.9, gt=0, lt=1)
 
     @field_validator("sweep_file")
@@ -209,8 +212,10 @@ class PlannerOptions(_Strict):
     - `decode_fit_as_floor` (false): the decode fit check is the floor's own model.
     - `trend_age` (false): project the growth only over the part of `startup_s` it has lasted.
     - `release_after_ticks` (0, off): release a projection the level stays below for k ticks.
-    - `decode_residence_mean` (true): the decode floor's need is its mean over the last
+    - `decode_residence_mean` (false): the decode floor's need is its mean over the last
       residence time `T_own + OSL·ITL` (`autoscale/residence.py`).
+    - `decode_correction_on_target` (false): the decode correction moves the ITL target the
+      batch is read at; the KV pool and `max_num_seqs` cap it (`autoscale/sizing.py`).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -229,7 +234,8 @@ class PlannerOptions(_Strict):
     decode_fit_as_floor: StrictBool = False
     trend_age: StrictBool = False
     release_after_ticks: StrictInt = Field(default=0, ge=0)
-    decode_residence_mean: StrictBool = True
+    decode_residence_mean: StrictBool = False
+    decode_correction_on_target: StrictBool = False
 
 
 class SloPolicy(_Strict):

@@ -13,7 +13,8 @@ last `R` seconds (`R` read at this tick; the tick itself always counts; `R` shor
 tick: the tick alone, as before), `need_k` the fractional need of tick `k`'s level. A floor
 for the load `startup_s` ahead scales that mean by the projected rate over the level's
 (`need` is linear in the rate before rounding). Parameters: none (`R` is the model's own
-residence). Planner option `decode_residence_mean` (default on).
+residence). Planner option `decode_residence_mean` (default off: Round 7 measured it with
+`decode_correction_on_target` on Mooncake and the diurnal day, where it lost attainment).
 """
 
 from __future__ import annotations

@@ -24,8 +24,11 @@ D = Pool.DECODE
 KV_32 = LinearPerfModel(kv_tokens=32 * 1100)
 
 
-def _need(perf: LinearPerfModel, correction: float) -> float:
-    return decode_need(perf, 10.0, 1000.0, 200.0, 0.05, ttft_term_s=0.1, correction=correction)
+def _need(perf: LinearPerfModel, correction: float, on_target: bool = True) -> float:
+    return decode_need(
+        perf, 10.0, 1000.0, 200.0, 0.05, ttft_term_s=0.1, correction=correction,
+        correction_on_target=on_target,
+    )  # fmt: skip
 
 
 def test_the_correction_moves_the_itl_target_and_the_kv_pool_still_caps_the_batch() -> None:
@@ -38,6 +41,9 @@ def test_the_correction_moves_the_itl_target_and_the_kv_pool_still_caps_the_batc
     assert _need(KV_32, 4.0) == pytest.approx(101 / 6)
     # step-bound (no KV cap), k = 2: 25 ms allows floor(15 / 0.4) = 37 -> 101 / 37
     assert _need(LinearPerfModel(), 2.0) == pytest.approx(101 / 37)
+    # the default (main's): the capped batch divided by k
+    assert _need(KV_32, 0.5, on_target=False) == pytest.approx(101 / 64)
+    assert _need(LinearPerfModel(), 2.0, on_target=False) == pytest.approx(101 / 50)
 
 
 def test_the_floor_with_a_low_decode_correction_sizes_what_the_kv_pool_holds() -> None:
@@ -50,6 +56,7 @@ def test_the_floor_with_a_low_decode_correction_sizes_what_the_kv_pool_holds() -
         headroom=1.0,
         forecast_window_s=0.0,
         correction_alpha=0.0,  # keep the k set below
+        decode_correction_on_target=True,
     )
     pl.correction[D] = 0.5
     d = pl.plan(observation(rate=10.0, p=(2, 0), d=(4, 0)))
@@ -65,12 +72,15 @@ def _decode_obs(running_per_replica: int, n: int = 2) -> Observation:
 
 def test_reactive_and_fit_terms_count_the_kv_capped_batch_under_a_low_correction() -> None:
     obs = _decode_obs(40)  # 80 sequences of 1,100 tokens on 2 replicas, 32 fit in each
-    react = reactive_term(KV_32, policy(), obs, D, 0.5, min_samples=20, kv_high=0.9)
+    on = {"min_samples": 20, "kv_high": 0.9, "decode_on_target": True}
+    react = reactive_term(KV_32, policy(), obs, D, 0.5, **on)  # type: ignore[arg-type]
     assert react.inputs["batch_at_target"] == 32.0
-    assert react.replicas == 3  # ceil(80 / 32); 80 / 64 -> 2 before
+    assert react.replicas == 3  # ceil(80 / 32)
+    off = reactive_term(KV_32, policy(), obs, D, 0.5, min_samples=20, kv_high=0.9)
+    assert off.replicas == 2  # the default: 80 / (32 / 0.5)
     args = (KV_32, policy(), obs, D)
-    assert not fits(*args, 2, 0.5, margin=0.8, min_samples=20, kv_high=0.9)
-    assert fits(*args, 3, 0.5, margin=0.8, min_samples=20, kv_high=0.9)
+    assert not fits(*args, 2, 0.5, margin=0.8, **on)  # type: ignore[arg-type]
+    assert fits(*args, 3, 0.5, margin=0.8, **on)  # type: ignore[arg-type]
 
 
 def test_online_decode_fit_skips_a_window_beyond_the_correction_bound() -> None:
@@ -78,8 +88,8 @@ def test_online_decode_fit_skips_a_window_beyond_the_correction_bound() -> None:
     # learnt; 4x still is
     timing = TimingPerfModel(make_timing("llama-3.1-8b", "h100"))
     step = timing.decode_step_s(8, 14_000)
-    for factor, samples in ((5.0, 0), (4.0, 1)):
-        online = OnlinePerfModel(timing, max_correction=4.0)
+    for skip, factor, samples in ((True, 5.0, 0), (True, 4.0, 1), (False, 5.0, 1)):
+        online = OnlinePerfModel(timing, max_correction=4.0, skip_decode_outliers=skip)
         rep = ReplicaSignals(
             "d0", D, num_running=8, decode_kv_tokens=8 * 14_000, mean_step_s=factor * step
         )
@@ -92,7 +102,7 @@ def test_decode_floor_is_its_need_averaged_over_the_residence_time() -> None:
     # need(rate) = rate * 10.1 / 100 (step-bound batch 100): 10 rps -> 1.01, 30 rps -> 3.03
     pl = PdorchPlanner(
         policy(), LinearPerfModel(), forecaster=EwmaForecaster(alpha=1.0), headroom=1.0,
-        forecast_window_s=0.0,
+        forecast_window_s=0.0, decode_residence_mean=True,
     )  # fmt: skip
     floors = [
         pl.plan(observation(now, rate=rate, d=(4, 0))).details["decode"]["floor"]

@@ -108,10 +108,11 @@ def decode_need(
     """Fractional decode replicas for the load (module docstring)."""
     if rate_rps <= 0 or osl <= 0:
         return 0.0
-    batch = (
-        corrected_batch(perf, context_tokens(isl, osl), itl_s, correction, correction_on_target)
-        * headroom
-    )
+    ctx = context_tokens(isl, osl)
+    if correction_on_target:
+        batch = corrected_batch(perf, ctx, itl_s, correction, True) * headroom
+    else:  # main's expression, in its order (bit-identical results)
+        batch = perf.decode_max_batch(ctx, itl_s) * headroom / correction
     if batch <= 0:
         return math.inf
     return decode_concurrency(rate_rps, osl, ttft_term_s, itl_s) / batch

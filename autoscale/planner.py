@@ -22,7 +22,10 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    growth is projected only over the part of `startup_s` the trend has lasted, and with
    `release_after_ticks` k (0, off by default) a projection whose path the level stays below
    for k ticks is released and nothing is projected until the level reaches it:
-   `autoscale.projections`, Round 6), sized by `autoscale.sizing` with
+   `autoscale.projections`, Round 6; with `decode_correction_on_target` the decode correction
+   moves the ITL target the KV-capped batch is read at, and with `decode_residence_mean` the
+   decode floor is its need's mean over the residence time `T_own + OSL·ITL`: both off by
+   default, `autoscale.sizing` / `autoscale.residence`, Round 7), sized by `autoscale.sizing` with
    `headroom` (0.9) and the pool's correction factor `k`:
    `N_p = ceil(rate·ISL·(1-hit) / (C_p(ISL_u, TTFT)·h/k_p))`,
    `N_d = ceil(rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k_d))`, `T_own` = the model's

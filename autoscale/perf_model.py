@@ -41,6 +41,15 @@ Sources:
   `D = k_d·D_prior`, each fitted by exponentially weighted least squares of observed against
   predicted through the origin: `k = Σ w·obs·pred / Σ w·pred²` with weight
   `w = 2^(-age / half_life_s)` (default 300 s), clamped to [0.25, 4]; 1 before any sample.
+  A sample more than `max_correction` x its prediction is not learnt (`observe`): a prefill
+  median that far out is a drained backlog; with `skip_decode_outliers` (policy
+  `perf_model.online_skip_decode_outliers`, default off: Round 7 measured it only together
+  with the planner's decode options), a decode replica's mean step that far out is not
+  a decode step but prefill-sized work on it (e.g. a preempted sequence's recompute). The
+  least-squares ratio weighs a sample by `obs·pred`, so such rare windows would set `k`: on the
+  Mooncake trace 9 of 808 replica-windows (1 %) at 0.1-0.8 s, where the decode step the model
+  predicts is 5-30 ms, held `k_d` at 2-3 while the median observed/predicted step was 0.91
+  (benchmarks/results/AUTOSCALE.md, Round 7).
 """
 
 from __future__ import annotations
@@ -316,6 +325,7 @@ class OnlinePerfModel(CurvePerfModel):
         half_life_s: float = 300.0,
         min_correction: float = 0.25,
         max_correction: float = 4.0,
+        skip_decode_outliers: bool = False,
     ) -> None:
         super().__init__(
             kv_capacity_tokens=prior.kv_capacity_tokens,
@@ -330,6 +340,7 @@ class OnlinePerfModel(CurvePerfModel):
         self.prior = prior
         self.min_correction = min_correction
         self.max_correction = max_correction
+        self.skip_decode_outliers = skip_decode_outliers
         self._fits = {p: _WeightedRatio(half_life_s) for p in Pool}
 
     def correction(self, pool: Pool) -> float:
@@ -355,14 +366,19 @@ class OnlinePerfModel(CurvePerfModel):
 
     def observe(self, observation: Observation) -> None:
         """Decode: every decode replica with a step time and running sequences (context =
-        its decode KV tokens / running). Prefill: the window's median TTFT against the mean
-        uncached ISL, only when no prefill replica has a queue (then TTFT ≈ service time)
-        and the median is within `max_correction` x the prior's (else it is queueing)."""
+        its decode KV tokens / running), with `skip_decode_outliers` only one whose mean step
+        is within `max_correction` x the prior's (else it is not decode work: module
+        docstring). Prefill: the window's median
+        TTFT against the mean uncached ISL, only when no prefill replica has a queue (then
+        TTFT ≈ service time) and the median is within `max_correction` x the prior's (else it
+        is queueing)."""
         o = observation
         for r in o.replicas_of(Pool.DECODE):
             if r.mean_step_s is not None and r.num_running > 0:
                 context = r.decode_kv_tokens // r.num_running
-                self.observe_decode(o.now, r.num_running, context, r.mean_step_s)
+                expected = self.prior.decode_step_s(r.num_running, context)
+                if not self.skip_decode_outliers or r.mean_step_s <= self.max_correction * expected:
+                    self.observe_decode(o.now, r.num_running, context, r.mean_step_s)
         prefill = o.replicas_of(Pool.PREFILL)
         idle_queues = all(r.num_waiting == 0 for r in prefill)
         if o.ttft.p50_s is not None and o.num_requests > 0 and idle_queues:
@@ -404,5 +420,6 @@ def build_perf_model(policy: SloPolicy) -> CurvePerfModel:
             half_life_s=cfg.online_half_life_s,
             min_correction=cfg.online_min_correction,
             max_correction=cfg.online_max_correction,
+            skip_decode_outliers=cfg.online_skip_decode_outliers,
         )
     return prior

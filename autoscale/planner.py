@@ -22,7 +22,10 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    growth is projected only over the part of `startup_s` the trend has lasted, and with
    `release_after_ticks` k (0, off by default) a projection whose path the level stays below
    for k ticks is released and nothing is projected until the level reaches it:
-   `autoscale.projections`, Round 6), sized by `autoscale.sizing` with
+   `autoscale.projections`, Round 6; with `decode_correction_on_target` the decode correction
+   moves the ITL target the KV-capped batch is read at, and with `decode_residence_mean` the
+   decode floor is its need's mean over the residence time `T_own + OSL·ITL`: both off by
+   default, `autoscale.sizing` / `autoscale.residence`, Round 7), sized by `autoscale.sizing` with
    `headroom` (0.9) and the pool's correction factor `k`:
    `N_p = ceil(rate·ISL·(1-hit) / (C_p(ISL_u, TTFT)·h/k_p))`,
    `N_d = ceil(rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k_d))`, `T_own` = the model's
@@ -110,10 +113,12 @@ from autoscale.planner_terms import (
 )
 from autoscale.policy import SloPolicy
 from autoscale.projections import AheadRelease, Projection, TrendAge
+from autoscale.residence import ResidenceMean
 from autoscale.role_moves import PoolView, RoleMover
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import (
     clamp_to_limits,
+    itl_target_s,
     prefill_need,
     replicas_for,
     ttft_target_s,
@@ -152,6 +157,8 @@ class PdorchPlanner(Planner):
         decode_fit_as_floor: bool = False,
         trend_age: bool = False,
         release_after_ticks: int = 0,
+        decode_residence_mean: bool = False,
+        decode_correction_on_target: bool = False,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -192,6 +199,13 @@ class PdorchPlanner(Planner):
             AheadRelease(release_after_ticks, self.ahead_hold_s) if release_after_ticks else None
         )
         self._proj: dict[Pool, Projection | None] = {p: None for p in POOLS}
+        # the decode floor's need over the last residence time (`autoscale.residence`), and
+        # the decode correction on the ITL target, not the KV-capped batch (`sizing`); both
+        # off by default: with them Mooncake's floor asks the oracle's ~4 decode replicas, but
+        # the shared budget then starves prefill (-0.5 points there, -0.46 on diurnal: Round 7)
+        self._residence = ResidenceMean() if decode_residence_mean else None
+        self.decode_correction_on_target = decode_correction_on_target
+        self._decode_mean = 0.0
         self._level = SlidingLoad(self.level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         self._fit: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
@@ -275,6 +289,7 @@ class PdorchPlanner(Planner):
             hit,
             self.correction[Pool.DECODE],
             self.headroom,
+            self.decode_correction_on_target,
         )
         return {
             Pool.PREFILL: Term(replicas_for(p), "ttft-throughput", {**inputs, "need": p}),
@@ -317,6 +332,8 @@ class PdorchPlanner(Planner):
                         )
                 load = level._replace(rate_rps=rate)
                 term = self._floor_for(load, obs)[pool]
+                if pool is Pool.DECODE and self._residence is not None:
+                    term = self._over_residence(obs.now, term, h, rate, level.rate_rps)
                 term.inputs["horizon_s"] = h
                 at[h] = term.replicas
                 if best is None or term.replicas > best.replicas:
@@ -325,6 +342,24 @@ class PdorchPlanner(Planner):
             out[pool] = best
             self._floor_now[pool] = at[0.0]
         return out
+
+    def _over_residence(
+        self, now: float, term: Term, horizon: float, rate: float, level_rate: float
+    ) -> Term:
+        """The decode floor's need as its mean over the last residence time
+        (`autoscale.residence`): this tick's need joins the mean at the horizon 0; a floor
+        for the load ahead is that mean scaled by the projected rate over the level's."""
+        assert self._residence is not None
+        tick = float(term.inputs["need"])
+        if horizon <= 0:
+            x = term.inputs
+            residence = float(x["ttft_term_s"]) + float(x["osl"]) * itl_target_s(self.policy)
+            self._decode_mean = self._residence.add(now, tick, residence)
+            need = self._decode_mean
+            term.inputs["residence_s"] = residence
+        else:
+            need = self._decode_mean * rate / level_rate if level_rate > 0 else tick
+        return Term(replicas_for(need), term.reason, {**term.inputs, "need": need, "tick": tick})
 
     def _sustained(self, pool: Pool, now: float, projected: float, level: float) -> float:
         """The projected rate's growth over the level, as sustained for `trend_hold_s`: the
@@ -355,6 +390,7 @@ class PdorchPlanner(Planner):
             min_samples=self.min_samples,
             kv_high=self.kv_high,
             decode_as_floor=self.decode_fit_as_floor,
+            decode_on_target=self.decode_correction_on_target,
         )
 
     def _consolidated(self, obs: Observation, pool: Pool, start: int, current: int) -> int:
@@ -463,6 +499,7 @@ class PdorchPlanner(Planner):
                 min_samples=self.min_samples,
                 kv_high=self.kv_high,
                 start_s=self._arrival_s(obs, pool),
+                decode_on_target=self.decode_correction_on_target,
             )
             term = react if react.replicas > floor.replicas else floor
             self._floors[pool].append(
@@ -539,6 +576,7 @@ class PdorchPlanner(Planner):
                 min_samples=self.min_samples,
                 kv_high=self.kv_high,
                 start_s=start,
+                decode_on_target=self.decode_correction_on_target,
             ).replicas
             for start in (limits.startup_s, self.policy.switch_s)
         ]
@@ -561,14 +599,17 @@ class PdorchPlanner(Planner):
 
 
 def _make_pdorch(policy: SloPolicy, perf_model: PerfModel, **options: Any) -> PdorchPlanner:
-    """The registry's factory: the policy's predictor (`PredictorForecaster(policy.predictor,
-    policy.predictor_params, request_weighted_isl=True)`) is the default forecaster;
-    `forecaster=` overrides it."""
-    options.setdefault(
+    """The registry's factory (what `pdorch bench autoscale`, `pdorch autoscale` and the
+    in-process autoscaler build): the policy's `planner:` options (`policy.PlannerOptions`),
+    then keyword `options` over them; the policy's predictor (`PredictorForecaster(
+    policy.predictor, policy.predictor_params, request_weighted_isl=True)`) is the default
+    forecaster; `forecaster=` overrides it."""
+    merged: dict[str, Any] = {**policy.planner.model_dump(), **options}
+    merged.setdefault(
         "forecaster",
         PredictorForecaster(policy.predictor, policy.predictor_params, request_weighted_isl=True),
     )
-    return PdorchPlanner(policy, perf_model, **options)
+    return PdorchPlanner(policy, perf_model, **merged)
 
 
 register_planner("pdorch", _make_pdorch)

@@ -5,8 +5,10 @@ Notation (per pool): `λ_tok = rate·ISL·(1-hit)` observed uncached prompt toke
 `t_own = perf.prefill_time_s(ISL_u)`; `μ = ISL_u / t_own` one prefill replica's raw tokens/s;
 `C_p = perf.prefill_tokens_per_s(ISL_u, TTFT)` its capacity at the target; `Q` the uncached
 prompt tokens queued on the prefill replicas; `S` the sequences on the decode replicas
-(running + waiting); `B = perf.decode_max_batch(ctx, ITL)` a decode replica's batch at the
-target; `k` the pool's correction factor (capacities are divided by it).
+(running + waiting); `B = sizing.corrected_batch` a decode replica's batch at the target under
+the correction (`B_d(ctx, ITL)/k`, or with `on_target` `B_d(ctx, ITL/k)`: the KV pool and
+`max_num_seqs` cap it whatever `k` says; `sizing`'s module docstring); `k` the pool's
+correction factor (prefill capacities are divided by it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from autoscale.signals import Observation, Pool, PoolStatus
 from autoscale.sizing import (
     UNREACHABLE,
     context_tokens,
+    corrected_batch,
     decode_concurrency,
     decode_need,
     itl_target_s,
@@ -100,7 +103,9 @@ def _prefill_load(perf: PerfModel, policy: SloPolicy, obs: Observation) -> dict[
     }
 
 
-def _decode_load(perf: PerfModel, policy: SloPolicy, obs: Observation) -> dict[str, float]:
+def _decode_load(
+    perf: PerfModel, policy: SloPolicy, obs: Observation, correction: float, on_target: bool
+) -> dict[str, float]:
     reps = obs.replicas_of(Pool.DECODE)
     itl = itl_target_s(policy)
     if reps:
@@ -118,7 +123,8 @@ def _decode_load(perf: PerfModel, policy: SloPolicy, obs: Observation) -> dict[s
         "sequences": seqs,
         "waiting": waiting,
         "context_tokens": float(ctx),
-        "batch_at_target": float(perf.decode_max_batch(ctx, itl)),
+        # the batch at the target under the correction (`sizing.corrected_batch`)
+        "batch_at_target": corrected_batch(perf, ctx, itl, correction, on_target),
         "kv_usage_sum": sum(r.kv_usage for r in reps),
     }
 
@@ -158,6 +164,7 @@ def reactive_term(
     min_samples: int,
     kv_high: float,
     start_s: float | None = None,
+    decode_on_target: bool = False,
 ) -> Term:
     """What the observed window needs now, whatever the forecast said.
 
@@ -166,7 +173,8 @@ def reactive_term(
     bring one) and `Q_T = max(0, Q - (N_prov·μ/k - λ_tok)·T)` the queue the provisioned
     replicas have not drained by the time a replica ordered now is ready: that rest is drained
     over one more start-up time, or within the TTFT budget when starts are instant (`T = 0`).
-    decode: `N_s = ceil(S / (B / k))` and `N_kv = ceil(Σ kv_usage / kv_high)`.
+    decode: `N_s = ceil(S / B)` (`B` under the correction) and
+    `N_kv = ceil(Σ kv_usage / kv_high)`.
     While replicas are pending, the backlog part (`Q`, waiting sequences) cannot raise the
     count above the provisioned replicas (`_with_backlog`).
     Both: an observed percentile over target adds one replica above the provisioned ones,
@@ -189,8 +197,8 @@ def reactive_term(
         backlog = max(0.0, left) / max(budget, start) / mu if mu > 0 else 0.0
         best = _with_backlog(status, steady, backlog, "ttft-queue")
     else:
-        inputs = _decode_load(perf, policy, obs)
-        batch = inputs["batch_at_target"] / correction
+        inputs = _decode_load(perf, policy, obs, correction, decode_on_target)
+        batch = inputs["batch_at_target"]
         running = inputs["sequences"] - inputs["waiting"]
         if batch > 0:
             best = _with_backlog(
@@ -222,9 +230,10 @@ def decode_floor_need(
     hit: float,
     correction: float,
     headroom: float,
+    on_target: bool = False,
 ) -> float:
     """The decode floor's model, one function for the floor and the fit check: fractional
-    replicas `rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k)` (`sizing.decode_need`), with
+    replicas `rate·(T_own + OSL·ITL) / (B·h)` (`sizing.decode_need`, `B` under the correction), with
     `T_own = min(perf.prefill_time_s(ISL_u), TTFT)` (the model's own prefill time: a request
     occupies its decode replica from its first token on, prefill queueing is not residence)."""
     ttft = ttft_target_s(policy)
@@ -238,6 +247,7 @@ def decode_floor_need(
         ttft_term_s=min(t_own, ttft),
         correction=correction,
         headroom=headroom,
+        correction_on_target=on_target,
     )
 
 
@@ -253,11 +263,12 @@ def fits(
     min_samples: int,
     kv_high: float,
     decode_as_floor: bool = False,
+    decode_on_target: bool = False,
 ) -> bool:
     """Would the observed load, spread over `replicas`, still meet the SLO with `margin`?
 
     prefill: `λ_tok ≤ margin·m·C_p/k` and `t_own + (Q/m)/(μ/k) ≤ margin·TTFT`.
-    decode (`decode_as_floor` False): `S/m ≤ B/k`, the predicted ITL
+    decode (`decode_as_floor` False): `S/m ≤ B` (under the correction), the predicted ITL
     `k·perf.decode_step_s(ceil(S/m), ctx) ≤ margin·ITL` and `Σ kv_usage / m ≤ margin·kv_high`.
     decode (`decode_as_floor` True): the floor's own model on the observed load,
     `decode_floor_need(rate, ISL, OSL, hit, k, headroom=margin) ≤ m`, and the KV check. Why:
@@ -280,7 +291,7 @@ def fits(
         mu = x["mu_tok_s"] / correction
         queue_wait = (x["queued_tokens"] / m) / mu if mu > 0 else 0.0
         return x["t_own_s"] + queue_wait <= margin * ttft_target_s(policy)
-    y = _decode_load(perf, policy, obs)
+    y = _decode_load(perf, policy, obs, correction, decode_on_target)
     if decode_as_floor:
         need = decode_floor_need(
             perf,
@@ -291,10 +302,11 @@ def fits(
             obs.prefix_hit_rate,
             correction,
             margin,
+            decode_on_target,
         )
         return replicas_for(need) <= replicas and y["kv_usage_sum"] / m <= margin * kv_high
     batch = math.ceil(y["sequences"] / m - 1e-9)
-    if batch > y["batch_at_target"] / correction:
+    if batch > y["batch_at_target"]:
         return False
     step = perf.decode_step_s(max(1, batch), round(y["context_tokens"])) * correction
     if step > margin * itl_target_s(policy):

@@ -16,6 +16,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictInt,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -149,7 +151,9 @@ class PerfModelConfig(_Strict):
     `sweep_file` (relative to the policy file) is required for `sweep` and, given with
     `online`, replaces the timing model as the prior. `online_half_life_s` is the age at which
     an observation of the online correction weighs half; the correction stays within
-    [`online_min_correction`, `online_max_correction`] of the prior. `rho_max` caps a prefill
+    [`online_min_correction`, `online_max_correction`] of the prior; with
+    `online_skip_decode_outliers` a decode replica-window past `online_max_correction` x the
+    prior's step is not learnt (`OnlinePerfModel`). `rho_max` caps a prefill
     replica's utilisation whatever the queueing bound allows (headroom for bursts)."""
 
     source: PerfModelSource = PerfModelSource.ONLINE
@@ -157,6 +161,7 @@ class PerfModelConfig(_Strict):
     online_half_life_s: float = Field(default=300.0, gt=0)
     online_min_correction: float = Field(default=0.25, gt=0)
     online_max_correction: float = Field(default=4.0, gt=0)
+    online_skip_decode_outliers: StrictBool = False
     rho_max: float = Field(default=0.9, gt=0, lt=1)
 
     @field_validator("sweep_file")
@@ -184,6 +189,55 @@ class PerfModelConfig(_Strict):
         return self
 
 
+class PlannerOptions(_Strict):
+    """pdorch's planner options (`autoscale/planner.py`'s module docstring has each rule; the
+    peers' baselines ignore this section). Defaults are the planner's own: a file without
+    `planner:` plans exactly as before. `None` means derived: `level_window_s` and
+    `forecast_window_s` 0 (each window as it is), `floor_hold_s` the `scale_down_s` window,
+    `ahead_hold_s` the `floor_hold_s`.
+
+    - `headroom` (0.9): share of a replica's capacity at the target the floor plans to use.
+    - `margin` (0.8): headroom the scale-down fit check keeps.
+    - `kv_high` (0.9): KV usage per decode replica the `kv-usage` term keeps below.
+    - `min_samples` (20): requests a window needs before its percentiles are read.
+    - `correction_alpha` (0.2): EWMA weight of a new observed/predicted latency ratio.
+    - `stand_in` (true): a role move may stand in for a cold start the taker is about to order.
+    - `forecast_window_s`: seconds of windows aggregated per forecaster point.
+    - `trend_cap` (1.5): the rate projected `startup_s` ahead is at most this x its level.
+    - `trend_hold_s` (30): the projected growth is the mean over this many seconds of ticks.
+    - `fast_down_s` (60): a count every tick of this long found fitting scales down early.
+    - `level_window_s`: the load is read as its sliding mean over this long.
+    - `floor_hold_s`, `ahead_hold_s`: how long a floor for the load now / `startup_s` ahead
+      bounds the fast way down.
+    - `decode_fit_as_floor` (false): the decode fit check is the floor's own model.
+    - `trend_age` (false): project the growth only over the part of `startup_s` it has lasted.
+    - `release_after_ticks` (0, off): release a projection the level stays below for k ticks.
+    - `decode_residence_mean` (false): the decode floor's need is its mean over the last
+      residence time `T_own + OSL·ITL` (`autoscale/residence.py`).
+    - `decode_correction_on_target` (false): the decode correction moves the ITL target the
+      batch is read at; the KV pool and `max_num_seqs` cap it (`autoscale/sizing.py`).
+    """
+
+    headroom: float = Field(default=0.9, gt=0, le=1)
+    margin: float = Field(default=0.8, gt=0, le=1)
+    kv_high: float = Field(default=0.9, gt=0, le=1)
+    min_samples: StrictInt = Field(default=20, ge=1)
+    correction_alpha: float = Field(default=0.2, ge=0, le=1)
+    stand_in: StrictBool = True
+    forecast_window_s: float | None = Field(default=None, ge=0)
+    trend_cap: float = Field(default=1.5, ge=1)
+    trend_hold_s: float = Field(default=30.0, ge=0)
+    fast_down_s: float = Field(default=60.0, ge=0)
+    level_window_s: float | None = Field(default=None, ge=0)
+    floor_hold_s: float | None = Field(default=None, ge=0)
+    ahead_hold_s: float | None = Field(default=None, ge=0)
+    decode_fit_as_floor: StrictBool = False
+    trend_age: StrictBool = False
+    release_after_ticks: StrictInt = Field(default=0, ge=0)
+    decode_residence_mean: StrictBool = False
+    decode_correction_on_target: StrictBool = False
+
+
 class SloPolicy(_Strict):
     """The whole policy (see module docstring)."""
 
@@ -202,6 +256,7 @@ class SloPolicy(_Strict):
     perf_model: PerfModelConfig = Field(default_factory=PerfModelConfig)
     role_switching: bool = False  # replicas are `kv_both`: move them between pools
     switch_s: float = Field(default=5.0, ge=0)  # drain + relabel time of one role move
+    planner: PlannerOptions = Field(default_factory=PlannerOptions)  # pdorch's planner options
 
     @model_validator(mode="after")
     def _hardware_exists(self) -> SloPolicy:

@@ -6,10 +6,21 @@ for `ISL_u = ISL·(1 - hit)` uncached tokens.
 
 Decode (ITL): sequences in flight by Little's law `S = rate · (T_ttft + OSL · ITL)`, and
 `N_d = ceil(S / (B_d(ctx, ITL) · h / k_d))` with `B_d = perf.decode_max_batch` at the context
-`ctx = ISL + OSL/2` (a sequence is half-way through its output on average).
+`ctx = ISL + OSL/2` (a sequence is half-way through its output on average); with
+`correction_on_target`, `N_d = ceil(S / (B_d(ctx, ITL / k_d) · h))` (below).
 
 `h` is a headroom (1.0 = run replicas exactly at the target; pdorch's planner uses 0.9) and
 `k` a correction factor (observed/predicted latency, 1.0 = trust the model).
+
+`correction_on_target` (default False: the batch is divided by `k`): the decode correction
+scales the *step time* (observed ITL / the model's step), so it moves the ITL target the
+step-bound batch is read at (`k·D(b, ctx) ≤ ITL` ⇔ `D(b, ctx) ≤ ITL/k`; Dynamo's planner
+corrects its ITL target the same way), and `max_num_seqs` and the KV pool cap `B_d` whatever
+`k` says. Dividing the capped batch on the Mooncake trace (13.7k-token contexts, KV-bound at
+32 sequences per replica, `k_d` at its 0.5 bound) counted 64 sequences per replica, twice
+what the KV pool holds. Not the default: the corrected floor asks ~4 decode replicas there
+(the oracle's count), but the shared GPU budget then gives prefill fewer and Mooncake loses
+TTFT attainment (benchmarks/results/AUTOSCALE.md, Round 7).
 """
 
 from __future__ import annotations
@@ -67,6 +78,16 @@ def prefill_need(
     return rate_rps * isl * (1.0 - min(max(hit, 0.0), 1.0)) / cap
 
 
+def corrected_batch(
+    perf: PerfModel, ctx: int, itl_s: float, correction: float, on_target: bool
+) -> float:
+    """A decode replica's batch at the ITL target under the correction `k`: `B_d(ctx, ITL/k)`
+    with `on_target` (the KV and `max_num_seqs` caps hold), else `B_d(ctx, ITL) / k`."""
+    if on_target:
+        return float(perf.decode_max_batch(ctx, itl_s / correction))
+    return perf.decode_max_batch(ctx, itl_s) / correction
+
+
 def decode_concurrency(rate_rps: float, osl: float, ttft_term_s: float, itl_s: float) -> float:
     """Sequences in flight (Little's law): rate · (TTFT + OSL · ITL)."""
     return max(0.0, rate_rps) * (ttft_term_s + osl * itl_s)
@@ -82,11 +103,16 @@ def decode_need(
     ttft_term_s: float,
     correction: float = 1.0,
     headroom: float = 1.0,
+    correction_on_target: bool = False,
 ) -> float:
     """Fractional decode replicas for the load (module docstring)."""
     if rate_rps <= 0 or osl <= 0:
         return 0.0
-    batch = perf.decode_max_batch(context_tokens(isl, osl), itl_s) * headroom / correction
+    ctx = context_tokens(isl, osl)
+    if correction_on_target:
+        batch = corrected_batch(perf, ctx, itl_s, correction, True) * headroom
+    else:  # main's expression, in its order (bit-identical results)
+        batch = perf.decode_max_batch(ctx, itl_s) * headroom / correction
     if batch <= 0:
         return math.inf
     return decode_concurrency(rate_rps, osl, ttft_term_s, itl_s) / batch

@@ -106,3 +106,52 @@ def test_unknown_hardware_and_a_model_that_does_not_fit(tmp_path: Path) -> None:
     assert "h100" in err.issues[0].message  # the valid names are listed
     err = _bad(tmp_path, "model_profile: llama-3.1-70b\ngpu: l40s\ntp: 1\n")
     assert [(i.path, i.line) for i in err.issues] == [("tp", 3)]
+
+
+def test_planner_options_default_to_the_planners_own() -> None:
+    import inspect
+
+    from autoscale.planner import PdorchPlanner
+    from autoscale.policy import PlannerOptions
+
+    params = inspect.signature(PdorchPlanner.__init__).parameters
+    for name, value in PlannerOptions().model_dump().items():
+        assert params[name].default == value, name
+    assert load_policy(EXAMPLE).planner == PlannerOptions()
+
+
+def test_planner_options_reach_the_registered_planner(tmp_path: Path) -> None:
+    from autoscale.perf_model import build_perf_model
+    from autoscale.planner import PdorchPlanner
+    from autoscale.planner_base import planner_factory
+
+    path = tmp_path / "policy.yaml"
+    path.write_text("planner:\n  release_after_ticks: 3\n  floor_hold_s: 90\n  trend_age: true\n")
+    policy = load_policy(path)
+    pl = planner_factory("pdorch")(policy, build_perf_model(policy))
+    assert isinstance(pl, PdorchPlanner)
+    assert (pl.floor_hold_s, pl.ahead_hold_s) == (90.0, 90.0)
+    assert pl._release is not None and pl._release.ticks == 3
+    assert pl._trend_age is not None
+    # a keyword option still wins over the file's
+    kw = planner_factory("pdorch")(policy, build_perf_model(policy), floor_hold_s=30.0)
+    assert isinstance(kw, PdorchPlanner) and kw.floor_hold_s == 30.0
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "why"),
+    [
+        ("planner:\n  headroom: 1.5\n", "planner.headroom", "less than or equal to 1"),
+        ("planner:\n  release_after_ticks: -1\n", "planner.release_after_ticks", "greater"),
+        ("planner:\n  release_after_ticks: 2.5\n", "planner.release_after_ticks", "integer"),
+        ("planner:\n  trend_age: 'yes please'\n", "planner.trend_age", "boolean"),
+        ("planner:\n  trend_cap: 0.5\n", "planner.trend_cap", "greater than or equal to 1"),
+        ("planner:\n  floor_hold: 90\n", "planner.floor_hold", "Extra inputs"),
+    ],
+)
+def test_bad_planner_options_name_the_field_and_line(
+    tmp_path: Path, text: str, path: str, why: str
+) -> None:
+    err = _bad(tmp_path, text)
+    assert [(i.path, i.line) for i in err.issues] == [(path, 2)]
+    assert why in err.issues[0].message

@@ -146,7 +146,7 @@ def bench_autoscale(
         help="Worker processes: the planners run N at a time over the same arrivals, one "
         "planner per process (fork); results.json, the report and --json are the same as "
         "with 1 (only the run's own timings differ). Each worker holds a copy of the "
-        "workload's state: memory grows with N.",
+        "workload's state: memory grows with N. Not with --live.",
     ),
     merge: list[str] = typer.Option(
         [],
@@ -216,6 +216,8 @@ def bench_autoscale(
         raise typer.BadParameter(
             "give exactly one of --workload or --trace", param_hint="--workload"
         )
+    if live and jobs != 1:
+        raise typer.BadParameter("--live runs one planner: no --jobs", param_hint="--jobs")
     if not live and time_scale != DEFAULT_TIME_SCALE:
         raise typer.BadParameter("only with --live", param_hint="--time-scale")
     if policy_file is None:

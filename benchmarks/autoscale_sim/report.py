@@ -15,7 +15,8 @@ The input is the run dict (the contract with the simulator, one entry per planne
         "role_moves": [{"replica", "from", "to", "asked_s", "ready_s", "seconds"}]}}}
 
 `capacity_episodes` and `role_moves` (optional) give the "Breach → added capacity" and
-"Role moves" sections.
+"Role moves" sections. A merged run (`merge.py`) has `sources`, one `{"folder", "command",
+"planners", "wall_s"}` per folder: the report lists each folder's command under the merge's.
 
 `summary_table(run)` gives one row per planner with the numbers both the CLI's table and
 `report.md` print (so they agree): the ratios are `gpu_hours / oracle gpu_hours` and
@@ -209,6 +210,21 @@ _CAPACITY_HEADER = (
 
 def _markdown(run: dict[str, Any], rows: list[dict[str, Any]], plots: Plots) -> str:
     lines = ["# Autoscaling what-if report", "", "Command:", "", "```", run["command"], "```", ""]
+    sources = run.get("sources")
+    if sources:  # a merged run (merge.py): each folder's own command made its rows
+        lines += ["Merged from these runs (one folder each, the same settings):", "", "```"]
+        lines += [s["command"] for s in sources]
+        lines += ["```", ""]
+        lines += [
+            *_table(
+                ["folder", "planners", "wall s"],
+                [
+                    [f"`{s['folder']}`", ", ".join(s["planners"]), _num(s["wall_s"], "{:.0f}")]
+                    for s in sources
+                ],
+            ),
+            "",
+        ]
     lines += ["## Settings", "", "```json", json.dumps(run.get("settings", {}), indent=2)]
     lines += ["```", ""]
     slo = slo_targets(run.get("settings", {}))

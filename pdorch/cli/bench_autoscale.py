@@ -6,7 +6,10 @@ leave after a drain, switch role after `switch_s`. The table (stdout, or stderr 
 `--json`) and `--json` (one object on stdout: `{"planners": {NAME: {"attainment",
 "gpu_hours", "lost", "direction_changes": {"prefill", "decode"}, ...}}, "wall_s"}`) summarise
 each run; `--out DIR` writes `results.json` (every run's accounting, the exact command and
-the settings) and the report (`benchmarks/autoscale_sim/report.py`).
+the settings) and the report (`benchmarks/autoscale_sim/report.py`). `--jobs N` runs the
+planners in N forked worker processes (`benchmarks/autoscale_sim/parallel.py`; the same
+results). `--merge DIR,...` simulates nothing: it makes one run, one `results.json` and one
+report of several runs' folders of the same settings (`benchmarks/autoscale_sim/merge.py`).
 
 `--live` runs one planner on a live fleet, time-compressed by `--time-scale`, and its what-if
 beside it (`bench_autoscale_live.py`, `benchmarks/autoscale_live/README.md`).
@@ -22,6 +25,7 @@ from typing import Any
 
 import typer
 
+from pdorch.cli.bench_autoscale_output import emit
 from pdorch.cli.options import split_list
 
 RENAMED: dict[str, str] = {}
@@ -135,6 +139,27 @@ def bench_autoscale(
         "--fast-forward/--no-fast-forward",
         help="Advance pure-decode steps in bulk (same results, much faster).",
     ),
+    jobs: int = typer.Option(
+        1,
+        "--jobs",
+        min=1,
+        help="Worker processes: the planners run N at a time over the same arrivals, one "
+        "planner per process (fork); results.json, the report and --json are the same as "
+        "with 1 (only the run's own timings differ). Each worker holds a copy of the "
+        "workload's state: memory grows with N. Not with --live.",
+    ),
+    merge: list[str] = typer.Option(
+        [],
+        "--merge",
+        metavar="DIR,...",
+        help="Instead of simulating: make ONE run of these `bench autoscale --out` folders' "
+        "results.json (comma-separated or repeated), e.g. one planner per folder run in "
+        "parallel. Their settings must agree in everything but the planners (else the "
+        "error names what differs); --planners then selects and orders the rows (default: "
+        "every planner, pdorch, oracle, static-peak, ... first). The report lists each "
+        "folder's own command. The run options (--policy, --rate-scale, --param, ...) are "
+        "not used. Exclusive with --workload, --trace and --live.",
+    ),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object on stdout; table and progress on stderr."
     ),
@@ -149,21 +174,24 @@ def bench_autoscale(
     """Compare autoscaling planners on a simulated P/D fleet against an SLO policy; with
     --live, run one planner on a live fleet beside its virtual-time what-if.
 
+    Several folders of one workload (say one per planner, run in parallel) become one run
+    and one report with --merge.
+
     Example: `pdorch bench autoscale --trace benchmarks/traces/azure/AzureLLMInferenceTrace_conv.csv
-    --trace-format azure --planners pdorch,oracle,static-peak --json --out out/`
+    --trace-format azure --planners pdorch,oracle,static-peak --jobs 3 --json --out out/`
     """
     import time
 
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from autoscale.planners import planner_names
     from autoscale.policy import PolicyError, load_policy
     from autoscale.signals import Pool
+    from benchmarks.autoscale_sim.parallel import PlannerPool
     from benchmarks.autoscale_sim.runner import (
         AutoscaleSimConfig,
         planner_variant,
-        run_planner,
         trace_requests,
     )
     from benchmarks.fleet_sim.fleet import FleetSpec
@@ -172,10 +200,24 @@ def bench_autoscale(
 
     err = Console(stderr=True, width=None if sys.stderr.isatty() else 220)
     console = err if as_json else Console(width=None if sys.stdout.isatty() else 220)
+    command = "pdorch bench autoscale " + " ".join(shlex.quote(a) for a in sys.argv[1:][2:])
+    if sys.argv[1:3] != ["bench", "autoscale"]:
+        command = "pdorch bench autoscale ..."
+    if merge:
+        if workload is not None or trace is not None or live:
+            raise typer.BadParameter(
+                "--merge reads finished runs: no --workload, --trace or --live",
+                param_hint="--merge",
+            )
+        order = split_list(planners, "--planners") if planners else None
+        _merge(split_list(merge, "--merge"), order, command, out, as_json, console, err)
+        return
     if (workload is None) == (trace is None):
         raise typer.BadParameter(
             "give exactly one of --workload or --trace", param_hint="--workload"
         )
+    if live and jobs != 1:
+        raise typer.BadParameter("--live runs one planner: no --jobs", param_hint="--jobs")
     if not live and time_scale != DEFAULT_TIME_SCALE:
         raise typer.BadParameter("only with --live", param_hint="--time-scale")
     if policy_file is None:
@@ -254,9 +296,6 @@ def bench_autoscale(
         initial=initial,
     )
 
-    command = "pdorch bench autoscale " + " ".join(shlex.quote(a) for a in sys.argv[1:][2:])
-    if sys.argv[1:3] != ["bench", "autoscale"]:
-        command = "pdorch bench autoscale ..."
     settings = {
         "workload": source,
         "workload_name": wl.name,
@@ -303,137 +342,52 @@ def bench_autoscale(
     wall0 = time.perf_counter()
     requests = trace_requests(wl, block_size)
     horizon = max((r[0] for r in requests), default=0.0) or 1.0
-    runs: dict[str, dict[str, Any]] = {}
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=as_json,
-    ) as progress:
-        for name in names:
-            task = progress.add_task(f"{name:>16}", total=horizon, status="")
-
-            def tick(t: float, task: TaskID = task) -> None:
-                progress.update(task, completed=min(t, horizon), status=f"t={t:.0f}s")
-
-            try:
-                res = run_planner(wl, policy, name, cfg, progress=tick, requests=requests)
-            except ValueError as e:
-                raise typer.BadParameter(str(e)) from None
-            runs[name] = res
-            progress.update(
-                task,
-                completed=horizon,
-                status=f"done in {res['sim_wall_s']:.1f}s ({res['sim_cpu_s']:.1f}s CPU)",
-            )
-    wall = time.perf_counter() - wall0
-
-    console.print(_table(runs, f"bench autoscale: {wl.name} ({wl.num_requests} requests)"))
-    if out is not None:
-        run = {"command": command, "settings": settings, "planners": runs, "wall_s": wall}
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
-        _render(run, out)
-        err.print(f"report: {out / 'report.md'}")
-    if as_json:
-        sys.stdout.write(json.dumps({"planners": runs_summary(runs), "wall_s": wall}) + "\n")
-
-
-SUMMARY_KEYS = (
-    "gpu_hours",
-    "gpu_hours_by_pool",
-    "lost",
-    "requests",
-    "completed",
-    "direction_changes",
-    "time_to_capacity_s",
-    "sim_cpu_s",
-)
-
-
-def runs_summary(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The `--json` object's planners: `attainment` is the fraction within both SLOs."""
-    out = {}
-    for name, r in runs.items():
-        row: dict[str, Any] = {"attainment": r["attainment"]["both"]}
-        row["attainment_ttft"] = r["attainment"]["ttft"]
-        row["attainment_itl"] = r["attainment"]["itl"]
-        row["attainment_p90"] = r["attainment_p90"]["both"]
-        row["attainment_loose"] = r["attainment_loose"]["both"]
-        row.update({k: r[k] for k in SUMMARY_KEYS})
-        out[name] = row
-    return out
-
-
-def _table(runs: dict[str, dict[str, Any]], title: str) -> Any:
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in (
-        "planner",
-        "both",
-        "TTFT",
-        "ITL",
-        "p90 pair",
-        "2x pair",
-        "GPU-h",
-        "/oracle",
-        "/static-peak",
-        "lost",
-        "flips P/D",
-        "to capacity s (max)",
-        "CPU s",
+    # forked before the progress display starts its refresh thread (parallel.py)
+    with (
+        PlannerPool(wl, policy, cfg, requests, min(jobs, len(names))) as pool,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=as_json,
+        ) as progress,
     ):
-        table.add_column(col, justify="left" if col == "planner" else "right")
-    oracle = runs.get("oracle", {}).get("gpu_hours")
-    peak = runs.get("static-peak", {}).get("gpu_hours")
-    for name, r in runs.items():
-        a = r["attainment"]
-        ttc = r["time_to_capacity_s"]
-        gh = r["gpu_hours"]
-        table.add_row(
-            name,
-            f"{a['both']:.2%}",
-            f"{a['ttft']:.2%}",
-            f"{a['itl']:.2%}",
-            f"{r['attainment_p90']['both']:.2%}",
-            f"{r['attainment_loose']['both']:.2%}",
-            f"{gh:.3f}",
-            f"{gh / oracle:.2f}" if oracle else "-",
-            f"{gh / peak:.2f}" if peak else "-",
-            str(r["lost"]),
-            f"{r['direction_changes']['prefill']}/{r['direction_changes']['decode']}",
-            f"{max(ttc):.0f}" if ttc else "-",
-            f"{r['sim_cpu_s']:.1f}",
-        )
-    return table
+        tasks = {n: progress.add_task(f"{n:>16}", total=horizon, status="") for n in names}
+
+        def tick(name: str, t: float) -> None:
+            progress.update(tasks[name], completed=min(t, horizon), status=f"t={t:.0f}s")
+
+        def done(name: str, res: dict[str, Any]) -> None:
+            status = f"done in {res['sim_wall_s']:.1f}s ({res['sim_cpu_s']:.1f}s CPU)"
+            progress.update(tasks[name], completed=horizon, status=status)
+
+        try:
+            runs = pool.run(names, tick, done)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+    wall = time.perf_counter() - wall0
+    run = {"command": command, "settings": settings, "planners": runs, "wall_s": wall}
+    title = f"bench autoscale: {wl.name} ({wl.num_requests} requests)"
+    emit(run, title, out, as_json, console, err)
 
 
-def _render(run: dict[str, Any], out: Path) -> None:
-    """The report module's `render_report`, or a minimal markdown table until it exists."""
-    import importlib
+def _merge(
+    folders: list[str],
+    order: list[str] | None,
+    command: str,
+    out: Path | None,
+    as_json: bool,
+    console: Any,
+    err: Any,
+) -> None:
+    from benchmarks.autoscale_sim.merge import MergeError, load_run, merge_runs
 
-    try:  # by name: the report module is written beside this command (as-report's)
-        report = importlib.import_module("benchmarks.autoscale_sim.report")
-    except ModuleNotFoundError as e:
-        if e.name != "benchmarks.autoscale_sim.report":
-            raise
-        lines = [
-            f"# bench autoscale: {run['settings']['workload_name']}",
-            "",
-            f"`{run['command']}`",
-            "",
-            "| planner | within both SLOs | GPU-hours | lost | direction changes P/D |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        for name, r in run["planners"].items():
-            d = r["direction_changes"]
-            lines.append(
-                f"| {name} | {r['attainment']['both']:.2%} | {r['gpu_hours']:.3f} | "
-                f"{r['lost']} | {d['prefill']}/{d['decode']} |"
-            )
-        (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return
-    report.render_report(run, out)
+    try:
+        run = merge_runs([(Path(f), load_run(Path(f))) for f in folders], command, order)
+    except MergeError as e:
+        raise typer.BadParameter(str(e), param_hint="--merge") from None
+    s = run["settings"]
+    title = f"bench autoscale: {s.get('workload_name')} ({s.get('requests')} requests), merged"
+    emit(run, title, out, as_json, console, err)

@@ -1,0 +1,121 @@
+"""One `pdorch bench autoscale` run from several folders' `results.json` (`--merge`).
+
+Why: a long workload's planners are run as separate processes (one `--out` folder each, in
+parallel or on different days); the study wants ONE report with every planner's row. Rows
+from sibling folders compare like for like only when every planner saw the same arrivals
+under the same policy, so the folders' `settings` must be equal in everything but
+`planners` (the workload and its parameters, the policy dump, seed, block size, record
+period, ...); a difference is an error that names the keys.
+
+The merged run dict is what a single run with all those planners would have written, plus
+`sources`: one `{"folder", "command", "planners", "wall_s"}` per folder, so the report keeps
+each folder's exact command. `wall_s` is the sum of the folders' (the CPU time spent on the
+study, not the elapsed time of parallel runs).
+
+Order of the planners: `order` when given (it selects too: a planner not in any folder is an
+error), else `CANONICAL` order (the command's default planner list), then the others in folder
+order.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CANONICAL", "MergeError", "load_run", "merge_runs"]
+
+CANONICAL = (
+    "pdorch",
+    "oracle",
+    "static-peak",
+    "static-mean",
+    "hpa-kv-util",
+    "dynamo-planner",
+    "llmd-slo",
+    "aibrix-kpa",
+)
+"""`pdorch bench autoscale`'s default planners, the report's row order."""
+
+
+class MergeError(ValueError):
+    """Folders that cannot be one run (the message says which and why)."""
+
+
+def load_run(folder: Path) -> dict[str, Any]:
+    """The run dict in `folder/results.json`."""
+    path = folder / "results.json"
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MergeError(
+            f"{folder}: no results.json (not a `bench autoscale --out` folder)"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise MergeError(f"{path}: not JSON ({e})") from None
+    if not isinstance(run, dict) or not isinstance(run.get("planners"), dict):
+        raise MergeError(f"{path}: no planners (not a `bench autoscale` results.json)")
+    if "sources" in run:
+        raise MergeError(f"{path}: already a merged run; merge its source folders instead")
+    return run
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _settings_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    keys = sorted((set(a) | set(b)) - {"planners"})
+    return [f"{k}: {_short(a.get(k))} vs {_short(b.get(k))}" for k in keys if a.get(k) != b.get(k)]
+
+
+def _ordered(names: list[str], order: list[str] | None) -> list[str]:
+    if order is not None:
+        missing = [n for n in order if n not in names]
+        if missing:
+            raise MergeError(
+                f"planner(s) {', '.join(missing)} in no folder; the folders have {', '.join(names)}"
+            )
+        return list(order)
+    known = [n for n in CANONICAL if n in names]
+    return known + [n for n in names if n not in known]
+
+
+def merge_runs(
+    sources: list[tuple[Path, dict[str, Any]]], command: str, order: list[str] | None = None
+) -> dict[str, Any]:
+    """The merged run dict of `(folder, run)` pairs (module docstring)."""
+    if not sources:
+        raise MergeError("no folders to merge")
+    first_dir, first = sources[0]
+    settings = first.get("settings", {})
+    found: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for folder, run in sources:
+        diffs = _settings_differences(settings, run.get("settings", {}))
+        if diffs:
+            raise MergeError(
+                f"{folder} ran other settings than {first_dir}, so its rows would not compare: "
+                + "; ".join(diffs)
+            )
+        for name, result in run["planners"].items():
+            if name in found:
+                raise MergeError(f"planner {name} is in both {found[name][0]} and {folder}")
+            found[name] = (folder, result)
+    names = _ordered(list(found), order)
+    return {
+        "command": command,
+        "settings": {**settings, "planners": names},
+        "planners": {n: found[n][1] for n in names},
+        "wall_s": sum(float(run.get("wall_s", 0.0)) for _, run in sources),
+        "sources": [
+            {
+                "folder": str(folder),
+                "command": run.get("command", ""),
+                "planners": [n for n in run["planners"] if n in names],
+                "wall_s": run.get("wall_s"),
+            }
+            for folder, run in sources
+            if any(n in names for n in run["planners"])
+        ],
+    }

@@ -31,16 +31,15 @@ class ServeProcess:
 
 
 @contextlib.contextmanager
-def serve_process(
-    config: dict[str, Any], tmp_path: Path, start_timeout_s: float = 120.0
-) -> Iterator[ServeProcess]:
-    """`config` written as the fleet file; on exit SIGINT to the group, SIGKILL after 30 s."""
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(config))
+def serve_command(
+    args: list[str], tmp_path: Path, start_timeout_s: float = 120.0
+) -> Iterator[tuple[dict[str, Any], subprocess.Popen[bytes], Path]]:
+    """`pdorch serve ARGS --port 0 --json` in its own process group: its JSON line (parsed),
+    the process and its stderr file; on exit SIGINT to the group, SIGKILL after 30 s."""
     err = tmp_path / "serve.err"
     with err.open("wb") as log:
         process = subprocess.Popen(
-            [*PDORCH, "serve", "--config", str(path), "--port", "0", "--json"],
+            [*PDORCH, "serve", *args, "--port", "0", "--json"],
             stdout=subprocess.PIPE,
             stderr=log,
             stdin=subprocess.DEVNULL,
@@ -56,7 +55,7 @@ def serve_process(
         )
         line = stdout.readline()
         assert line, err.read_text()
-        yield ServeProcess(str(json.loads(line)["url"]), process, err)
+        yield json.loads(line), process, err
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)
@@ -65,3 +64,18 @@ def serve_process(
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+@contextlib.contextmanager
+def serve_process(
+    config: dict[str, Any], tmp_path: Path, start_timeout_s: float = 120.0
+) -> Iterator[ServeProcess]:
+    """`config` written as the fleet file, then `serve_command(["--config", FILE])`."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with serve_command(["--config", str(path)], tmp_path, start_timeout_s) as (
+        info,
+        process,
+        err,
+    ):
+        yield ServeProcess(str(info["url"]), process, err)

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
-import select
 import signal
 import subprocess
-import sys
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +26,9 @@ from pdorch.cli.serve import demo_fleet
 from pdorch.config.fleet import parse_fleet_config
 from pools.http_client import http_client
 from pools.replica import ReplicaEndpoint
+from tests.serve_process import PDORCH, serve_command
 from tests.waiting import async_wait_until, wait_until
 
-PDORCH = [sys.executable, "-c", "from pdorch.cli import main; main()"]
 MODEL = "llama-3.1-8b"
 
 
@@ -45,35 +42,12 @@ class Workers:
 
 @contextlib.contextmanager
 def serve_workers(tmp_path: Path, n: int = 2) -> Iterator[Workers]:
-    err = tmp_path / "serve.err"
-    with err.open("wb") as log:
-        process = subprocess.Popen(
-            [*PDORCH, "serve", "--workers", str(n), "--port", "0", "--json"],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    try:
-        stdout = process.stdout
-        assert stdout is not None
-        wait_until(
-            lambda: bool(select.select([stdout], [], [], 0)[0]) or process.poll() is not None,
-            timeout=180,
-            message="pdorch serve --workers's JSON line",
-        )
-        line = stdout.readline()
-        assert line, err.read_text()
-        started = json.loads(line)
+    with serve_command(["--workers", str(n)], tmp_path, start_timeout_s=180) as (
+        started,
+        process,
+        err,
+    ):
         yield Workers(started["url"], started["workers"], process, err)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
 
 
 def _requests_total(metrics: str) -> float:

@@ -149,7 +149,7 @@ def serve(
 
     from rich.console import Console
 
-    from pdorch.cli.serve_banner import print_started
+    from pdorch.cli.serve_banner import print_started, started_line
     from pdorch.config.fleet import FleetConfigError, load_fleet_config, parse_fleet_config
     from pools.launch_engines import FleetLaunchError
 
@@ -202,22 +202,9 @@ def serve(
             autoscaler = asyncio.ensure_future(run_loops(loops, stop_loop))
         try:
             if as_json:
-                started = {
-                    "url": running.url,
-                    "served_model_name": fleet.served_model_name,
-                    "models": fleet.model_names(),
-                    "replicas": [
-                        {
-                            "replica": e.replica_id,
-                            "model": e.model,
-                            "pool": e.pool,
-                            "kind": e.kind,
-                            "url": e.url,
-                            "kv_events_endpoint": e.kv_events_endpoint,
-                        }
-                        for e in running.endpoints
-                    ],
-                }
+                started = started_line(
+                    running.url, fleet.served_model_name, fleet.model_names(), running.endpoints
+                )
                 sys.stdout.write(json.dumps(started) + "\n")
                 sys.stdout.flush()
             print_started(

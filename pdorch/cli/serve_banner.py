@@ -3,6 +3,7 @@ them, and three commands to try (curl, the `openai` SDK, `pdorch scale status`).
 
 Printed with rich to the console `serve` writes to (stderr under `--json`); the commands are
 plain text a user can paste, so they are printed without markup or wrapping (`soft_wrap`).
+Under `--json` the same facts are one JSON line on stdout (`started_line`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,29 @@ def try_commands(url: str, model: str, *, admin_token: bool) -> list[tuple[str, 
         ("a chat answer (the openai SDK)", f"python -c {shlex.quote(sdk)}"),
         ("the pools and the autoscaler", scale),
     ]
+
+
+def started_line(
+    url: str, served_model_name: str, models: Sequence[str], endpoints: Sequence[Any]
+) -> dict[str, Any]:
+    """`pdorch serve --json`'s start-up line: where to reach it, its models, every replica
+    (`endpoints` as in `print_started`); callers add their own keys (`workers`)."""
+    return {
+        "url": url,
+        "served_model_name": served_model_name,
+        "models": list(models),
+        "replicas": [
+            {
+                "replica": e.replica_id,
+                "model": e.model,
+                "pool": e.pool,
+                "kind": e.kind,
+                "url": e.url,
+                "kv_events_endpoint": e.kv_events_endpoint,
+            }
+            for e in endpoints
+        ],
+    }
 
 
 def print_started(

@@ -34,7 +34,7 @@ async def serve_workers(
     """Raises `pools.launch.FleetLaunchError` (an engine did not start), `OSError` (the port
     is taken) or `pdorch.app.workers.WorkerStartError` (a worker did not start)."""
     from pdorch.app.workers import WorkerSupervisor, reserve_port
-    from pdorch.cli.serve_banner import print_started
+    from pdorch.cli.serve_banner import print_started, started_line
     from pools.inloop_server import base_url
     from pools.launch import launch_fleet
 
@@ -59,20 +59,9 @@ async def serve_workers(
             try:
                 if as_json:
                     started = {
-                        "url": url,
-                        "served_model_name": fleet.served_model_name,
-                        "models": fleet.model_names(),
-                        "replicas": [
-                            {
-                                "replica": e.replica_id,
-                                "model": e.model,
-                                "pool": e.pool,
-                                "kind": e.kind,
-                                "url": e.url,
-                                "kv_events_endpoint": e.kv_events_endpoint,
-                            }
-                            for e in running.endpoints
-                        ],
+                        **started_line(
+                            url, fleet.served_model_name, fleet.model_names(), running.endpoints
+                        ),
                         "workers": [slot.describe() for slot in supervisor.slots],
                     }
                     sys.stdout.write(json.dumps(started) + "\n")

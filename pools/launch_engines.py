@@ -81,6 +81,26 @@ class EngineBase:
         log_path: Path | None = getattr(self, "log_path", None)
         return _tail(log_path) if log_path is not None else ""
 
+    def served_endpoint(
+        self, url: str, num_gpu_blocks: int | None, kind: str, switchable: bool
+    ) -> ReplicaEndpoint:
+        """The endpoint of this engine once it serves at `url` (its KV events on the
+        endpoints it was given, topic = its replica id)."""
+        return ReplicaEndpoint(
+            replica_id=self.replica_id,
+            pool=self.pool,
+            url=url,
+            model=self.model,
+            block_size=self.block_size,
+            kv_events_endpoint=self.events_endpoint,
+            kv_events_replay_endpoint=self.replay_endpoint,
+            kv_events_topic=self.replica_id if self.events_endpoint else "",
+            num_gpu_blocks=num_gpu_blocks,
+            launched=True,
+            kind=kind,
+            switchable=switchable,
+        )
+
 
 @dataclass
 class SimInProcessEngine(EngineBase):
@@ -106,20 +126,7 @@ class SimInProcessEngine(EngineBase):
             raise FleetLaunchError(
                 f"simulated engine {self.replica_id} not serving within {deadline_s:.0f}s"
             ) from None
-        return ReplicaEndpoint(
-            replica_id=self.replica_id,
-            pool=self.pool,
-            url=url,
-            model=self.model,
-            block_size=self.block_size,
-            kv_events_endpoint=self.events_endpoint,
-            kv_events_replay_endpoint=self.replay_endpoint,
-            kv_events_topic=self.replica_id if self.events_endpoint else "",
-            num_gpu_blocks=server.engine.num_blocks,
-            launched=True,
-            kind="sim",
-            switchable=self.spec.switchable,
-        )
+        return self.served_endpoint(url, server.engine.num_blocks, "sim", self.spec.switchable)
 
     async def stop(self) -> None:
         from pools.sim.server import SimServer
@@ -201,20 +208,7 @@ class SimProcessEngine(EngineBase):
             raise self._failure(f"exited with status {self._process.returncode}")
         url = text.removeprefix("ready ").strip()
         num_blocks = await self._num_blocks(url)
-        return ReplicaEndpoint(
-            replica_id=self.replica_id,
-            pool=self.pool,
-            url=url,
-            model=self.model,
-            block_size=self.block_size,
-            kv_events_endpoint=self.events_endpoint,
-            kv_events_replay_endpoint=self.replay_endpoint,
-            kv_events_topic=self.replica_id if self.events_endpoint else "",
-            num_gpu_blocks=num_blocks,
-            launched=True,
-            kind="sim",
-            switchable=self.spec.switchable,
-        )
+        return self.served_endpoint(url, num_blocks, "sim", self.spec.switchable)
 
     @staticmethod
     async def _num_blocks(url: str) -> int | None:
@@ -281,19 +275,8 @@ class VllmEngine(EngineBase):
             await running.wait_healthy_async(deadline_s)
         except VllmEngineError as err:
             raise FleetLaunchError(f"vLLM engine {self.replica_id}: {err}") from None
-        return ReplicaEndpoint(
-            replica_id=self.replica_id,
-            pool=self.pool,
-            url=running.url,
-            model=self.model,
-            block_size=self.block_size,
-            kv_events_endpoint=self.events_endpoint,
-            kv_events_replay_endpoint=self.replay_endpoint,
-            kv_events_topic=self.replica_id if self.events_endpoint else "",
-            num_gpu_blocks=running.num_gpu_blocks,
-            launched=True,
-            kind="vllm",
-            switchable=self.spec.switchable,
+        return self.served_endpoint(
+            running.url, running.num_gpu_blocks, "vllm", self.spec.switchable
         )
 
     async def stop(self) -> None:

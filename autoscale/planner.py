@@ -66,6 +66,10 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    Not the defaults: with both, Azure -3.9 % and diurnal -8.9 % GPU-h at the same attainment, but
    Mooncake -0.40 points (92.65 %) and 3/3 direction changes where main makes 1/1 (Round 5).
    (The backlog and breach terms' high-water mark is what the fast path skips.)
+   **Hysteresis** (`down_band`): both ways down read the predictive floor's need widened to
+   `ceil(need·(1 + down_band))` where the way up reads `ceil(need)`, so a need that hovers at
+   a count's edge does not order and release a cold start every minute
+   (`autoscale.stabilization`, which holds this step's state and rules).
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
@@ -88,6 +92,7 @@ loan).
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 from typing import Any
 
 from autoscale.budget import split_budget
@@ -124,6 +129,7 @@ from autoscale.sizing import (
     ttft_target_s,
     uncached_tokens,
 )
+from autoscale.stabilization import PoolStabilizer, Windows, hold_count
 
 POOLS = (Pool.PREFILL, Pool.DECODE)
 LEVEL_WINDOWS = 6  # planner windows in the load's sliding mean, the measured `level_window_s`
@@ -159,6 +165,7 @@ class PdorchPlanner(Planner):
         release_after_ticks: int = 0,
         decode_residence_mean: bool = False,
         decode_correction_on_target: bool = False,
+        down_band: float = 0.0,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -208,20 +215,23 @@ class PdorchPlanner(Planner):
         self._decode_mean = 0.0
         self._level = SlidingLoad(self.level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
-        self._fit: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
-        # (tick, its floor for the load now, its floor for the load `startup_s` ahead, the
-        # projection behind the latter when `release_after_ticks` watches it)
-        self._floors: dict[Pool, deque[tuple[float, int, int, Projection | None]]] = {
-            p: deque() for p in POOLS
-        }
+        # the way down reads the floor's need x (1 + `down_band`): `autoscale.stabilization`
+        self.down_band = down_band
+        st = policy.stabilization
+        windows = Windows(
+            st.scale_up_s, st.scale_down_s, fast_down_s, self.floor_hold_s, self.ahead_hold_s
+        )
+        self._stabilizers = {p: PoolStabilizer(windows) for p in POOLS}
+        # the hold counts (`stabilization.hold_count`) of the floor for the load now and of
+        # the floor (the larger of now and `startup_s` ahead)
         self._floor_now: dict[Pool, int] = {}
+        self._floor_hold: dict[Pool, int] = {}
         self._agg: list[Observation] = []
         self._fed = False
         self.correction: dict[Pool, float] = {p: 1.0 for p in POOLS}
         self._floor: dict[Pool, Term] = {}
         self._floor_at: float | None = None
         self._started: float | None = None
-        self._history: dict[Pool, deque[tuple[float, int]]] = {p: deque() for p in POOLS}
         # role moves (`autoscale.role_moves`); stand_in=False: only bridge a shortage now
         self.mover = RoleMover(hold_s=policy.stabilization.scale_down_s, stand_in=stand_in)
 
@@ -312,6 +322,7 @@ class PdorchPlanner(Planner):
             horizon = self.policy.limits(pool).startup_s
             best: Term | None = None
             at: dict[float, int] = {}
+            hold = 0
             self._proj[pool] = None
             for h in (0.0, horizon) if project else (0.0,):
                 fc = self.forecaster.forecast(h) if self._fed else level
@@ -335,12 +346,14 @@ class PdorchPlanner(Planner):
                 if pool is Pool.DECODE and self._residence is not None:
                     term = self._over_residence(obs.now, term, h, rate, level.rate_rps)
                 term.inputs["horizon_s"] = h
-                at[h] = term.replicas
+                at[h] = hold_count(float(term.inputs["need"]), self.down_band)
+                hold = max(hold, at[h])
                 if best is None or term.replicas > best.replicas:
                     best = term
             assert best is not None
             out[pool] = best
             self._floor_now[pool] = at[0.0]
+            self._floor_hold[pool] = hold
         return out
 
     def _over_residence(
@@ -406,62 +419,6 @@ class PdorchPlanner(Planner):
         the cold starts on a 5 s arrival ordered a 5 s drain's worth of them."""
         return self.policy.limits(pool).startup_s
 
-    # -- stabilization -------------------------------------------------------------------
-    def _stabilize(self, obs: Observation, pool: Pool, raw: int, reason: str) -> tuple[int, str]:
-        now = obs.now
-        st = self.policy.stabilization
-        hist = self._history[pool]
-        hist.append((now, raw))
-        keep = max(st.scale_up_s, st.scale_down_s)
-        while hist and now - hist[0][0] > keep:
-            hist.popleft()
-        current = obs.pool(pool).provisioned
-        fit = self._fit[pool]
-        fit.append((now, raw if raw >= current else self._consolidated(obs, pool, raw, current)))
-        while fit and now - fit[0][0] > self.fast_down_s:
-            fit.popleft()
-        floors = self._floors[pool]
-        while floors and now - floors[0][0] > max(self.floor_hold_s, self.ahead_hold_s):
-            floors.popleft()
-        if raw >= current:
-            if st.scale_up_s <= 0:
-                return raw, reason
-            up = min(r for t, r in hist if now - t <= st.scale_up_s)
-            target = max(current, up)
-            return target, reason if target == raw else "stabilization"
-        assert self._started is not None
-        watched = now - self._started
-        # the fast way down: the count that every tick of the last `fast_down_s` found the
-        # observed load fits with `margin` (and that the raw need allowed at that tick), never
-        # below the predictive floor's maximum over the `scale_down_s` window (the window
-        # guards against forecast noise; it is the backlog and breach terms' transient
-        # high-water mark that the fit check may skip)
-        fast = current
-        if self.fast_down_s > 0 and watched >= self.fast_down_s:
-            fast = max(c for _, c in fit)
-            # a floor for the load now holds `floor_hold_s`, one for the load `startup_s`
-            # ahead `ahead_hold_s`
-            for t, f_now, f_ahead, proj in floors:
-                if now - t <= self.floor_hold_s:
-                    fast = max(fast, f_now)
-                # a released projection (its load did not come) no longer holds the pool
-                if now - t <= self.ahead_hold_s and not (proj is not None and proj.released):
-                    fast = max(fast, f_ahead)
-            fast = min(current, fast)
-        if watched < st.scale_down_s:
-            if fast < current:
-                return fast, "sustained-fit"
-            return current, "stabilization"
-        down = min(current, max(r for t, r in hist if now - t <= st.scale_down_s))
-        slow = current if down >= current else self._consolidated(obs, pool, down, current)
-        if fast < slow:
-            return fast, "sustained-fit"
-        if slow >= current:
-            return current, "stabilization"
-        if slow > down:
-            return slow, "consolidation"
-        return down, reason if down == raw else "stabilization"
-
     # -- plan ------------------------------------------------------------------------------
     def plan(self, observation: Observation) -> ScaleDecision:
         obs = observation
@@ -502,17 +459,26 @@ class PdorchPlanner(Planner):
                 decode_on_target=self.decode_correction_on_target,
             )
             term = react if react.replicas > floor.replicas else floor
-            self._floors[pool].append(
-                (
-                    now,
-                    clamp_to_limits(self.policy, pool, self._floor_now.get(pool, 0))[0],
-                    clamp_to_limits(self.policy, pool, floor.replicas)[0],
-                    self._proj[pool],
-                )
+            stabilizer = self._stabilizers[pool]
+            floor_hold = self._floor_hold.get(pool, floor.replicas)
+            stabilizer.record_floor(
+                now,
+                clamp_to_limits(self.policy, pool, self._floor_now.get(pool, 0))[0],
+                clamp_to_limits(self.policy, pool, floor_hold)[0],
+                self._proj[pool],
             )
             n, bound = clamp_to_limits(self.policy, pool, term.replicas)
+            hold = clamp_to_limits(self.policy, pool, max(react.replicas, floor_hold))[0]
             raw[pool] = n
-            desired[pool], reasons[pool] = self._stabilize(view, pool, n, bound or term.reason)
+            desired[pool], reasons[pool] = stabilizer.decide(
+                now,
+                n,
+                hold,
+                bound or term.reason,
+                view.pool(pool).provisioned,
+                now - self._started,
+                partial(self._consolidated, view, pool),
+            )
             details[str(pool)] = {
                 "floor": floor.replicas,
                 "floor_inputs": floor.inputs,

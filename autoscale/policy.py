@@ -216,6 +216,8 @@ class PlannerOptions(_Strict):
       residence time `T_own + OSL·ITL` (`autoscale/residence.py`).
     - `decode_correction_on_target` (false): the decode correction moves the ITL target the
       batch is read at; the KV pool and `max_num_seqs` cap it (`autoscale/sizing.py`).
+    - `down_band` (0): hysteresis: the way down must clear the floor's need x (1 + band), the
+      way up reads the need itself (`autoscale/stabilization.py`).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -236,6 +238,7 @@ class PlannerOptions(_Strict):
     release_after_ticks: StrictInt = Field(default=0, ge=0)
     decode_residence_mean: StrictBool = False
     decode_correction_on_target: StrictBool = False
+    down_band: float = Field(default=0.0, ge=0, le=1)
 
 
 class SloPolicy(_Strict):

@@ -5,7 +5,12 @@ parallel or on different days); the study wants ONE report with every planner's 
 from sibling folders compare like for like only when every planner saw the same arrivals
 under the same policy, so the folders' `settings` must be equal in everything but
 `planners` (the workload and its parameters, the policy dump, seed, block size, record
-period, ...); a difference is an error that names the keys.
+period, ...); a difference is an error that names the keys. Two parts are compared as what
+they mean, not as written (`comparable`): the policy's `planner:` section (pdorch's own
+options: every peer's baseline ignores it, so a pdorch folder run after an option changed still
+compares with the peers' folders; the merged settings keep the section of the folder whose
+planners read it) and a trace path inside a checkout (compared from `benchmarks/traces/` on:
+the same file read from two copies of the repository).
 
 The merged run dict is what a single run with all those planners would have written, plus
 `sources`: one `{"folder", "command", "planners", "wall_s"}` per folder, so the report keeps
@@ -23,7 +28,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CANONICAL", "MergeError", "load_run", "merge_runs"]
+__all__ = ["CANONICAL", "MergeError", "comparable", "load_run", "merge_runs"]
 
 CANONICAL = (
     "pdorch",
@@ -65,9 +70,45 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+TRACES_DIR = "benchmarks/traces/"
+PDORCH_PREFIX = "pdorch"  # the planners that read the policy's `planner:` section
+
+
+def _repo_relative(value: Any) -> Any:
+    """`value` with every string path into a checkout's `benchmarks/traces/` cut to start there."""
+    if isinstance(value, str) and TRACES_DIR in value:
+        return value[value.index(TRACES_DIR) :]
+    if isinstance(value, dict):
+        return {k: _repo_relative(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_repo_relative(v) for v in value]
+    return value
+
+
+def comparable(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings as the merge compares them (module docstring): no `planners`, no
+    `policy.planner`, trace paths from `benchmarks/traces/` on."""
+    out = {k: v for k, v in settings.items() if k != "planners"}
+    policy = out.get("policy")
+    if isinstance(policy, dict):
+        out["policy"] = {k: v for k, v in policy.items() if k != "planner"}
+    relative: dict[str, Any] = _repo_relative(out)
+    return relative
+
+
 def _settings_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    keys = sorted((set(a) | set(b)) - {"planners"})
+    a, b = comparable(a), comparable(b)
+    keys = sorted(set(a) | set(b))
     return [f"{k}: {_short(a.get(k))} vs {_short(b.get(k))}" for k in keys if a.get(k) != b.get(k)]
+
+
+def _planner_section_of(sources: list[tuple[Path, dict[str, Any]]]) -> Any:
+    """The policy's `planner:` section of the first folder with a pdorch planner (None: none)."""
+    for _, run in sources:
+        if any(n.startswith(PDORCH_PREFIX) for n in run["planners"]):
+            policy = run.get("settings", {}).get("policy")
+            return policy.get("planner") if isinstance(policy, dict) else None
+    return None
 
 
 def _ordered(names: list[str], order: list[str] | None) -> list[str]:
@@ -103,9 +144,14 @@ def merge_runs(
                 raise MergeError(f"planner {name} is in both {found[name][0]} and {folder}")
             found[name] = (folder, result)
     names = _ordered(list(found), order)
+    merged_settings = {**settings, "planners": names}
+    section = _planner_section_of(sources)
+    policy = merged_settings.get("policy")
+    if section is not None and isinstance(policy, dict):
+        merged_settings["policy"] = {**policy, "planner": section}
     return {
         "command": command,
-        "settings": {**settings, "planners": names},
+        "settings": merged_settings,
         "planners": {n: found[n][1] for n in names},
         "wall_s": sum(float(run.get("wall_s", 0.0)) for _, run in sources),
         "sources": [
@@ -114,6 +160,7 @@ def merge_runs(
                 "command": run.get("command", ""),
                 "planners": [n for n in run["planners"] if n in names],
                 "wall_s": run.get("wall_s"),
+                "planner_options": (run.get("settings", {}).get("policy") or {}).get("planner"),
             }
             for folder, run in sources
             if any(n in names for n in run["planners"])

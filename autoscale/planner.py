@@ -166,6 +166,7 @@ class PdorchPlanner(Planner):
         decode_residence_mean: bool = False,
         decode_correction_on_target: bool = False,
         down_band: float = 0.0,
+        band_window_s: float | None = None,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -221,11 +222,12 @@ class PdorchPlanner(Planner):
         windows = Windows(
             st.scale_up_s, st.scale_down_s, fast_down_s, self.floor_hold_s, self.ahead_hold_s
         )
-        self._stabilizers = {p: PoolStabilizer(windows) for p in POOLS}
+        self._stabilizers = {p: PoolStabilizer(windows, band_window_s) for p in POOLS}
         # the hold counts (`stabilization.hold_count`) of the floor for the load now and of
         # the floor (the larger of now and `startup_s` ahead)
         self._floor_now: dict[Pool, int] = {}
         self._floor_hold: dict[Pool, int] = {}
+        self._floor_raw_now: dict[Pool, int] = {}
         self._agg: list[Observation] = []
         self._fed = False
         self.correction: dict[Pool, float] = {p: 1.0 for p in POOLS}
@@ -322,6 +324,7 @@ class PdorchPlanner(Planner):
             horizon = self.policy.limits(pool).startup_s
             best: Term | None = None
             at: dict[float, int] = {}
+            raw_at: dict[float, int] = {}
             hold = 0
             self._proj[pool] = None
             for h in (0.0, horizon) if project else (0.0,):
@@ -347,6 +350,7 @@ class PdorchPlanner(Planner):
                     term = self._over_residence(obs.now, term, h, rate, level.rate_rps)
                 term.inputs["horizon_s"] = h
                 at[h] = hold_count(float(term.inputs["need"]), self.down_band)
+                raw_at[h] = term.replicas
                 hold = max(hold, at[h])
                 if best is None or term.replicas > best.replicas:
                     best = term
@@ -354,6 +358,7 @@ class PdorchPlanner(Planner):
             out[pool] = best
             self._floor_now[pool] = at[0.0]
             self._floor_hold[pool] = hold
+            self._floor_raw_now[pool] = raw_at[0.0]
         return out
 
     def _over_residence(
@@ -463,8 +468,11 @@ class PdorchPlanner(Planner):
             floor_hold = self._floor_hold.get(pool, floor.replicas)
             stabilizer.record_floor(
                 now,
-                clamp_to_limits(self.policy, pool, self._floor_now.get(pool, 0))[0],
-                clamp_to_limits(self.policy, pool, floor_hold)[0],
+                (
+                    self._clamped(pool, self._floor_raw_now.get(pool, 0)),
+                    self._clamped(pool, self._floor_now.get(pool, 0)),
+                ),
+                (self._clamped(pool, floor.replicas), self._clamped(pool, floor_hold)),
                 self._proj[pool],
             )
             n, bound = clamp_to_limits(self.policy, pool, term.replicas)
@@ -493,6 +501,9 @@ class PdorchPlanner(Planner):
         self._apply_budget(desired, reasons)
         moves = self._role_moves(obs, desired, reasons, raw, details)
         return ScaleDecision(now, desired, reasons, moves, details)
+
+    def _clamped(self, pool: Pool, n: int) -> int:
+        return clamp_to_limits(self.policy, pool, n)[0]
 
     def _apply_budget(self, desired: dict[Pool, int], reasons: dict[Pool, str]) -> None:
         budget = self.policy.gpu_budget

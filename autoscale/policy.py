@@ -218,6 +218,7 @@ class PlannerOptions(_Strict):
       batch is read at; the KV pool and `max_num_seqs` cap it (`autoscale/sizing.py`).
     - `down_band` (0): hysteresis: the way down must clear the floor's need x (1 + band), the
       way up reads the need itself (`autoscale/stabilization.py`).
+    - `band_window_s` (null: always): the band holds only this long after the pool went up.
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -239,6 +240,7 @@ class PlannerOptions(_Strict):
     decode_residence_mean: StrictBool = False
     decode_correction_on_target: StrictBool = False
     down_band: float = Field(default=0.0, ge=0, le=1)
+    band_window_s: float | None = Field(default=None, ge=0)
 
 
 class SloPolicy(_Strict):

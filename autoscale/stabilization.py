@@ -13,16 +13,20 @@ ticks.
   for the load `startup_s` ahead of the last `ahead_hold_s` (a released projection no longer
   holds).
 
-**Hysteresis** (`hold`, `down_band`): the up rule reads the raw count `ceil(need)`, the way
-down reads the hold count `ceil(need·(1 + down_band))` of the same predictive-floor need (the
-planner computes both; the reactive terms are not banded: they are observed need, and a
-breach). A pool at `N` replicas so goes up when the need passes `N` and comes down to `N-1`
-only once the need has stayed at or below `(N-1)/(1 + down_band)` for the window: a Schmitt
-trigger. Why: on the 2-hour diurnal day's evening plateau the decode floor's need sat at
-~5 replicas with noise of a few percent; the down rule found 5 enough for 180 s, then 20-50 s
-later the up rule found 6 needed, four times in 12 minutes, each a 120 s cold start
-(benchmarks/results/AUTOSCALE.md, "The issue's workloads as named"). `down_band` 0 is the
-planner without it. Its default lives with the planner's options (`policy.PlannerOptions`).
+**Hysteresis** (`hold`, `down_band`, `band_window_s`): the up rule reads the raw count
+`ceil(need)`; for `band_window_s` after the pool last went up, the way down reads the hold
+count `ceil(need·(1 + down_band))` of the same predictive-floor need instead (the planner
+computes both; the reactive terms are not banded: they are observed need, and a breach). A
+pool that went up to `N` replicas so comes back to `N-1` within that time only once the need
+has stayed at or below `(N-1)/(1 + down_band)` for the window: a Schmitt trigger on the
+reversal, the one move that makes a flap. Outside it the way down reads the raw count as
+before (the band held a replica on Mooncake's flat load, where nothing flapped, and the shared
+GPU budget then starved prefill: -0.4 points at 0.1 always on). Why the band: on the 2-hour
+diurnal day's evening plateau the decode floor's need sat at ~5 replicas with noise of a few
+percent; the down rule found 5 enough for 180 s, then 20-50 s later the up rule found 6
+needed, four times in 12 minutes, each a 120 s cold start (benchmarks/results/AUTOSCALE.md,
+"The issue's workloads as named"). `down_band` 0 is the planner without it. Its default lives
+with the planner's options (`policy.PlannerOptions`).
 """
 
 from __future__ import annotations
@@ -60,18 +64,32 @@ class PoolStabilizer:
     """One pool's recent ticks and the step-5 decision over them (module docstring)."""
 
     windows: Windows
+    band_window_s: float | None = None  # None: the band always applies
     _raw: deque[tuple[float, int]] = field(default_factory=deque)
     _hold: deque[tuple[float, int]] = field(default_factory=deque)
     _fit: deque[tuple[float, int]] = field(default_factory=deque)
-    # (tick, its hold floor for the load now, for the load `startup_s` ahead, the projection
-    # behind the latter when `release_after_ticks` watches it)
-    _floors: deque[tuple[float, int, int, Projection | None]] = field(default_factory=deque)
+    # (tick, its floor for the load now, for the load `startup_s` ahead (each as (raw, hold)
+    # counts), the projection behind the latter when `release_after_ticks` watches it)
+    _floors: deque[tuple[float, tuple[int, int], tuple[int, int], Projection | None]] = field(
+        default_factory=deque
+    )
+    _last_up: float | None = None
 
     def record_floor(
-        self, now: float, floor_now: int, floor_ahead: int, projection: Projection | None
+        self,
+        now: float,
+        floor_now: tuple[int, int],
+        floor_ahead: tuple[int, int],
+        projection: Projection | None,
     ) -> None:
-        """This tick's floors for the fast way down (their hold counts)."""
+        """This tick's floors for the fast way down, each as its (raw, hold) counts."""
         self._floors.append((now, floor_now, floor_ahead, projection))
+
+    def banded(self, now: float) -> bool:
+        """Does the way down read the hold counts now (module docstring)?"""
+        if self.band_window_s is None:
+            return True
+        return self._last_up is not None and now - self._last_up <= self.band_window_s
 
     def decide(
         self,
@@ -84,6 +102,21 @@ class PoolStabilizer:
         consolidated: Consolidate,
     ) -> tuple[int, str]:
         """The pool's count and its reason for this tick; `hold >= raw` (module docstring)."""
+        n, why = self._decide(now, raw, hold, reason, current, watched_s, consolidated)
+        if n > current:
+            self._last_up = now
+        return n, why
+
+    def _decide(
+        self,
+        now: float,
+        raw: int,
+        hold: int,
+        reason: str,
+        current: int,
+        watched_s: float,
+        consolidated: Consolidate,
+    ) -> tuple[int, str]:
         w = self.windows
         hold = max(hold, raw)
         keep = max(w.scale_up_s, w.scale_down_s)
@@ -109,7 +142,8 @@ class PoolStabilizer:
             if fast < current:
                 return fast, "sustained-fit"
             return current, "stabilization"
-        down = min(current, max(r for t, r in self._hold if now - t <= w.scale_down_s))
+        hist = self._hold if self.banded(now) else self._raw
+        down = min(current, max(r for t, r in hist if now - t <= w.scale_down_s))
         slow = current if down >= current else consolidated(down, current)
         if fast < slow:
             return fast, "sustained-fit"
@@ -128,7 +162,9 @@ class PoolStabilizer:
         if w.fast_down_s <= 0 or watched_s < w.fast_down_s:
             return current
         fast = max(c for _, c in self._fit)
-        for t, f_now, f_ahead, proj in self._floors:
+        pick = 1 if self.banded(now) else 0
+        for t, now_counts, ahead_counts, proj in self._floors:
+            f_now, f_ahead = now_counts[pick], ahead_counts[pick]
             if now - t <= w.floor_hold_s:
                 fast = max(fast, f_now)
             # a released projection (its load did not come) no longer holds the pool

@@ -48,6 +48,19 @@ def test_the_way_down_reads_the_hold_count_and_the_way_up_the_raw_one() -> None:
     )
 
 
+def test_the_band_holds_only_within_its_window_after_the_pool_went_up() -> None:
+    st = PoolStabilizer(Windows(0.0, 60.0, 0.0, 60.0, 60.0), band_window_s=100.0)
+    assert not st.banded(0.0)  # never went up: the way down reads the raw counts
+    assert st.decide(0.0, 6, 6, "itl", 5, 0.0, fits_from_start) == (6, "itl")
+    assert st.banded(100.0) and not st.banded(100.5)
+    # after the window, need 4.8 (raw 5, hold 6) comes down to 5 once the raw window allows
+    downs = [
+        st.decide(float(t), 5, hold_count(4.8, 0.1), "itl", 6, float(t), fits_from_start)[0]
+        for t in range(5, 200, 5)
+    ]
+    assert downs[:19] == [6] * 19 and downs[-1] == 5
+
+
 @pytest.mark.parametrize(("band", "settled"), [(0.0, 2), (0.1, 3)])
 def test_planner_holds_a_replica_while_the_need_sits_just_under_a_count(
     band: float, settled: int

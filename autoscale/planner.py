@@ -66,10 +66,11 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    Not the defaults: with both, Azure -3.9 % and diurnal -8.9 % GPU-h at the same attainment, but
    Mooncake -0.40 points (92.65 %) and 3/3 direction changes where main makes 1/1 (Round 5).
    (The backlog and breach terms' high-water mark is what the fast path skips.)
-   **Hysteresis** (`down_band`): both ways down read the predictive floor's need widened to
-   `ceil(need·(1 + down_band))` where the way up reads `ceil(need)`, so a need that hovers at
-   a count's edge does not order and release a cold start every minute
-   (`autoscale.stabilization`, which holds this step's state and rules).
+   **Hysteresis** (`hysteresis` h, `hysteresis_window_s` 600): within the window after a move,
+   its reversal reads the predictive floor's need widened by h (down to `ceil(need·(1+h))`
+   after an up, up past `ceil(need/(1+h))` after a down), so a need that hovers at a count's
+   edge does not order and release a cold start every minute (`autoscale.stabilization`,
+   which holds this step's state and rules; reason `hysteresis` when it holds an up).
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
@@ -129,7 +130,7 @@ from autoscale.sizing import (
     ttft_target_s,
     uncached_tokens,
 )
-from autoscale.stabilization import PoolStabilizer, Windows, hold_count
+from autoscale.stabilization import PoolStabilizer, Windows, hold_count, up_count
 
 POOLS = (Pool.PREFILL, Pool.DECODE)
 LEVEL_WINDOWS = 6  # planner windows in the load's sliding mean, the measured `level_window_s`
@@ -165,8 +166,8 @@ class PdorchPlanner(Planner):
         release_after_ticks: int = 0,
         decode_residence_mean: bool = False,
         decode_correction_on_target: bool = False,
-        down_band: float = 0.0,
-        band_window_s: float | None = None,
+        hysteresis: float = 0.0,
+        hysteresis_window_s: float = 600.0,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -216,18 +217,20 @@ class PdorchPlanner(Planner):
         self._decode_mean = 0.0
         self._level = SlidingLoad(self.level_window_s)
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
-        # the way down reads the floor's need x (1 + `down_band`): `autoscale.stabilization`
-        self.down_band = down_band
+        # a reversal within `hysteresis_window_s` of a move reads the floor's need widened by
+        # `hysteresis` (`autoscale.stabilization`)
+        self.hysteresis = hysteresis
         st = policy.stabilization
         windows = Windows(
             st.scale_up_s, st.scale_down_s, fast_down_s, self.floor_hold_s, self.ahead_hold_s
         )
-        self._stabilizers = {p: PoolStabilizer(windows, band_window_s) for p in POOLS}
+        self._stabilizers = {p: PoolStabilizer(windows, hysteresis_window_s) for p in POOLS}
         # the hold counts (`stabilization.hold_count`) of the floor for the load now and of
         # the floor (the larger of now and `startup_s` ahead)
         self._floor_now: dict[Pool, int] = {}
         self._floor_hold: dict[Pool, int] = {}
         self._floor_raw_now: dict[Pool, int] = {}
+        self._floor_up: dict[Pool, int] = {}
         self._agg: list[Observation] = []
         self._fed = False
         self.correction: dict[Pool, float] = {p: 1.0 for p in POOLS}
@@ -325,7 +328,7 @@ class PdorchPlanner(Planner):
             best: Term | None = None
             at: dict[float, int] = {}
             raw_at: dict[float, int] = {}
-            hold = 0
+            hold = up = 0
             self._proj[pool] = None
             for h in (0.0, horizon) if project else (0.0,):
                 fc = self.forecaster.forecast(h) if self._fed else level
@@ -349,7 +352,9 @@ class PdorchPlanner(Planner):
                 if pool is Pool.DECODE and self._residence is not None:
                     term = self._over_residence(obs.now, term, h, rate, level.rate_rps)
                 term.inputs["horizon_s"] = h
-                at[h] = hold_count(float(term.inputs["need"]), self.down_band)
+                need = float(term.inputs["need"])
+                at[h] = hold_count(need, self.hysteresis)
+                up = max(up, up_count(need, self.hysteresis))
                 raw_at[h] = term.replicas
                 hold = max(hold, at[h])
                 if best is None or term.replicas > best.replicas:
@@ -359,6 +364,7 @@ class PdorchPlanner(Planner):
             self._floor_now[pool] = at[0.0]
             self._floor_hold[pool] = hold
             self._floor_raw_now[pool] = raw_at[0.0]
+            self._floor_up[pool] = up
         return out
 
     def _over_residence(
@@ -476,7 +482,8 @@ class PdorchPlanner(Planner):
                 self._proj[pool],
             )
             n, bound = clamp_to_limits(self.policy, pool, term.replicas)
-            hold = clamp_to_limits(self.policy, pool, max(react.replicas, floor_hold))[0]
+            hold = self._clamped(pool, max(react.replicas, floor_hold))
+            up = self._clamped(pool, max(react.replicas, self._floor_up.get(pool, floor.replicas)))
             raw[pool] = n
             desired[pool], reasons[pool] = stabilizer.decide(
                 now,
@@ -486,6 +493,7 @@ class PdorchPlanner(Planner):
                 view.pool(pool).provisioned,
                 now - self._started,
                 partial(self._consolidated, view, pool),
+                up,
             )
             details[str(pool)] = {
                 "floor": floor.replicas,

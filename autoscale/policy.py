@@ -216,9 +216,8 @@ class PlannerOptions(_Strict):
       residence time `T_own + OSL·ITL` (`autoscale/residence.py`).
     - `decode_correction_on_target` (false): the decode correction moves the ITL target the
       batch is read at; the KV pool and `max_num_seqs` cap it (`autoscale/sizing.py`).
-    - `down_band` (0): hysteresis: the way down must clear the floor's need x (1 + band), the
-      way up reads the need itself (`autoscale/stabilization.py`).
-    - `band_window_s` (null: always): the band holds only this long after the pool went up.
+    - `hysteresis` (0): within `hysteresis_window_s` (600) after a pool moved, its reversal
+      reads the floor's need widened by this fraction (`autoscale/stabilization.py`).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -239,8 +238,8 @@ class PlannerOptions(_Strict):
     release_after_ticks: StrictInt = Field(default=0, ge=0)
     decode_residence_mean: StrictBool = False
     decode_correction_on_target: StrictBool = False
-    down_band: float = Field(default=0.0, ge=0, le=1)
-    band_window_s: float | None = Field(default=None, ge=0)
+    hysteresis: float = Field(default=0.0, ge=0, le=1)
+    hysteresis_window_s: float = Field(default=600.0, ge=0)
 
 
 class SloPolicy(_Strict):

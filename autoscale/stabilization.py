@@ -13,15 +13,21 @@ ticks.
   for the load `startup_s` ahead of the last `ahead_hold_s` (a released projection no longer
   holds).
 
-**Hysteresis** (`hold`, `down_band`, `band_window_s`): the up rule reads the raw count
-`ceil(need)`; for `band_window_s` after the pool last went up, the way down reads the hold
-count `ceil(need·(1 + down_band))` of the same predictive-floor need instead (the planner
-computes both; the reactive terms are not banded: they are observed need, and a breach). A
-pool that went up to `N` replicas so comes back to `N-1` within that time only once the need
-has stayed at or below `(N-1)/(1 + down_band)` for the window: a Schmitt trigger on the
-reversal, the one move that makes a flap. Outside it the way down reads the raw count as
-before (the band held a replica on Mooncake's flat load, where nothing flapped, and the shared
-GPU budget then starved prefill: -0.4 points at 0.1 always on). Why the band: on the 2-hour
+**Hysteresis** (`hysteresis` h, `window_s`): the planner gives each tick three counts of the
+same need (its predictive floor's; the reactive terms are never banded: they are observed
+need, and a breach): raw `ceil(need)`, hold `ceil(need·(1 + h))` and up `ceil(need/(1 + h))`.
+Within `window_s` after the pool last went **up**, both ways down read the hold counts; within
+`window_s` after it last went **down**, the way up reads the up count. So a pool that went up to
+`N` comes back to `N-1` only once the need has stayed at or below `(N-1)/(1 + h)` for the
+window, and a pool that went down to `N` goes back to `N+1` only once the need passes
+`N·(1 + h)`: a Schmitt trigger on the reversal, the one move that makes a flap. Outside the
+window each way reads the raw count, as without hysteresis (`h` 0). Why the up side too: with
+the way down alone banded (10 %), the 2-hour day's decode pool still went 6 -> 5 -> 6 within
+10 s, its 120 s-ahead floor lifted past 5 by one noisy 5 s window (a Holt trend over ±8 %
+arrival noise). The reversal costs a cold start; the pool went down because the need had
+stayed under `(N-1)/(1+h)` for a whole window, so a need back over `N·(1+h)` is a real rise of
+`(1+h)^2`, and the headroom (0.9) and the unbanded reactive terms cover the band.
+Why hysteresis: on the 2-hour
 diurnal day's evening plateau the decode floor's need sat at ~5 replicas with noise of a few
 percent; the down rule found 5 enough for 180 s, then 20-50 s later the up rule found 6
 needed, four times in 12 minutes, each a 120 s cold start (benchmarks/results/AUTOSCALE.md,
@@ -43,9 +49,14 @@ Consolidate = Callable[[int, int], int]
 fits with margin (current when none does)."""
 
 
-def hold_count(need: float, down_band: float) -> int:
-    """The count the way down must clear: `ceil(need·(1 + down_band))`."""
-    return replicas_for(need * (1.0 + down_band))
+def hold_count(need: float, hysteresis: float) -> int:
+    """The count the way down must clear after an up: `ceil(need·(1 + h))`."""
+    return replicas_for(need * (1.0 + hysteresis))
+
+
+def up_count(need: float, hysteresis: float) -> int:
+    """The count the way up must pass after a down: `ceil(need/(1 + h))`."""
+    return replicas_for(need / (1.0 + hysteresis))
 
 
 @dataclass(frozen=True)
@@ -64,7 +75,7 @@ class PoolStabilizer:
     """One pool's recent ticks and the step-5 decision over them (module docstring)."""
 
     windows: Windows
-    band_window_s: float | None = None  # None: the band always applies
+    window_s: float = 0.0  # how long after a move the reversal reads the banded counts
     _raw: deque[tuple[float, int]] = field(default_factory=deque)
     _hold: deque[tuple[float, int]] = field(default_factory=deque)
     _fit: deque[tuple[float, int]] = field(default_factory=deque)
@@ -74,6 +85,7 @@ class PoolStabilizer:
         default_factory=deque
     )
     _last_up: float | None = None
+    _last_down: float | None = None
 
     def record_floor(
         self,
@@ -86,10 +98,12 @@ class PoolStabilizer:
         self._floors.append((now, floor_now, floor_ahead, projection))
 
     def banded(self, now: float) -> bool:
-        """Does the way down read the hold counts now (module docstring)?"""
-        if self.band_window_s is None:
-            return True
-        return self._last_up is not None and now - self._last_up <= self.band_window_s
+        """Does the way down read the hold counts now (the pool went up within `window_s`)?"""
+        return self._last_up is not None and now - self._last_up <= self.window_s
+
+    def up_banded(self, now: float) -> bool:
+        """Does the way up read the up count now (the pool went down within `window_s`)?"""
+        return self._last_down is not None and now - self._last_down <= self.window_s
 
     def decide(
         self,
@@ -100,11 +114,19 @@ class PoolStabilizer:
         current: int,
         watched_s: float,
         consolidated: Consolidate,
+        up: int | None = None,
     ) -> tuple[int, str]:
-        """The pool's count and its reason for this tick; `hold >= raw` (module docstring)."""
-        n, why = self._decide(now, raw, hold, reason, current, watched_s, consolidated)
+        """The pool's count and its reason for this tick; `up <= raw <= hold` (module
+        docstring; `up` None: `raw`)."""
+        if raw > current and self.up_banded(now) and min(raw, raw if up is None else up) <= current:
+            n, why = self._decide(now, current, hold, reason, current, watched_s, consolidated)
+            why = "hysteresis"
+        else:
+            n, why = self._decide(now, raw, hold, reason, current, watched_s, consolidated)
         if n > current:
             self._last_up = now
+        elif n < current:
+            self._last_down = now
         return n, why
 
     def _decide(

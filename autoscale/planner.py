@@ -166,7 +166,7 @@ class PdorchPlanner(Planner):
         release_after_ticks: int = 0,
         decode_residence_mean: bool = False,
         decode_correction_on_target: bool = False,
-        hysteresis: float = 0.0,
+        hysteresis: float = 0.1,
         hysteresis_window_s: float = 600.0,
     ) -> None:
         self.policy = policy

@@ -216,7 +216,7 @@ class PlannerOptions(_Strict):
       residence time `T_own + OSL·ITL` (`autoscale/residence.py`).
     - `decode_correction_on_target` (false): the decode correction moves the ITL target the
       batch is read at; the KV pool and `max_num_seqs` cap it (`autoscale/sizing.py`).
-    - `hysteresis` (0): within `hysteresis_window_s` (600) after a pool moved, its reversal
+    - `hysteresis` (0.1): within `hysteresis_window_s` (600) after a pool moved, its reversal
       reads the floor's need widened by this fraction (`autoscale/stabilization.py`).
     """
 
@@ -238,7 +238,7 @@ class PlannerOptions(_Strict):
     release_after_ticks: StrictInt = Field(default=0, ge=0)
     decode_residence_mean: StrictBool = False
     decode_correction_on_target: StrictBool = False
-    hysteresis: float = Field(default=0.0, ge=0, le=1)
+    hysteresis: float = Field(default=0.1, ge=0, le=1)
     hysteresis_window_s: float = Field(default=600.0, ge=0)
 
 

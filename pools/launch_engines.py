@@ -17,7 +17,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from pools.http_client import http_client
 from pools.launch_spec import (
@@ -144,13 +144,32 @@ SIM_FLAG_OF_FIELD = {
 """`SimEngineSettings` fields whose `pdorch engine sim` flag is not `--field-name`."""
 
 
-def sim_cli_args(spec: SimLaunchSpec, **runtime: object) -> list[str]:
-    """`pdorch engine sim` flags for `spec` plus run-time values (port 0: the OS picks).
+def sim_cli_args(
+    spec: SimLaunchSpec,
+    *,
+    role: EngineRole,
+    served_model_name: str,
+    block_size: int,
+    kv_events_endpoint: str | None = None,
+    kv_events_replay_endpoint: str | None = None,
+    kv_events_topic: str = "kv-events",
+    engine_id: str | None = None,
+) -> list[str]:
+    """`pdorch engine sim` flags for `spec` plus run-time values (port 0: the OS picks); the
+    run-time values are `SimLaunchSpec.settings`'s.
 
     `kv_events_buffer_steps` and `kv_load_failure_policy` have no flag; the CLI uses their
     defaults (10,000 steps, `fail`).
     """
-    settings = spec.settings(**runtime)  # type: ignore[arg-type]
+    settings = spec.settings(
+        role=role,
+        served_model_name=served_model_name,
+        block_size=block_size,
+        kv_events_endpoint=kv_events_endpoint,
+        kv_events_replay_endpoint=kv_events_replay_endpoint,
+        kv_events_topic=kv_events_topic,
+        engine_id=engine_id,
+    )
     skip = {"kv_events_buffer_steps", "kv_load_failure_policy"}
     args: list[str] = []
     for name, value in settings.model_dump().items():
@@ -299,6 +318,17 @@ def machine_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+class _EngineFields(TypedDict):
+    """`EngineBase`'s fields, the same for every kind of engine `make_engine` builds."""
+
+    replica_id: str
+    pool: str
+    model: str
+    block_size: int
+    events_endpoint: str | None
+    replay_endpoint: str | None
+
+
 def make_engine(
     spec: SimLaunchSpec | VllmLaunchSpec,
     *,
@@ -315,7 +345,7 @@ def make_engine(
     replica id, so ids must be unique), its log file; ports are picked when it starts."""
     events = f"ipc://{ipc_dir}/{replica_id}.ev" if spec.kv_events else None
     replay = f"ipc://{ipc_dir}/{replica_id}.rp" if spec.kv_events else None
-    base = {
+    base: _EngineFields = {
         "replica_id": replica_id,
         "pool": pool,
         "model": model,
@@ -324,16 +354,16 @@ def make_engine(
         "replay_endpoint": replay,
     }
     if isinstance(spec, SimLaunchSpec) and spec.in_process:
-        return SimInProcessEngine(**base, spec=spec)  # type: ignore[arg-type]
+        return SimInProcessEngine(**base, spec=spec)
     if isinstance(spec, SimLaunchSpec):
         return SimProcessEngine(
-            **base,  # type: ignore[arg-type]
+            **base,
             spec=spec,
             log_path=log_dir / f"{replica_id}.log",
             stop_grace_s=stop_grace_s,
         )
     return VllmEngine(
-        **base,  # type: ignore[arg-type]
+        **base,
         spec=spec,
         log_path=log_dir / f"{replica_id}.log",
         cpu_cores=cpu_cores,

@@ -20,14 +20,19 @@ from autoscale.decision import ScaleDecision
 from autoscale.policy import PoolLimits
 from autoscale.signals import Pool, PoolStatus
 
+PoolKey = Pool | str
+"""A key of `Actuator.current()`: `Pool` for the pools a planner sizes (prefill, decode), the
+plain name for any other pool (colocated, custom). `Pool` is a StrEnum, so both hash and compare
+as their names: `current().get("prefill")` and `current().get(Pool.PREFILL)` find the same."""
 
-def pool_key(pool: str) -> Pool:
+
+def pool_key(pool: str) -> PoolKey:
     """`Pool` for prefill/decode; other pool names (colocated, custom) pass through as plain
     strings, so `current()` can key every pool the fleet has. One rule for every actuator."""
     try:
         return Pool(pool)
     except ValueError:
-        return pool  # type: ignore[return-value]  # a StrEnum key and a str key hash alike
+        return pool
 
 
 class ActuatorError(RuntimeError):
@@ -69,7 +74,7 @@ class Actuator(ABC):
     """Base class of actuators (see module docstring)."""
 
     @abstractmethod
-    def current(self) -> dict[Pool, PoolStatus]:
+    def current(self) -> dict[PoolKey, PoolStatus]:
         """Ready / pending / draining replicas per pool, as of the last call."""
 
     @abstractmethod

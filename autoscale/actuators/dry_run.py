@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from autoscale.actuators.base import Actuator
+from autoscale.actuators.base import Actuator, PoolKey
 from autoscale.signals import Pool, PoolStatus
 
 
@@ -28,8 +28,8 @@ class DryRunActuator(Actuator):
         self.out = out if out is not None else sys.stdout
         self.actions: list[str] = []
 
-    def current(self) -> dict[Pool, PoolStatus]:
-        return dict(self.source()) if self.source is not None else {}
+    def current(self) -> dict[PoolKey, PoolStatus]:
+        return dict(self.source().items()) if self.source is not None else {}
 
     def _say(self, line: str) -> None:
         self.actions.append(line)

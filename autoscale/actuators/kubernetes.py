@@ -47,7 +47,7 @@ from typing import Protocol
 import httpx
 
 from autoscale.actuators.background import BackgroundWork
-from autoscale.actuators.base import Actuator, ActuatorError, check_count, pool_key
+from autoscale.actuators.base import Actuator, ActuatorError, PoolKey, check_count, pool_key
 from autoscale.policy import PoolLimits, SloPolicy
 from autoscale.signals import Pool, PoolStatus
 from pools.http_client import http_client
@@ -168,7 +168,7 @@ class KubernetesActuator(Actuator):
             draining=ours + sum(1 for p in pods if p.terminating),
         )
 
-    def current(self) -> dict[Pool, PoolStatus]:
+    def current(self) -> dict[PoolKey, PoolStatus]:
         return {pool_key(pool): self.status(pool) for pool in self.pools()}
 
     def switchable(self, pool: Pool | str) -> list[str]:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from autoscale.actuators.background import BackgroundWork
-from autoscale.actuators.base import Actuator, ActuatorError, check_count, pool_key
+from autoscale.actuators.base import Actuator, ActuatorError, PoolKey, check_count, pool_key
 from autoscale.policy import PoolLimits, SloPolicy
 from autoscale.signals import Pool, PoolStatus
 from pools.drain import DrainOutcome, RequestTracker, drain_replica
@@ -135,10 +135,10 @@ class LocalActuator(Actuator):
             return self.policy.limits(Pool(pool))
         return PoolLimits()
 
-    def current(self) -> dict[Pool, PoolStatus]:
+    def current(self) -> dict[PoolKey, PoolStatus]:
         """Per pool: ready (in the fleet, healthy or not, not draining), pending (starting),
         draining (leaving or switching role). Keys are pool names (`Pool` for prefill/decode)."""
-        out: dict[Pool, PoolStatus] = {}
+        out: dict[PoolKey, PoolStatus] = {}
         for pool in self.pools():
             replicas = self.fleet.replicas(pool)
             ready = sum(

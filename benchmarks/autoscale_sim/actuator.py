@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoscale.actuators.base import Actuator, ActuatorError
+from autoscale.actuators.base import Actuator, ActuatorError, PoolKey
 from autoscale.decision import ScaleDecision
 from autoscale.policy import SloPolicy
 from autoscale.signals import Pool, PoolStatus
@@ -68,7 +68,7 @@ class SimActuator(Actuator):
         self.events: list[ScaleEvent] = []
         self.desired: dict[Pool, list[int]] = {p: [] for p in Pool}
 
-    def current(self) -> dict[Pool, PoolStatus]:
+    def current(self) -> dict[PoolKey, PoolStatus]:
         return {p: PoolStatus(*self.sim.status(p.value)) for p in Pool}
 
     def _load(self, rid: str) -> tuple[int, int]:

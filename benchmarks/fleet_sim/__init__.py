@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from benchmarks.fleet_sim.fleet import FleetSpec
 from benchmarks.fleet_sim.policies import POLICY_PAIRS, router_config_for
-from benchmarks.fleet_sim.simulator import SimConfig, SimResult, run_simulation
+from benchmarks.fleet_sim.records import SimConfig, SimResult
+from benchmarks.fleet_sim.simulator import run_simulation
 
 __all__ = [
     "POLICY_PAIRS",

@@ -34,13 +34,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from benchmarks.fleet_sim.simulator import (
-    FleetSimulator,
-    RequestRecord,
-    SimConfig,
-    SimResult,
-    _Replica,
-)
+from benchmarks.fleet_sim.records import RequestRecord, SimConfig, SimResult
+from benchmarks.fleet_sim.replica import SimReplica
+from benchmarks.fleet_sim.simulator import FleetSimulator
 from benchmarks.workloads.model import Workload
 from pools.sim.engine_core import StepResult
 from pools.sim.outputs import DecodeFastForward
@@ -326,7 +322,7 @@ class DynamicFleetSimulator(FleetSimulator):
         self.arrived += 1
         super()._arrive(now, si, turn)
 
-    def _apply_outputs(self, rep: _Replica, res: StepResult, now: float) -> None:
+    def _apply_outputs(self, rep: SimReplica, res: StepResult, now: float) -> None:
         lost = self.lost_ids
         if lost:  # a step in flight when its requests were aborted (drain timeout)
             res = replace(
@@ -342,18 +338,18 @@ class DynamicFleetSimulator(FleetSimulator):
                         self.first_token_records.append(rec)
         super()._apply_outputs(rep, res, now)
 
-    def _apply_fast_forward(self, rep: _Replica, ff: DecodeFastForward) -> None:
+    def _apply_fast_forward(self, rep: SimReplica, ff: DecodeFastForward) -> None:
         acc = self.step_time.setdefault(rep.id, [0.0, 0])
         acc[0] += ff.end - ff.start
         acc[1] += ff.num_steps
         super()._apply_fast_forward(rep, ff)
 
-    def _finish(self, rec: RequestRecord, rep: _Replica, now: float) -> None:
+    def _finish(self, rec: RequestRecord, rep: SimReplica, now: float) -> None:
         self.completed += 1
         self.finished_records.append(rec)
         super()._finish(rec, rep, now)
 
-    def _on_step(self, rep: _Replica, now: float) -> None:
+    def _on_step(self, rep: SimReplica, now: float) -> None:
         super()._on_step(rep, now)
         step = rep.driver.in_flight
         if step is not None and step.num_scheduled_tokens and self._counted.get(rep.id) is not step:

@@ -25,11 +25,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from benchmarks.fleet_sim.simulator import SimResult, decode_blocks_cv
+from benchmarks.fleet_sim.records import SimResult
 
 DEFAULT_SLO_TTFT_MS = 2000.0
 DEFAULT_SLO_ITL_MS = 100.0
@@ -40,6 +41,20 @@ def _pct(values: Any, q: float) -> float:
     if arr.size == 0:
         return float("nan")
     return float(np.percentile(arr, q))
+
+
+def decode_blocks_cv(samples: list[list[int]]) -> float:
+    """Mean over ticks (with any load) of std/mean of active KV blocks across replicas."""
+    cvs = []
+    for row in samples:
+        if len(row) < 2:
+            continue
+        m = sum(row) / len(row)
+        if m <= 0:
+            continue
+        var = sum((x - m) ** 2 for x in row) / len(row)
+        cvs.append(math.sqrt(var) / m)
+    return sum(cvs) / len(cvs) if cvs else 0.0
 
 
 def compute_metrics(

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.fleet_sim.simulator import SimResult
+from benchmarks.fleet_sim.records import SimResult
 
 JSON_KEYS = (
     "ttft_p50_ms",

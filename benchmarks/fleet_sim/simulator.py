@@ -6,7 +6,14 @@ own `RequestLifecycle` (`router/lifecycle.py`: lookups, snapshots, `PdRouter`, `
 told what happens through `lifecycle_adapter.SimLifecycle`; KV transfers timed by the link
 model; arrivals from a `Workload`.
 
-Events (one heap, ordered by `(time, sequence number)`, so runs are deterministic):
+This module is the event loop and the request flow through the cores (legs, outputs,
+transfers, ticks). Its parts: `records.py` (`SimConfig`, `RequestRecord`, `SimResult`),
+`sessions.py` (turn arrivals, open and closed loop), `replica.py` (a replica's core and its P/D
+plumbing), `kv_event_bridge.py` (core KV events -> the index), `reference_caches.py` (the
+oracle and pooled-LRU hit accounting); `membership.py` adds replicas that come and go.
+
+Events (heaps ordered by `(time, sequence number)`, so runs are deterministic; the arrivals
+have their own, `sessions.SessionArrivals`, the metrics tick its own clock):
 
 - arrival of a session's turn (open loop at `start_s`; closed loop when a concurrency slot
   frees; later turns `think_time_s` after the previous turn finished): the request is hashed
@@ -48,163 +55,44 @@ and the `KvIndex` (`engine_hash_keys=True`) work on those ids.
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from array import array
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.fleet_sim.block_ids import BlockChain
-from benchmarks.fleet_sim.fleet import FleetSpec
+from benchmarks.fleet_sim.kv_event_bridge import to_router_events
 from benchmarks.fleet_sim.lifecycle_adapter import SimLifecycle, build_sim_lifecycle
 from benchmarks.fleet_sim.policies import router_config_for
-from benchmarks.workloads.model import Segment, Workload, output_content_id
-from pools.sim.config import EngineConfig
-from pools.sim.driver import EngineDriver
-from pools.sim.engine_core import EngineCore, StepResult
-from pools.sim.kv_events import AllBlocksCleared as SimCleared
-from pools.sim.kv_events import BlockRemoved as SimRemoved
-from pools.sim.kv_events import BlockStored as SimStored
+from benchmarks.fleet_sim.records import RequestRecord, SimConfig, SimResult
+from benchmarks.fleet_sim.reference_caches import ReferenceCaches
+from benchmarks.fleet_sim.replica import SimReplica, make_engine_core
+from benchmarks.fleet_sim.sessions import SessionArrivals
+from benchmarks.workloads.model import Workload
+from pools.sim.engine_core import StepResult
 from pools.sim.kv_events import KVCacheEvent
 from pools.sim.outputs import DecodeFastForward
 from pools.sim.request import SimRequest
 from pools.sim.timing import TimingModel, make_timing
 from router.binding_queue import BindingQueue
-from router.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent
 from router.kv_index import KvIndex
 from router.lifecycle_plan import RequestPlan
-from router.policies.config import RouterPolicyConfig
 from router.replica_state import ReplicaStatic, RoutingRequest
 from transfer.params import KvTransferParams
 
-_ARRIVAL, _STEP, _TRANSFER, _TICK = 0, 1, 2, 3
+# The run's data (records.py) is imported from here by the CLI, autoscale_sim and tests.
+__all__ = [
+    "FleetSimulator",
+    "RequestRecord",
+    "SimConfig",
+    "SimReplica",
+    "SimResult",
+    "run_simulation",
+]
+
+_STEP, _TRANSFER = 1, 2  # kinds of the event heap (arrivals and ticks have their own clocks)
 _INF = float("inf")
 _PREFILL_LEG_PARAMS = KvTransferParams.prefill_request()  # what the coordinator's prefill leg sends
 _TEXT_BASE = 0x4E00  # CJK block: one printable char per block id for text-based policies
-
-
-@dataclass(slots=True)
-class SimConfig:
-    """One simulation run's settings (the CLI's options)."""
-
-    fleet: FleetSpec
-    policy: str = "token_load"
-    model: str = "llama-3.1-8b"
-    gpu: str = "h100"
-    tp: int = 1
-    block_size: int = 64
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
-    link: str | None = None
-    tick_s: float = 0.5
-    fast_forward: bool = True
-    seed: int = 0
-    kv_memory_gb: float | None = None
-    # The router's policies as a fleet file gives them; None: `router_config_for(policy)`.
-    router: RouterPolicyConfig | None = None
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    """One request's life, in virtual seconds."""
-
-    request_id: str
-    session: int
-    turn: int
-    arrival: float
-    prompt_tokens: int
-    output_tokens: int
-    prefill_replica: str | None = None
-    decode_replica: str = ""
-    disaggregated: bool = False
-    first_token: float | None = None
-    last_token: float | None = None
-    finish: float | None = None
-    num_output: int = 0
-    hit_tokens: int = 0
-    oracle_hit_tokens: int = 0
-    lru_hit_tokens: int = 0
-    transfer_tokens: int = 0
-    finish_count: int = 0
-    max_itl: float = 0.0
-
-
-@dataclass(slots=True)
-class SimResult:
-    """Everything `metrics.compute_metrics` needs, plus run facts."""
-
-    config: SimConfig
-    workload_name: str
-    requests: list[RequestRecord]
-    itl_samples: array[float]
-    sessions: list[tuple[str, str | None, float, float]]  # (id, group, start, end)
-    tick_times: list[float]
-    decode_kv_blocks: list[list[int]]  # per tick, per decode-capable replica
-    decode_replicas: list[str]
-    engine_prefix_queries: int
-    engine_prefix_hits: int
-    generation_tokens: int
-    num_steps: int
-    num_fast_forward_steps: int
-    wall_s: float
-    cpu_s: float = 0.0
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-class _Replica:
-    __slots__ = (
-        "blocks_capacity",
-        "core",
-        "driver",
-        "id",
-        "inbound",
-        "index",
-        "link_free",
-        "next_event",
-        "role",
-        "transfers",
-    )
-
-    def __init__(self, rid: str, role: str, index: int, core: EngineCore) -> None:
-        self.id = rid
-        self.role = role
-        self.index = index
-        self.core = core
-        self.driver = EngineDriver(core)
-        self.next_event: float | None = None
-        self.inbound: dict[int, int] = {}  # prefill replica index -> legs headed here
-        self.transfers: list[float] = []  # heap of transfer-done times into this replica
-        self.link_free = 0.0
-        self.blocks_capacity = core.block_pool.num_gpu_blocks - 1
-
-
-def _convert(events: list[KVCacheEvent]) -> list[KvEvent]:
-    out: list[KvEvent] = []
-    for e in events:
-        if isinstance(e, SimStored):
-            out.append(
-                BlockStored(
-                    block_hashes=list(e.block_hashes),
-                    parent_block_hash=e.parent_block_hash,
-                    token_ids=e.token_ids,
-                    block_size=e.block_size,
-                    lora_id=e.lora_id,
-                    medium=e.medium,
-                    lora_name=e.lora_name,
-                    group_idx=e.group_idx,
-                )
-            )
-        elif isinstance(e, SimRemoved):
-            out.append(
-                BlockRemoved(
-                    block_hashes=list(e.block_hashes), medium=e.medium, group_idx=e.group_idx
-                )
-            )
-        elif isinstance(e, SimCleared):
-            out.append(AllBlocksCleared())
-    return out
 
 
 class FleetSimulator:
@@ -242,7 +130,7 @@ class FleetSimulator:
                 f"holds ({capacity} blocks of {bs}); use a bigger --gpu or --tp"
             )
         self.max_model_len = max(2048, longest + 2 * bs)
-        self.replicas: list[_Replica] = []
+        self.replicas: list[SimReplica] = []
         for i, (rid, role) in enumerate(config.fleet.replica_ids()):
             self.replicas.append(self._make_replica(rid, role, i))
         self.by_id = {r.id: r for r in self.replicas}
@@ -280,20 +168,13 @@ class FleetSimulator:
         self.seq = 0
         self.next_tick = 0.0
         self.next_arrival = _INF
-        self.arrivals: list[tuple[float, int, int, int]] = []  # (t, seq, session, turn)
+        self.arrivals = SessionArrivals(workload, bs)
         self.records: dict[str, RequestRecord] = {}
         self.all_records: list[RequestRecord] = []
         self.itl = array("d")
-        self.oracle: set[int] = set()
-        # A second reference: one LRU cache as big as the prefilling pools' KV together.
-        self.lru: OrderedDict[int, None] = OrderedDict()
+        # the pooled-LRU reference is as big as the prefilling pools' KV together
         pools = [r for r in self.replicas if r.role != "decode"] or self.replicas
-        self.lru_capacity = sum(r.blocks_capacity for r in pools)
-        self.chains: dict[int, BlockChain] = {}
-        self.session_start: dict[int, float] = {}
-        self.session_end: dict[int, float] = {}
-        self.active_sessions = 0
-        self.closed_queue: list[int] = []
+        self.references = ReferenceCaches(bs, sum(r.blocks_capacity for r in pools))
         self.tick_times: list[float] = []
         self.decode_kv: list[list[int]] = []
         self.decode_capable = [r for r in self.replicas if r.role != "prefill"]
@@ -302,31 +183,17 @@ class FleetSimulator:
         self._pending_decode: dict[str, list[bytes]] = {}
         self.all_transfers: list[float] = []  # heap of every pending transfer-done time
 
-    def _make_replica(self, rid: str, role: str, index: int) -> _Replica:
+    def _make_replica(self, rid: str, role: str, index: int) -> SimReplica:
         """One replica with its own engine core (every replica is configured alike)."""
-        config = self.config
-        ecfg = EngineConfig(
-            block_size=config.block_size,
-            num_gpu_blocks=None,
-            vocab_size=None,
-            kv_lease_duration_s=30.0,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            max_num_seqs=config.max_num_seqs,
-            max_model_len=self.max_model_len,
-            engine_id=rid,
-        )
-        return _Replica(rid, role, index, EngineCore(ecfg, self.timing))
+        core = make_engine_core(self.config, self.timing, self.max_model_len, rid)
+        return SimReplica(rid, role, index, core)
 
     # ------------------------------------------------------------------ event plumbing
     def _push(self, t: float, kind: int, data: Any) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, data))
 
-    def _push_arrival(self, t: float, session: int, turn: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.arrivals, (t, self.seq, session, turn))
-
-    def _wake(self, rep: _Replica, now: float) -> None:
+    def _wake(self, rep: SimReplica, now: float) -> None:
         """Make sure the replica has a step event if it has work."""
         t = rep.driver.wake_time(now)
         if t is not None and (rep.next_event is None or t < rep.next_event):
@@ -339,18 +206,12 @@ class FleetSimulator:
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         cpu0 = time.process_time()
-        wl = self.workload
-        for i, s in enumerate(wl.sessions):
-            if s.start_s is not None:
-                self._push_arrival(s.start_s, i, 0)
-            else:
-                self.closed_queue.append(i)
-        self.closed_queue.reverse()
-        self._start_closed(0.0)
-        self.outstanding = wl.num_requests
+        arrivals = self.arrivals
+        arrivals.start()
+        self.outstanding = self.workload.num_requests
         last_progress = 0.0
         while True:
-            t_arr = self.arrivals[0][0] if self.arrivals else _INF
+            t_arr = arrivals.next_time()
             t_heap = self.heap[0][0] if self.heap else _INF
             if self.outstanding <= 0 and t_heap == _INF and t_arr == _INF:
                 break
@@ -365,7 +226,7 @@ class FleetSimulator:
                     last_progress = t_tick
                     self.progress(t_tick)
             elif t_arr <= t_heap:
-                _, _, session, turn = heapq.heappop(self.arrivals)
+                session, turn = arrivals.pop()
                 self._arrive(t_arr, session, turn)
             else:
                 _, _, kind, data = heapq.heappop(self.heap)
@@ -382,54 +243,22 @@ class FleetSimulator:
             result.meta["late_binding_max_held"] = self.binding.max_held
         return result
 
-    def _start_closed(self, now: float) -> None:
-        cap = self.workload.concurrency
-        while self.closed_queue and (cap is None or self.active_sessions < cap):
-            i = self.closed_queue.pop()
-            self.active_sessions += 1
-            self._push_arrival(now, i, 0)
-
     # ------------------------------------------------------------------ arrivals + routing
     def _arrive(self, now: float, si: int, turn: int) -> None:
         s = self.workload.sessions[si]
         spec = s.turns[turn]
         bs = self.config.block_size
-        if turn == 0:
-            self.session_start[si] = now
-        chain = self.chains.get(si)
-        if chain is None or not s.carry_context:
-            chain = BlockChain(bs)
-            self.chains[si] = chain
-        chain.extend(spec.new_segments)
-        prompt_tokens = chain.num_tokens
-        n_prompt_blocks = len(chain.ids)
-        keys = chain.ids[:n_prompt_blocks]
-        chain.extend([Segment(output_content_id(s.session_id, turn), spec.output_tokens)])
-        seq_hashes = list(chain.as_bytes)
-        if not s.carry_context:
-            self.chains.pop(si, None)
+        blocks = self.arrivals.turn_blocks(si, turn, now)
+        prompt_tokens = blocks.prompt_tokens
+        keys = blocks.prompt_keys
+        seq_hashes = blocks.seq_hashes
         rid = f"{s.session_id}#{turn}"
         rec = RequestRecord(rid, si, turn, now, prompt_tokens, spec.output_tokens)
         self.records[rid] = rec
         self.all_records.append(rec)
-        # oracle: one infinite cache over the same block ids, in routing order
-        oracle = self.oracle
-        max_hit = (prompt_tokens - 1) // bs
-        hit = 0
-        while hit < max_hit and keys[hit] in oracle:
-            hit += 1
-        rec.oracle_hit_tokens = hit * bs
-        oracle.update(chain.ids)
-        lru = self.lru
-        hit = 0
-        while hit < max_hit and keys[hit] in lru:
-            hit += 1
-        rec.lru_hit_tokens = hit * bs
-        for key in chain.ids:
-            lru[key] = None
-            lru.move_to_end(key)
-        while len(lru) > self.lru_capacity:
-            lru.popitem(last=False)
+        rec.oracle_hit_tokens, rec.lru_hit_tokens = self.references.observe(
+            keys, blocks.all_ids, prompt_tokens
+        )
 
         text = None
         if self.needs_text:
@@ -499,10 +328,11 @@ class FleetSimulator:
             self._wake(d, now)
 
     # ------------------------------------------------------------------ replica steps
-    def _horizon(self, rep: _Replica) -> float:
+    def _horizon(self, rep: SimReplica) -> float:
         h = self.next_tick
-        if self.arrivals and self.arrivals[0][0] < h:
-            h = self.arrivals[0][0]
+        t_arr = self.arrivals.next_time()
+        if t_arr < h:
+            h = t_arr
         if rep.transfers and rep.transfers[0] < h:
             h = rep.transfers[0]
         if self.binding is not None and self.binding.held:
@@ -523,7 +353,7 @@ class FleetSimulator:
                     h = self.all_transfers[0]
         return h
 
-    def _on_step(self, rep: _Replica, now: float) -> None:
+    def _on_step(self, rep: SimReplica, now: float) -> None:
         rep.next_event = None
 
         def on_outputs(res: StepResult, events: list[KVCacheEvent]) -> None:
@@ -550,11 +380,11 @@ class FleetSimulator:
             rep.next_event = adv.wake
             self._push(adv.wake, _STEP, rep.index)
 
-    def _drain(self, rep: _Replica, events: list[KVCacheEvent]) -> None:
+    def _drain(self, rep: SimReplica, events: list[KVCacheEvent]) -> None:
         if events:
-            self.index.apply(rep.id, _convert(events))
+            self.index.apply(rep.id, to_router_events(events))
 
-    def _apply_outputs(self, rep: _Replica, res: StepResult, now: float) -> None:
+    def _apply_outputs(self, rep: SimReplica, res: StepResult, now: float) -> None:
         bs = self.config.block_size
         routing = self.routing
         for out in res.outputs:
@@ -611,7 +441,7 @@ class FleetSimulator:
             heapq.heappush(self.all_transfers, done)
             self._push(done, _TRANSFER, (rep.index, ld.request_id))
 
-    def _apply_fast_forward(self, rep: _Replica, ff: DecodeFastForward) -> None:
+    def _apply_fast_forward(self, rep: SimReplica, ff: DecodeFastForward) -> None:
         bs = self.config.block_size
         ends: list[float] = ff.step_ends
         k = len(ends)
@@ -635,7 +465,7 @@ class FleetSimulator:
             rec.last_token = ends[-1]
             rec.num_output = n_after
 
-    def _finish(self, rec: RequestRecord, rep: _Replica, now: float) -> None:
+    def _finish(self, rec: RequestRecord, rep: SimReplica, now: float) -> None:
         rec.finish = now
         rec.finish_count += 1
         self.routing.finished(rec.request_id, now)
@@ -645,16 +475,7 @@ class FleetSimulator:
         """The request is over (finished, or aborted by scaling): its session goes on."""
         self.records.pop(rec.request_id, None)
         self.outstanding -= 1
-        si = rec.session
-        s = self.workload.sessions[si]
-        if rec.turn + 1 < len(s.turns):
-            self._push_arrival(now + s.turns[rec.turn + 1].think_time_s, si, rec.turn + 1)
-        else:
-            self.session_end[si] = now
-            self.chains.pop(si, None)
-            if s.start_s is None:
-                self.active_sessions -= 1
-                self._start_closed(now)
+        self.arrivals.turn_ended(rec.session, rec.turn, now)
 
     def _on_transfer(self, data: tuple[int, str], now: float) -> None:
         di, rid = data
@@ -697,12 +518,11 @@ class FleetSimulator:
             hits += st.prefix_cache_hits
             gen += st.generation_tokens
             steps += st.num_steps
+        starts, ends = self.arrivals.session_start, self.arrivals.session_end
         sessions = []
         for si, s in enumerate(self.workload.sessions):
-            if si in self.session_start and si in self.session_end:
-                sessions.append(
-                    (s.session_id, s.group, self.session_start[si], self.session_end[si])
-                )
+            if si in starts and si in ends:
+                sessions.append((s.session_id, s.group, starts[si], ends[si]))
         return SimResult(
             config=self.config,
             workload_name=self.workload.name,
@@ -728,17 +548,3 @@ def run_simulation(
 ) -> SimResult:
     """Simulate `workload` on `config.fleet` with `config.policy`; deterministic per seed."""
     return FleetSimulator(workload, config, progress).run()
-
-
-def decode_blocks_cv(samples: list[list[int]]) -> float:
-    """Mean over ticks (with any load) of std/mean of active KV blocks across replicas."""
-    cvs = []
-    for row in samples:
-        if len(row) < 2:
-            continue
-        m = sum(row) / len(row)
-        if m <= 0:
-            continue
-        var = sum((x - m) ** 2 for x in row) / len(row)
-        cvs.append(math.sqrt(var) / m)
-    return sum(cvs) / len(cvs) if cvs else 0.0

@@ -14,9 +14,9 @@ coordinator: {request_timeout_s: 600, api_keys: [...], admin_token: ...}
 Every section is a pydantic model with `extra="forbid"`, so a typo is an error, and every
 error names its field path (`pools.decode.endpoints[1].url`); `load_fleet_config` adds the file
 and line. Cross-field rules (policy names/params/weights, a vLLM spec's block size on CPU,
-unique replica ids, at least one pool that can serve) are checked at load time too, so a bad
-file fails before any engine starts. Full reference: `pools/FLEET_API.md`; examples:
-`deploy/examples/fleet-*.yaml`.
+unique replica ids, at least one pool that can serve; `fleet_rules.py`) are checked at load
+time too, so a bad file fails before any engine starts. Full reference: `pools/FLEET_API.md`;
+examples: `deploy/examples/fleet-*.yaml`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from pdorch.config.fleet_model import (
     PoolsConfig,
     resolve_model_paths,
 )
+from pdorch.config.fleet_rules import FleetFieldError, check_model
 from pdorch.config.replica_allow import ReplicaAllowList
 from pdorch.sync.settings import SyncSettings
 from pools.health import HealthSettings
@@ -55,24 +56,17 @@ from pools.launch_spec import (
     replica_ids,
 )
 from pools.metrics_scrape import MetricsSettings
-from pools.roles import EngineRole
 from pools.yaml_errors import (
     ConfigFileError,
     ConfigIssue,
-    FieldPathError,
     read_yaml,
     validate_config,
 )
 from pools.yaml_errors import dotted as _dotted
 from router.late_binding import LateBindingParams
 from router.pd_decision import PdDecisionParams
-from router.policies.config import PolicyConfigError, RouterPolicyConfig, build_policy
+from router.policies.config import RouterPolicyConfig
 from router.tokenization import TokenizationConfig
-
-
-class FleetFieldError(FieldPathError):
-    """A cross-field rule failed at `path` (kept so the error can name the field and line)."""
-
 
 FleetConfigIssue = ConfigIssue
 """One problem in a fleet file: field path (`pools.decode.endpoints[1].url`), line, why."""
@@ -314,7 +308,7 @@ class FleetConfig(BaseModel):
         if self.models is None:
             if not self.served_model_name:
                 raise FleetFieldError(("served_model_name",), "must not be empty")
-            _check_model(self, ())
+            check_model(self, ())
             return self
         for key in ("sync", "discovery"):
             if getattr(self, key) is not None:
@@ -327,7 +321,7 @@ class FleetConfig(BaseModel):
                     f"model {model.served_model_name!r} is listed twice",
                 )
             names.add(model.served_model_name)
-            _check_model(self._with_model(model), ("models", i))
+            check_model(self._with_model(model), ("models", i))
         first = self.models[0]  # the top level reads as the first model (class docstring)
         for key in MODEL_KEYS:
             setattr(self, key, getattr(first, key))
@@ -439,70 +433,6 @@ def demo_fleet_config(time_scale: float = 1.0) -> FleetConfig:
             "coordinator": {"host": "127.0.0.1", "port": 8000},
         }
     )
-
-
-def _check_model(fleet: FleetConfig, prefix: tuple[str | int, ...]) -> None:
-    """One model's cross-field rules (policies, vLLM specs, a pool that serves, unique ids);
-    `prefix` is where the model sits in the file (`models[i]`, or the top level)."""
-    for name, pool in fleet.pools.items():
-        if pool.policy is not None:
-            try:
-                build_policy(pool.policy)
-            except PolicyConfigError as err:
-                # the router names the field inside the policy: "params.x: why"
-                where, _, why = str(err).partition(": ")
-                sub = tuple(where.split(".")) if why else ()
-                raise FleetFieldError(
-                    (*prefix, "pools", name, "policy", *sub), why or str(err)
-                ) from None
-        for i, spec in enumerate(pool.launch):
-            if isinstance(spec, VllmLaunchSpec):
-                _check_vllm_spec(spec, (*prefix, "pools", name, "launch", i), fleet)
-    serving = fleet.pools.decode.size() + (
-        fleet.pools.colocated.size() if fleet.pools.colocated is not None else 0
-    )
-    found = set(fleet.discovery.pools) if fleet.discovery is not None else set()
-    if serving == 0 and not found & {"decode", "colocated"}:
-        raise FleetFieldError(
-            (*prefix, "pools", "decode"),
-            "no replica can serve requests: give pools.decode (or pools.colocated) at "
-            "least one endpoint or launch spec, or discover it (discovery.pools.decode)",
-        )
-    if "colocated" in found and fleet.pools.colocated is None:
-        raise FleetFieldError(
-            ("discovery", "pools", "colocated"),
-            "pool colocated is discovered but not configured: add pools.colocated: {}",
-        )
-    seen: dict[str, tuple[str | int, ...]] = {}
-    for name, pool in fleet.pools.items():
-        for i, (replica_id, _) in enumerate(replica_ids(name, pool)):
-            path: tuple[str | int, ...] = (*prefix, "pools", name, "endpoints", i)
-            if replica_id in seen:
-                raise FleetFieldError(
-                    (*path, "id") if i < len(pool.endpoints) else (*prefix, "pools", name),
-                    f"replica id {replica_id!r} is used twice",
-                )
-            seen[replica_id] = path
-
-
-def _check_vllm_spec(spec: VllmLaunchSpec, path: tuple[str | int, ...], fleet: FleetConfig) -> None:
-    """Build the engine spec with placeholder ports so A's rules (block size on CPU, block
-    count vs max_model_len, ...) fail at load time, naming the launch spec's field."""
-    try:
-        spec.engine_spec(
-            role=EngineRole.BOTH,
-            port=1,
-            side_channel_port=2,
-            served_model_name=fleet.served_model_name,
-            block_size=fleet.block_size,
-        )
-    except ValidationError as err:
-        first = err.errors()[0]
-        loc = tuple(first["loc"])
-        msg = str(first["msg"]).removeprefix("Value error, ")
-        if "block_size" in msg and not loc:
-            raise FleetFieldError(("block_size",), f"{msg} (needed by {_dotted(path)})") from None
-        raise FleetFieldError((*path, *loc), msg) from None
 
 
 # ---- loading and error formatting ------------------------------------------------------------

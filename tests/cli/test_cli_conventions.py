@@ -262,9 +262,10 @@ def test_the_fleet_launcher_speaks_the_current_engine_sim_flags() -> None:
     each flag it emits must be a current option, not a deprecated spelling."""
     from pools.launch_engines import sim_cli_args
     from pools.launch_spec import SimLaunchSpec
+    from pools.roles import EngineRole
 
     spec = SimLaunchSpec(kind="sim", kv_memory_gb=1.5, num_blocks=64, tokenizer="/t")
-    args = sim_cli_args(spec, role="decode", served_model_name="m", block_size=16)
+    args = sim_cli_args(spec, role=EngineRole.DECODE, served_model_name="m", block_size=16)
     flags = {a for a in args if a.startswith("--")}
     engine_sim = next(c for c in COMMANDS if c.path == "engine sim")
     names = {n for o in _options(engine_sim) for n in _names(o)}

@@ -26,8 +26,10 @@ then its place taken by a higher priority; `queue_timeout`: queued past `max_wai
 included; streamed requests only). The steady clients' streamed TTFT p50/p99/max and
 non-streamed latency p99 `before` (started in [`SKIP_START_S`, burst): the first second is
 every client's first request at once), `during` (started in [burst, the burst's last answer])
-and `after` (later). `queue`: the most `requests_queued` and `requests_in_flight` seen in the
-polls, and both after the drain; `coordinator_rss_mib`: the VmHWM (high-water mark) at idle
+and `after` (later). A burst request with no whole answer within the load's
+`request_timeout_s` (120 s) counts as an other error (`no whole answer within ...`).
+`queue`: the most `requests_queued` and `requests_in_flight` seen in the polls, and both
+after the drain; `coordinator_rss_mib`: the VmHWM (high-water mark) at idle
 and at the end; `loop_lag_s_max_polled`: the largest `pdorch_event_loop_lag_seconds` (the
 coordinator's last lag probe) seen in the polls; `head_shed_max_lag_s`: the lag bound the
 coordinator ran with (`FleetSettings.head_shed_max_lag_s`, `--head-shed-max-lag-s`; None: its
@@ -260,14 +262,22 @@ async def run_overload_mixed(
 
             async def one(body: dict[str, Any], priority: int) -> Sent:
                 started = time.perf_counter() - origin
-                answer = await send_stream(
-                    host, port, body, {PRIORITY_HEADER: str(priority)}, read_refusal=True
-                )
+                try:
+                    answer = await asyncio.wait_for(
+                        send_stream(
+                            host, port, body, {PRIORITY_HEADER: str(priority)}, read_refusal=True
+                        ),
+                        load.request_timeout_s,
+                    )
+                except TimeoutError:  # a starved coordinator: counted, not the run's end
+                    answer = Answer(
+                        error=f"no whole answer within {load.request_timeout_s:g} s",
+                        total_s=time.perf_counter() - origin - started,
+                    )
                 return Sent(priority, started, answer)
 
-            async with asyncio.timeout(load.request_timeout_s):
-                burst = zip(bodies, priorities, strict=True)
-                sent = await asyncio.gather(*(one(b, p) for b, p in burst))
+            burst = zip(bodies, priorities, strict=True)
+            sent = await asyncio.gather(*(one(b, p) for b, p in burst))
             burst_end = max(s.start_s + s.answer.total_s for s in sent)
             await asyncio.sleep(settle_s)
             stop.set()

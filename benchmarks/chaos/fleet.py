@@ -74,6 +74,9 @@ class FleetSettings:
     max_concurrent_requests: int | None = None
     max_queue: int = 0
     max_wait_s: float = 5.0
+    # head shedding while the coordinator's loop lags (pdorch/app/head_shed.py): None = the
+    # coordinator's default (`coordinator.head_shed.max_lag_s`)
+    head_shed_max_lag_s: float | None = None
 
 
 @dataclass
@@ -196,6 +199,8 @@ class ChaosFleet:
                 f", max_concurrent_requests: {s.max_concurrent_requests}, admission: "
                 f"{{max_queue: {s.max_queue}, max_wait_s: {s.max_wait_s}}}"
             )
+        if s.head_shed_max_lag_s is not None:
+            admission += f", head_shed: {{max_lag_s: {s.head_shed_max_lag_s}}}"
         return (
             f"served_model_name: {s.served_model_name}\n"
             "block_size: 16\n"

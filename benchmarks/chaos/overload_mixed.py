@@ -26,9 +26,14 @@ then its place taken by a higher priority; `queue_timeout`: queued past `max_wai
 included; streamed requests only). The steady clients' streamed TTFT p50/p99/max and
 non-streamed latency p99 `before` (started in [`SKIP_START_S`, burst): the first second is
 every client's first request at once), `during` (started in [burst, the burst's last answer])
-and `after` (later). `queue`: the most `requests_queued` and `requests_in_flight` seen in the
-polls, and both after the drain; `coordinator_rss_mib`: the VmHWM (high-water mark) at idle
-and at the end.
+and `after` (later). A burst request with no whole answer within the load's
+`request_timeout_s` (120 s) counts as an other error (`no whole answer within ...`).
+`queue`: the most `requests_queued` and `requests_in_flight` seen in the polls, and both
+after the drain; `coordinator_rss_mib`: the VmHWM (high-water mark) at idle
+and at the end; `loop_lag_s_max_polled`: the largest `pdorch_event_loop_lag_seconds` (the
+coordinator's last lag probe) seen in the polls; `head_shed_max_lag_s`: the lag bound the
+coordinator ran with (`FleetSettings.head_shed_max_lag_s`, `--head-shed-max-lag-s`; None: its
+default). Shed reasons also `loop_lag` / `pending` (429 at the request head, `head_shed.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -86,9 +92,10 @@ def class_name(priority: int) -> str:
 
 
 def shed_reason(body: bytes) -> str:
-    """`queue_timeout`, `displaced` or `concurrency`, from a 429's message
-    (`Coordinator._shed_error` names the reason)."""
-    for reason in ("queue_timeout", "displaced"):
+    """`queue_timeout`, `displaced`, `concurrency` (admission), `loop_lag` or `pending`
+    (shed at the head, `pdorch/app/head_shed.py`), from a 429's message (each names its
+    reason)."""
+    for reason in ("queue_timeout", "displaced", "loop_lag", "pending"):
         if f": {reason};".encode() in body:
             return reason
     return "concurrency"
@@ -177,14 +184,20 @@ def steady_windows(
     return out
 
 
+LAG = re.compile(rb"^pdorch_event_loop_lag_seconds (\S+)$", re.MULTILINE)
+
+
 async def _poll_queue(
-    client: httpx.AsyncClient, url: str, seen: dict[str, int], poll_s: float
+    client: httpx.AsyncClient, url: str, seen: dict[str, float], poll_s: float
 ) -> None:
     while True:
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
             view = (await client.get(url + "/admin/pools", timeout=2.0)).json()
             for key in ("requests_queued", "requests_in_flight"):
                 seen[key] = max(seen.get(key, 0), int(view[key]))
+            lag = LAG.search((await client.get(url + "/metrics", timeout=2.0)).content)
+            if lag is not None:  # the last probe's lag at each poll (a sample, not the max)
+                seen["loop_lag_s"] = max(seen.get("loop_lag_s", 0.0), float(lag.group(1)))
         await asyncio.sleep(poll_s)
 
 
@@ -229,7 +242,7 @@ async def run_overload_mixed(
         model = fleet_settings.served_model_name
         bodies = [payload(model, load, stream=True) for _ in range(size)]  # built before timing
         async with http_client(timeout=10.0) as admin:
-            seen: dict[str, int] = {}
+            seen: dict[str, float] = {}
             poller = asyncio.create_task(_poll_queue(admin, fleet.url, seen, poll_s))
             origin = time.perf_counter()
             stop = asyncio.Event()
@@ -249,14 +262,22 @@ async def run_overload_mixed(
 
             async def one(body: dict[str, Any], priority: int) -> Sent:
                 started = time.perf_counter() - origin
-                answer = await send_stream(
-                    host, port, body, {PRIORITY_HEADER: str(priority)}, read_refusal=True
-                )
+                try:
+                    answer = await asyncio.wait_for(
+                        send_stream(
+                            host, port, body, {PRIORITY_HEADER: str(priority)}, read_refusal=True
+                        ),
+                        load.request_timeout_s,
+                    )
+                except TimeoutError:  # a starved coordinator: counted, not the run's end
+                    answer = Answer(
+                        error=f"no whole answer within {load.request_timeout_s:g} s",
+                        total_s=time.perf_counter() - origin - started,
+                    )
                 return Sent(priority, started, answer)
 
-            async with asyncio.timeout(load.request_timeout_s):
-                burst = zip(bodies, priorities, strict=True)
-                sent = await asyncio.gather(*(one(b, p) for b, p in burst))
+            burst = zip(bodies, priorities, strict=True)
+            sent = await asyncio.gather(*(one(b, p) for b, p in burst))
             burst_end = max(s.start_s + s.answer.total_s for s in sent)
             await asyncio.sleep(settle_s)
             stop.set()
@@ -301,6 +322,8 @@ async def run_overload_mixed(
             "queued_after": view.get("requests_queued"),
             "in_flight_after": view.get("requests_in_flight"),
         },
+        "head_shed_max_lag_s": fleet_settings.head_shed_max_lag_s,
+        "loop_lag_s_max_polled": seen.get("loop_lag_s"),
         "coordinator_rss_mib": {"idle_peak": rss_idle, "peak": rss_peak},
         "token_load_zero": load_is_zero(view),
         "token_load_after": token_load_left(view),

@@ -18,6 +18,11 @@ limits from the fleet file's `coordinator:` section:
   streams in* (httptools buffers a head of any size; `api.py`'s 431 only sees complete heads,
   so without this a client could send gigabytes of one header within `header_timeout_s`).
 - A request that is no HTTP at all gets uvicorn's 400, in the OpenAI shape (`invalid_http`).
+- Head shedding (`head_shed.py`, `coordinator.head_shed`): a client POST to an OpenAI route
+  whose `x-pdorch-priority` is below `protected_priority` gets 429 `loop_lag` (the event loop
+  lags past `max_lag_s`) or 429 `pending` (`max_pending_requests` heads already wait for their
+  handler) with `Retry-After` as soon as its head is parsed: no handler task, its body never
+  buffered (what still comes is dropped, the connection closed after the answer).
 - Not a limit: every answer's head goes out with its first body bytes in one write
   (`HeadCork`; uvicorn writes them apart).
 
@@ -25,8 +30,8 @@ Each answer is OpenAI-shaped (`errors.py`) with `connection: close`. The whole-r
 deadline (`request_timeout_s`, 504) starts after the body (`flow.py`); headers over
 `max_header_bytes` get 431 (`api.py`). Defaults: real clients send headers in one packet
 (< 1 ms on a LAN, one RTT over the internet) and a 1 MiB prompt body in well under a second;
-60 s lets a 32 MiB body (`max_body_bytes`) in at ~4.5 Mbit/s. 4096 connections is the
-coordinator's listen backlog and within a typical `ulimit -n` raised for a server.
+60 s lets a 32 MiB body (`max_body_bytes`) in at ~4.5 Mbit/s. 4096 connections is within a
+typical `ulimit -n` raised for a server.
 """
 
 from __future__ import annotations
@@ -37,12 +42,15 @@ from typing import Any
 import msgspec
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from pdorch.app.admission import PRIORITY_HEADER, parse_priority
+from pdorch.app.head_shed import SHED_PATHS, HeadShed
 from pdorch.config.fleet import CoordinatorSettings
 
 _encode = msgspec.json.Encoder().encode
 _REASONS = {
     400: b"Bad Request",
     408: b"Request Timeout",
+    429: b"Too Many Requests",
     431: b"Request Header Fields Too Large",
     503: b"Service Unavailable",
 }
@@ -52,13 +60,44 @@ HEAD_SLACK_BYTES = 16 * 1024  # request line, separators: past max_header_bytes'
 LINGER_S = 2.0
 
 
-def _error_bytes(status: int, message: str, error_type: str, code: str) -> bytes:
+_PRIORITY = PRIORITY_HEADER.encode()
+
+
+def _error_bytes(
+    status: int, message: str, error_type: str, code: str, extra_head: bytes = b""
+) -> bytes:
     body = _encode({"error": {"message": message, "type": error_type, "param": None, "code": code}})
     head = (
         b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-        b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body))
+        b"%sconnection: close\r\n\r\n" % (status, _REASONS[status], len(body), extra_head)
     )
     return head + body
+
+
+def shed_answers(settings: CoordinatorSettings) -> dict[str, bytes]:
+    """The 429 each head-shed reason gets (whole HTTP answers, built once)."""
+    shed = settings.head_shed
+    retry = b"retry-after: %d\r\n" % settings.admission.retry_after_s
+    return {
+        "loop_lag": _error_bytes(
+            429,
+            "The coordinator is overloaded: its event loop runs more than "
+            f"coordinator.head_shed.max_lag_s={shed.max_lag_s:g} s late: loop_lag; retry later."
+            if shed.max_lag_s is not None
+            else "The coordinator is overloaded: loop_lag; retry later.",
+            "rate_limit_error",
+            "overloaded",
+            retry,
+        ),
+        "pending": _error_bytes(
+            429,
+            f"The coordinator is overloaded: {shed.max_pending_requests} requests wait for it "
+            "(coordinator.head_shed.max_pending_requests): pending; retry later.",
+            "rate_limit_error",
+            "overloaded",
+            retry,
+        ),
+    }
 
 
 class HeadCork:
@@ -106,8 +145,14 @@ class HeadCork:
         return getattr(self._transport, name)
 
 
-def edge_protocol(settings: CoordinatorSettings) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol with the edge limits of `settings` (module docstring)."""
+def edge_protocol(
+    settings: CoordinatorSettings,
+    shed: HeadShed | None = None,
+) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with the edge limits of `settings` (module docstring);
+    `shed`: head shedding (its `pending` counted in here, out by `head_shed.PendingExit` in
+    front of the app; `shed.on_shed(reason)` per request shed)."""
+    shed_bytes = shed_answers(settings)
     max_connections = settings.max_connections
     header_timeout_s = settings.header_timeout_s
     body_timeout_s = settings.body_timeout_s
@@ -180,18 +225,32 @@ def edge_protocol(settings: CoordinatorSettings) -> type[HttpToolsProtocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._edge_disarm()
+            if shed is not None:  # pipelined requests that will never start
+                for cycle, _ in self.pipeline:
+                    if cycle.scope.pop("pdorch.pending", None):  # type: ignore[typeddict-item]
+                        shed.pending -= 1
             if self._edge_linger is not None:
                 self._edge_linger.cancel()
             super().connection_lost(exc)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            if self._edge_discard:
+                return
             if self._edge_timer is None:  # a kept-alive connection's next request
                 self._edge_arm(header_timeout_s)
 
         def on_headers_complete(self) -> None:
+            if self._edge_discard:  # a pipelined head behind a shed one, in the same read
+                return
+            if shed is not None and self._edge_shed_head(shed):
+                return
+            before = self.cycle
             super().on_headers_complete()
             cycle: Any = self.cycle
+            if shed is not None and cycle is not before:  # let through: pending until it runs
+                self.scope["pdorch.pending"] = True  # type: ignore[typeddict-unknown-key]
+                shed.pending += 1
             if cycle is not None:  # the answer's head and its first body bytes: one write
                 cycle.transport = HeadCork(self.transport, cycle, self.loop)
             self._edge_in_head = False
@@ -199,7 +258,40 @@ def edge_protocol(settings: CoordinatorSettings) -> type[HttpToolsProtocol]:
             self._edge_reading_body = True
             self._edge_arm(body_timeout_s)
 
+        def _edge_shed_head(self, shed: HeadShed) -> bool:
+            """Shed this request at its head when `shed` says so (module docstring)."""
+            if self.parser.get_method() != b"POST":
+                return False
+            cycle: Any = self.cycle
+            if cycle is not None and not cycle.response_complete:
+                return False  # pipelined behind an answer not sent yet: answers keep their order
+            if self.url.split(b"?", 1)[0] not in SHED_PATHS:
+                return False
+            priority = 0
+            for name, value in self.headers:
+                if name == _PRIORITY:
+                    priority = parse_priority(value.decode("latin-1"))
+            reason = shed.decide(priority, self.loop.time())
+            if reason is None:
+                return False
+            self._edge_disarm()
+            self._edge_discard = True
+            self._edge_in_head = False
+            self.transport.write(shed_bytes[reason])
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self._edge_linger = self.loop.call_later(LINGER_S, self.transport.close)
+            if shed.on_shed is not None:
+                shed.on_shed(reason)
+            return True
+
+        def on_body(self, body: bytes) -> None:
+            if not self._edge_discard:
+                super().on_body(body)
+
         def on_message_complete(self) -> None:
+            if self._edge_discard:
+                return
             super().on_message_complete()
             self._edge_in_head = True
             self._edge_reading_body = False

@@ -17,7 +17,10 @@ Metrics (type; labels):
 - `pdorch_rejected_total` (counter; `reason`: concurrency (over `max_concurrent_requests`
   with the admission queue full or off), displaced (queued, then its place taken by a
   higher priority), queue_timeout (queued past `admission.max_wait_s`),
-  body_size, auth)
+  body_size, auth; at the request head, before admission (`head_shed.py`): loop_lag (the
+  event loop ran past `head_shed.max_lag_s` late), pending (`head_shed.max_pending_requests`
+  heads waited for their handler))
+- `pdorch_event_loop_lag_seconds` (gauge): how late the loop ran its last lag probe
 - `pdorch_migrations_total` (counter; `reason`: `connection` reset/refused/timed out, `eof`
   the answer ended before `[DONE]`, `stall` no byte for `stall_timeout_s`, `error_event` the
   engine ended the stream with an in-band error event, e.g. on SIGTERM): requests continued
@@ -73,7 +76,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -313,6 +316,11 @@ class CoordinatorMetrics:
             self.migrations_refused.labels(why)
         self._rejected = Counter(
             "pdorch_rejected", "Requests refused at admission.", ["reason"], registry=r
+        )
+        self.loop_lag = Gauge(
+            "pdorch_event_loop_lag_seconds",
+            "How late the coordinator's event loop ran its last lag probe (head_shed.py).",
+            registry=r,
         )
         self.duration = Histogram(
             "pdorch_request_duration_seconds",

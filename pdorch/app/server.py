@@ -29,6 +29,7 @@ from autoscale.policy import SloPolicy, load_policy
 from pdorch.app.api import create_app
 from pdorch.app.auth import open_admin_warning
 from pdorch.app.edge import edge_protocol
+from pdorch.app.head_shed import HeadShed, LagProbe, PendingExit
 from pdorch.app.models import ModelDispatch
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.state import Coordinator, CoordinatorLimits
@@ -47,22 +48,30 @@ def coordinator_http_server(
     settings: CoordinatorSettings | None = None,
     *,
     reuse_port: bool = False,
+    head_shed: HeadShed | None = None,
 ) -> InLoopHttpServer:
     """The coordinator's HTTP server: `pools.inloop_server.InLoopHttpServer` with its settings.
 
-    A deep backlog (bursts of clients), keep-alive 30 s (clients reuse connections between
-    requests; the engines' side keeps uvicorn's 5 s), 2 s for open streams at shutdown; the
-    connection limits of `settings` (`edge.py`: connections, header and body deadlines;
-    defaults when None); `reuse_port`: `SO_REUSEPORT` (the workers of `pdorch serve --workers`).
+    The listen backlog `settings.listen_backlog` (1024: the kernel queues that many completed
+    connects while the loop is busy; they wait there unprioritised, ahead of every deadline and
+    shed, so it is not sized to the whole `max_connections`), keep-alive 30 s (clients reuse
+    connections between requests; the engines' side keeps uvicorn's 5 s), 2 s for open streams
+    at shutdown; the connection limits of `settings` (`edge.py`: connections, header and body
+    deadlines; defaults when None); `head_shed`: 429 at the request head (`head_shed.py`; the
+    app is wrapped to count heads out of `pending`); `reuse_port`: `SO_REUSEPORT` (the
+    workers of `pdorch serve --workers`).
     """
+    settings = settings if settings is not None else CoordinatorSettings()
+    if head_shed is not None and not isinstance(app, PendingExit):
+        app = PendingExit(app, head_shed)  # type: ignore[assignment]
     return InLoopHttpServer(
         app,
         host,
         port,
-        backlog=4096,
+        backlog=settings.listen_backlog,
         keep_alive_s=30,
         graceful_shutdown_s=2,
-        http=edge_protocol(settings if settings is not None else CoordinatorSettings()),
+        http=edge_protocol(settings, head_shed),
         reuse_port=reuse_port,
     )
 
@@ -77,6 +86,7 @@ class RunningCoordinator:
     fleet: RunningFleet
     server: InLoopHttpServer
     models: dict[str, tuple[Coordinator, RunningFleet]] = field(default_factory=dict)
+    head_shed: HeadShed | None = None  # the edge's shedding, shared by every socket it serves
 
     @property
     def endpoints(self) -> list[ReplicaEndpoint]:
@@ -129,19 +139,29 @@ async def run_coordinator(
         coordinator, running = next(iter(models.values()))
         dispatch = ModelDispatch([c for c, _ in models.values()]) if several else None
         bind = host if host is not None else config.coordinator.host
+        head_shed = HeadShed.from_settings(config.coordinator.head_shed)
+        head_shed.on_shed = coordinator.metrics.rejected
+        probe = LagProbe(
+            head_shed.gate,
+            config.coordinator.head_shed.probe_interval_s,
+            coordinator.metrics.loop_lag.set,
+        )
         server = coordinator_http_server(
             create_app(coordinator, dispatch),
             bind,
             port if port is not None else config.coordinator.port,
             config.coordinator,
             reuse_port=reuse_port,
+            head_shed=head_shed,
         )
         if (warning := open_admin_warning(bind, config.coordinator.admin_token)) is not None:
             log.warning(warning)
         try:
             url = await server.start()
-            yield RunningCoordinator(url, coordinator, running, server, models)
+            probe.start()
+            yield RunningCoordinator(url, coordinator, running, server, models, head_shed)
         finally:
+            await probe.stop()
             await server.stop()
 
 

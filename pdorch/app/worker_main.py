@@ -54,7 +54,11 @@ async def serve_worker(spec: dict[str, Any]) -> None:
         for coordinator, _ in running.models.values():
             coordinator.fixed_fleet = FIXED_FLEET.format(n=workers)
         private = coordinator_http_server(
-            running.server.app, host, int(spec["private_port"]), fleet.coordinator
+            running.server.app,
+            host,
+            int(spec["private_port"]),
+            fleet.coordinator,
+            head_shed=running.head_shed,
         )
         await private.start()
         try:

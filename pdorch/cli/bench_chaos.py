@@ -80,6 +80,13 @@ def bench_chaos(
         "re-sends it to the other decode replica (the fleet's coordinator.first_byte_timeout_s; "
         "its default, 2 x the stall timeout, would be the 5 s hung threshold itself).",
     ),
+    head_shed_max_lag_s: float | None = typer.Option(
+        None,
+        min=0.001,
+        help="The coordinator's coordinator.head_shed.max_lag_s: while its event loop runs "
+        "this many seconds late, new requests below x-pdorch-priority 1 get 429 at their head "
+        "(pdorch/app/head_shed.py). Default: the coordinator's default.",
+    ),
     model_profile: str = typer.Option(
         "llama-3.1-8b", help="Simulated engines' model profile (timing model; `pdorch profile`)."
     ),
@@ -137,6 +144,7 @@ def bench_chaos(
         time_scale=time_scale,
         stall_timeout_s=stall_timeout_s,
         first_byte_timeout_s=first_byte_timeout_s,
+        head_shed_max_lag_s=head_shed_max_lag_s,
     )
     if engine == "vllm":
         if model_dir is None:

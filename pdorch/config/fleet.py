@@ -44,6 +44,7 @@ from pdorch.config.fleet_model import (
     resolve_model_paths,
 )
 from pdorch.config.fleet_rules import FleetFieldError, check_model
+from pdorch.config.head_shed import HeadShedSettings
 from pdorch.config.replica_allow import ReplicaAllowList
 from pdorch.sync.settings import SyncSettings
 from pools.health import HealthSettings
@@ -189,7 +190,21 @@ class CoordinatorSettings(BaseModel):
         default=4096,
         ge=1,
         description="Client connections open at once beyond this get 503 and are closed "
-        "(pdorch/app/edge.py; default 4096, the listen backlog).",
+        "(pdorch/app/edge.py; default 4096).",
+    )
+    listen_backlog: int = Field(
+        default=1024,
+        ge=1,
+        le=65535,
+        description="Connections the kernel completes and queues before the event loop "
+        "accepts them (listen(2); Linux caps it at net.core.somaxconn). They wait there "
+        "unprioritised, before any deadline or shedding; past it a connect waits for the "
+        "client's SYN retry. Default 1024.",
+    )
+    head_shed: HeadShedSettings = Field(
+        default_factory=HeadShedSettings,
+        description="429 at the request head while the event loop lags or too many heads "
+        "wait for their handler (pdorch/app/head_shed.py).",
     )
     header_timeout_s: float = Field(
         default=10.0,

@@ -9,8 +9,10 @@ period, ...); a difference is an error that names the keys. Two parts are compar
 they mean, not as written (`comparable`): the policy's `planner:` section (pdorch's own
 options: every peer's baseline ignores it, so a pdorch folder run after an option changed still
 compares with the peers' folders; the merged settings keep the section of the folder whose
-planners read it) and a trace path inside a checkout (compared from `benchmarks/traces/` on:
-the same file read from two copies of the repository).
+planners read it), the policy dump as the current `SloPolicy` reads it (a field added since a
+folder ran, such as Round 7's `perf_model.online_skip_decode_outliers`, takes its default,
+which is the behaviour the older code had) and a trace path inside a checkout (compared from
+`benchmarks/traces/` on: the same file read from two copies of the repository).
 
 The merged run dict is what a single run with all those planners would have written, plus
 `sources`: one `{"folder", "command", "planners", "wall_s"}` per folder, so the report keeps
@@ -24,9 +26,14 @@ order.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
+
+from autoscale.policy import SloPolicy
 
 __all__ = ["CANONICAL", "MergeError", "comparable", "load_run", "merge_runs"]
 
@@ -91,6 +98,9 @@ def comparable(settings: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in settings.items() if k != "planners"}
     policy = out.get("policy")
     if isinstance(policy, dict):
+        # a dump this code cannot read is compared as written
+        with contextlib.suppress(ValidationError):
+            policy = SloPolicy.model_validate(policy).model_dump(mode="json")
         out["policy"] = {k: v for k, v in policy.items() if k != "planner"}
     relative: dict[str, Any] = _repo_relative(out)
     return relative

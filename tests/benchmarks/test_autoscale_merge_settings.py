@@ -42,3 +42,13 @@ def test_every_other_policy_or_trace_difference_still_refuses() -> None:
     c = run("oracle", trace="/a/benchmarks/traces/y.csv")
     with pytest.raises(MergeError, match="workload_meta"):
         merge_runs([(Path("a"), a), (Path("c"), c)], "merge")
+
+
+def test_a_policy_field_added_since_a_folder_ran_compares_at_its_default() -> None:
+    old, new = run("oracle"), run("pdorch")
+    for r in (old, new):
+        r["settings"]["policy"] = {"gpu": "h100"}
+    new["settings"]["policy"]["perf_model"] = {"online_skip_decode_outliers": False}
+    assert comparable(old["settings"]) == comparable(new["settings"])
+    new["settings"]["policy"]["perf_model"] = {"online_skip_decode_outliers": True}
+    assert comparable(old["settings"]) != comparable(new["settings"])

@@ -17,7 +17,9 @@ import pytest
 
 from pdorch.app.leg_client import LegDeadline, LegDisconnected, NativeLegClient
 from pdorch.app.legs import LegFailure, UpstreamAnswer, decode_whole, open_decode_stream
+from pdorch.config.fleet import FleetConfigError
 from pools.fleet import FailureKind
+from tests.coordinator.helpers import fleet
 from tests.ports import free_port
 from tests.waiting import async_wait_until
 
@@ -322,3 +324,11 @@ async def test_legs_past_the_cap_queue_and_a_cancelled_waiter_gives_its_turn_on(
         assert (await asyncio.wait_for(legs[2], 5))[0] == b"{}"
         assert legs[1].cancelled()
         assert scripted.requests == 2 and scripted.connections == 1
+
+
+@pytest.mark.unit
+def test_leg_client_setting_is_validated_and_named() -> None:
+    assert fleet().coordinator.leg_client == "aiohttp"
+    assert fleet(coordinator={"leg_client": "native"}).coordinator.leg_client == "native"
+    with pytest.raises(FleetConfigError, match=r"coordinator\.leg_client"):
+        fleet(coordinator={"leg_client": "curl"})

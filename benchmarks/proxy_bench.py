@@ -17,6 +17,9 @@ pdorch process is written per C for the timed requests.
   `kv_transfer_params` and the same `X-Request-Id`. This is the floor every proxy adds to.
 - `vllm-router`: `vllm-router --vllm-pd-disaggregation --prefill P --decode D` (Rust; NIXL mode).
 - `pdorch`: `pdorch serve --config` over the same two engines, every request disaggregated.
+- `pdorch-aiohttp`, `pdorch-native`: `pdorch serve` with `coordinator.leg_client` pinned to
+  that leg client (`pdorch/app/upstream.py`, `pdorch/app/leg_client.py`), side by side with
+  `pdorch` (the fleet file's default) in one run.
 - `pdorch-wN` (`workers`, `--workers 1,2`): `pdorch serve --workers N` over the same engines:
   N coordinator processes on one port (SO_REUSEPORT); its CPU is the supervisor's and every
   worker's (children of the measured process).
@@ -63,7 +66,9 @@ from pools.http_client import http_client
 from pools.pd_protocol import PREFILL_KV_TRANSFER_PARAMS
 from pools.ports import free_port
 
-TARGETS = ("direct", "vllm-router", "pdorch")
+TARGETS = ("direct", "vllm-router", "pdorch", "pdorch-aiohttp", "pdorch-native")
+DEFAULT_TARGETS = ("direct", "vllm-router", "pdorch")
+LEG_CLIENT_TARGETS = {"pdorch-aiohttp": "aiohttp", "pdorch-native": "native"}
 _PREFILL_KV = PREFILL_KV_TRANSFER_PARAMS.wire()
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -73,7 +78,7 @@ _decode = msgspec.json.Decoder().decode
 class ProxyBenchConfig:
     requests: int = 2000
     concurrency: tuple[int, ...] = (1, 32)
-    targets: tuple[str, ...] = TARGETS
+    targets: tuple[str, ...] = DEFAULT_TARGETS
     max_tokens: int = 4
     warmup: int = 50
     time_scale: float = 0.0001
@@ -350,6 +355,28 @@ async def run_proxy_bench(
                     notes["pdorch_launcher"] = launcher
                 except (OSError, RuntimeError) as err:
                     skipped[name] = str(err)
+        for name, leg_client in LEG_CLIENT_TARGETS.items():
+            if name not in config.targets:
+                continue
+            say(f"starting {name}")
+            port = free_port()
+            fleet = log_dir / f"fleet-bench-{leg_client}.yaml"
+            write_pdorch_fleet(
+                fleet,
+                served_model_name=config.served_model_name,
+                prefill=prefill,
+                decode=decode,
+                port=port,
+                leg_client=leg_client,
+            )
+            try:
+                coordinator = await start_pdorch(
+                    fleet, port, log_dir, use_serve=pdorch_serve_available() is None, name=name
+                )
+                started.append(coordinator)
+                targets[name] = ({"proxy": coordinator.url}, coordinator)
+            except (OSError, RuntimeError) as err:
+                skipped[name] = str(err)
         engine_pids = [prefill.pid, decode.pid]
         async with http_client(timeout=10.0) as http:
             for concurrency in config.concurrency:

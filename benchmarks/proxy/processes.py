@@ -201,6 +201,7 @@ def write_pdorch_fleet(
     prefill: RunningProcess,
     decode: RunningProcess,
     port: int,
+    leg_client: str | None = None,
 ) -> None:
     """A fleet file over the already-running engines; every request disaggregated
     (`min_uncached_tokens: 0`), tokens approximated from characters (vllm-router's
@@ -208,7 +209,8 @@ def write_pdorch_fleet(
     tolerate a starved machine (5 s, 3 failures to eject): with the defaults (0.5 s, one
     failure) a 2-core box at load average 15-20 ejected the only decode engine mid-run and
     pdorch answered 502s (20 % of a C=32 run, 2026-12-01); vllm-router probes nothing on
-    this path."""
+    this path. `leg_client`: `coordinator.leg_client` (None: the default)."""
+    leg = "" if leg_client is None else f", leg_client: {leg_client}"
     text = f"""\
 served_model_name: {served_model_name}
 block_size: 16
@@ -228,7 +230,7 @@ pools:
 pd: {{enabled: true, min_uncached_tokens: 0}}
 tokenizer: {{mode: chars}}
 health: {{timeout_s: 5.0, probe_failures_to_eject: 3}}
-coordinator: {{host: 127.0.0.1, port: {port}}}
+coordinator: {{host: 127.0.0.1, port: {port}{leg}}}
 """
     path.write_text(text)
 
@@ -258,12 +260,15 @@ async def start_pdorch(
     start_timeout_s: float = 90.0,
     serve_args: Sequence[str] = (),
     workers: int = 1,
+    name: str = "pdorch",
 ) -> RunningProcess:
     """`pdorch serve --config` (or, with `use_serve=False`, `benchmarks.proxy.pdorch_runner`:
     the same `run_coordinator` path without the CLI) in its own process; `serve_args` are
     more `pdorch serve` options (e.g. `--sync-bind`). `workers` > 1: `pdorch serve --workers N
     --json`, returned once its JSON line (printed when every worker serves) is in the log."""
     log_path = log_dir / ("pdorch-serve.log" if workers == 1 else f"pdorch-serve-w{workers}.log")
+    if name != "pdorch":
+        log_path = log_dir / f"{name}-serve.log"
     if workers > 1 and not use_serve:
         raise RuntimeError("--workers needs `pdorch serve` in this checkout")
     if use_serve:
@@ -279,7 +284,7 @@ async def start_pdorch(
         process = subprocess.Popen(  # noqa: ASYNC220  (start-up only, not the timed path)
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
         )
-    proc = RunningProcess("pdorch", f"http://127.0.0.1:{port}", process, log_path)
+    proc = RunningProcess(name, f"http://127.0.0.1:{port}", process, log_path)
     await _wait_http(proc, "/health", start_timeout_s)
     if workers > 1:  # /health answers once one worker listens; the JSON line once all do
         deadline = time.monotonic() + start_timeout_s

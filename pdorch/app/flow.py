@@ -349,7 +349,7 @@ class RequestFlow:
         body = _encode(prefill_leg_body(parsed.body))
         try:
             async with asyncio.timeout(c.settings.prefill_timeout_s):
-                return await prefill_leg(c.upstream, replica.url + self.path, body, self.headers)
+                return await prefill_leg(c.legs, replica.url + self.path, body, self.headers)
         except TimeoutError:
             failure = LegFailure(
                 FailureKind.TIMEOUT,
@@ -426,13 +426,13 @@ class RequestFlow:
                     deadline = c.settings.first_byte_deadline_s()
                     stream = await self._first_byte(
                         decode,
-                        open_decode_stream(c.upstream, url, body, self.headers, c.stream_timeout),
+                        open_decode_stream(c.legs, url, body, self.headers, c.stream_timeout),
                         deadline,
                         can_move,
                     )
                 else:
                     content, ctype = await self._first_byte(
-                        decode, decode_whole(c.upstream, url, body, self.headers), None, can_move
+                        decode, decode_whole(c.legs, url, body, self.headers), None, can_move
                     )
             except UpstreamAnswer as answer:
                 return Response(

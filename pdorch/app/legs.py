@@ -1,5 +1,7 @@
-"""The upstream HTTP legs of one request, on the coordinator's `aiohttp.ClientSession`
-(`pdorch/app/upstream.py`: why aiohttp, connector and timeout settings).
+"""The upstream HTTP legs of one request, on the coordinator's leg client (`Coordinator.legs`):
+an `aiohttp.ClientSession` (`pdorch/app/upstream.py`: connector and timeout settings) or the
+`NativeLegClient` (`pdorch/app/leg_client.py`), as `coordinator.leg_client` says. Both give the
+same answers, failures and kinds; each function below has one branch per client.
 
 - `prefill_leg`: POST the prefill body (`pools.pd_protocol.prefill_leg_body`), read the JSON,
   check its `kv_transfer_params` (`transfer.KvTransferParams.parse`: usable for a remote
@@ -16,8 +18,9 @@
 - `decode_whole`: the same for non-streamed requests, reading the whole body.
 
 `LegFailure.reached` says whether the engine may have seen the request: a refused or timed-out
-connection (`aiohttp.ClientConnectorError`, `aiohttp.ConnectionTimeoutError`; httpx's
-`ConnectError`/`ConnectTimeout`) means it did not, so the prefill's KV blocks are still
+connection (`aiohttp.ClientConnectorError`, `aiohttp.ConnectionTimeoutError`; the native
+client's `LegConnectError`/`LegConnectTimeout`; httpx's `ConnectError`/`ConnectTimeout`)
+means it did not, so the prefill's KV blocks are still
 unclaimed and a retry can reuse `kv_transfer_params`; after anything else they may be gone.
 
 Bytes: answers are read raw (`auto_decompress=False`, no `Accept-Encoding` sent), so what the
@@ -35,6 +38,13 @@ import aiohttp
 import httpx
 import msgspec
 
+from pdorch.app.leg_client import (
+    LegClientError,
+    LegConnectError,
+    LegConnectTimeout,
+    LegResponse,
+    NativeLegClient,
+)
 from pools.fleet import FailureKind
 from pools.health import classify_error
 from pools.pd_protocol import kv_transfer_params_of
@@ -43,13 +53,18 @@ _decode_json = msgspec.json.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
 JSON_HEADERS = {"content-type": "application/json"}
 # what the leg functions turn into `LegFailure` (aiohttp's timeouts are `TimeoutError`s)
-UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError)
+UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, LegClientError)
 _NOT_REACHED = (
     aiohttp.ClientConnectorError,
     aiohttp.ConnectionTimeoutError,
+    LegConnectError,
+    LegConnectTimeout,
     httpx.ConnectError,
     httpx.ConnectTimeout,
 )
+# the coordinator's leg client, either kind (`Coordinator.legs`)
+LegSession = aiohttp.ClientSession | NativeLegClient
+Answer = aiohttp.ClientResponse | LegResponse
 
 
 class LegFailure(Exception):
@@ -87,14 +102,20 @@ def _content_type(response: aiohttp.ClientResponse) -> str:
     return response.headers.get("Content-Type", "application/json")
 
 
-async def prefill_leg(
-    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
-) -> bytes:
+async def prefill_leg(session: LegSession, url: str, body: bytes, headers: dict[str, str]) -> bytes:
     """Run the prefill leg; its checked `kv_transfer_params` as JSON, or `LegFailure`."""
     try:
-        async with session.post(url, data=body, headers=headers) as response:
-            status = response.status
-            content = await response.read()
+        if isinstance(session, NativeLegClient):
+            native = await session.post(url, body, headers)
+            try:
+                status = native.status
+                content = await native.read()
+            finally:
+                native.close()
+        else:
+            async with session.post(url, data=body, headers=headers) as response:
+                status = response.status
+                content = await response.read()
     except UPSTREAM_ERRORS as exc:
         raise _failure(exc) from None
     if status != 200:
@@ -110,37 +131,54 @@ async def prefill_leg(
         raise LegFailure(None, f"prefill answer unusable: {exc}", status=200) from None
 
 
-def _close(response: aiohttp.ClientResponse) -> None:
+def _close(response: Answer) -> None:
     """Back to the pool when fully read, else close the connection (the engine aborts)."""
-    if response.content.at_eof():
+    if isinstance(response, LegResponse):
+        response.close()  # the native answer knows (`leg_client.py`)
+    elif response.content.at_eof():
         response.release()
     else:
         response.close()
+
+
+def _content_type_of(response: Answer) -> str:
+    if isinstance(response, LegResponse):
+        return response.content_type
+    return _content_type(response)
 
 
 @dataclass(slots=True)
 class DecodeStream:
     """An open decode answer: its first chunk, and the rest to forward."""
 
-    response: aiohttp.ClientResponse
+    response: Answer
     first: bytes
     rest: AsyncIterator[bytes]
+
+    def close(self) -> None:
+        """Close the answer now (stall watchdog, drain cut): the pending read ends with an
+        error."""
+        self.response.close()
 
     async def aclose(self) -> None:
         _close(self.response)
 
 
 async def _send(
-    session: aiohttp.ClientSession,
+    session: LegSession,
     url: str,
     body: bytes,
     headers: dict[str, str],
     timeouts: aiohttp.ClientTimeout | None,
-) -> aiohttp.ClientResponse:
+) -> Answer:
+    response: Answer
     try:
-        response = await session.post(
-            url, data=body, headers=headers, timeout=timeouts or session.timeout
-        )
+        if isinstance(session, NativeLegClient):  # no per-read timer: module docstring
+            response = await session.post(url, body, headers)
+        else:
+            response = await session.post(
+                url, data=body, headers=headers, timeout=timeouts or session.timeout
+            )
     except UPSTREAM_ERRORS as exc:
         raise _failure(exc) from None
     status = response.status
@@ -156,11 +194,11 @@ async def _send(
         raise LegFailure(
             FailureKind.HTTP_5XX, f"decode answered {status}: {content[:300]!r}", status=status
         )
-    raise UpstreamAnswer(status, content, _content_type(response))
+    raise UpstreamAnswer(status, content, _content_type_of(response))
 
 
 async def open_decode_stream(
-    session: aiohttp.ClientSession,
+    session: LegSession,
     url: str,
     body: bytes,
     headers: dict[str, str],
@@ -168,11 +206,13 @@ async def open_decode_stream(
 ) -> DecodeStream:
     """Send the decode leg and wait for its first chunk (see the module docstring).
 
-    `timeouts`: the leg's timeouts (`upstream.stream_timeout`: a read timeout between chunks);
-    None: the session's."""
+    `timeouts`: the aiohttp leg's timeouts (`upstream.stream_timeout`: a read timeout between
+    chunks); None: the session's. The native client has no per-read timer (the relay's stall
+    watchdog bounds a stream)."""
     response = await _send(session, url, body, headers, timeouts)
     try:
-        rest = response.content.iter_any()
+        rest: AsyncIterator[bytes]
+        rest = response if isinstance(response, LegResponse) else response.content.iter_any()
         try:
             first = await anext(rest)
         except StopAsyncIteration:
@@ -200,7 +240,7 @@ def _is_error_event(chunk: bytes) -> bool:
 
 
 async def decode_whole(
-    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
+    session: LegSession, url: str, body: bytes, headers: dict[str, str]
 ) -> tuple[bytes, str]:
     """Send a non-streamed decode leg and read its whole answer (content, content type)."""
     response = await _send(session, url, body, headers, None)
@@ -210,4 +250,4 @@ async def decode_whole(
         raise _failure(exc) from None
     finally:
         _close(response)
-    return content, _content_type(response)
+    return content, _content_type_of(response)

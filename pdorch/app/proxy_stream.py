@@ -202,7 +202,7 @@ class ProxyStream(StreamingResponse):
                         self._last_byte = loop_time()
                 except _EndedWithError as err:
                     raise self._error_failure(err.event) from None
-                except Exception as exc:  # aiohttp read/payload errors: died, hung or cut
+                except Exception as exc:  # read/payload errors (either client): died, hung or cut
                     raise self._failure(exc) from None
                 finally:
                     self._disarm_stall()
@@ -298,7 +298,7 @@ class ProxyStream(StreamingResponse):
             try:
                 async with asyncio.timeout(c.settings.prefill_timeout_s):
                     stream = await open_decode_stream(
-                        c.upstream,
+                        c.legs,
                         replica.url + COMPLETIONS_PATH,
                         _encode(body),
                         headers,
@@ -354,13 +354,13 @@ class ProxyStream(StreamingResponse):
             return
         self._timer = None
         self.stalled = True
-        self.stream.response.close()  # the chunk loop's read ends with an error
+        self.stream.close()  # the chunk loop's read ends with an error
 
     # ---- ends --------------------------------------------------------------------------------
 
     def cut(self) -> None:
         """Close the upstream answer: the body loop ends and sends the error event."""
-        self.stream.response.close()
+        self.stream.close()
 
     def _observe(self, events: int, later_events: int, span_s: float) -> None:
         """Per completed stream: output tokens and the mean gap between token events."""

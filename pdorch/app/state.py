@@ -43,6 +43,7 @@ from pdorch.app.adapters import AdapterLearningSink, AdapterPoller, ReplicaAdapt
 from pdorch.app.admission import Admission, AdmissionQueue, Shed
 from pdorch.app.binding import Binder
 from pdorch.app.errors import ApiError
+from pdorch.app.leg_client import NativeLegClient
 from pdorch.app.metrics import CoordinatorMetrics
 from pdorch.app.prompt_tokens import PromptTokens
 from pdorch.app.recent_routes import RecentRoutes
@@ -167,6 +168,7 @@ class Coordinator:
         )
         self._upstream: aiohttp.ClientSession | None = None
         self._probes: aiohttp.ClientSession | None = None  # probes and scrapes: no cap
+        self._native: NativeLegClient | None = None  # the legs' client when leg_client: native
         # no read timer on streamed legs: after the first byte the relay's stall watchdog
         # (`stall_timeout_s`, proxy_stream.py) ends a silent stream; aiohttp would re-arm a
         # timer per packet (upstream.py)
@@ -269,11 +271,11 @@ class Coordinator:
         with contextlib.suppress(Exception):
             await self.subscriber.stop()
         await self.tokens.aclose()
-        for session in (self._upstream, self._probes):
+        for session in (self._upstream, self._probes, self._native):
             if session is not None:
                 with contextlib.suppress(Exception):
                     await session.close()
-        self._upstream = self._probes = None
+        self._upstream = self._probes = self._native = None
         if self._own_client:
             await self.client.aclose()
 
@@ -296,6 +298,19 @@ class Coordinator:
                 self.settings.connect_timeout_s, self.settings.upstream_connections_per_replica
             )
         return session
+
+    @property
+    def legs(self) -> aiohttp.ClientSession | NativeLegClient:
+        """The prefill and decode legs' client (`coordinator.leg_client`, `legs.py`): the
+        aiohttp session (`upstream`) or the native one, made on first use on the running loop."""
+        if self.settings.leg_client == "aiohttp":
+            return self.upstream
+        native = self._native
+        if native is None or native.closed:
+            native = self._native = NativeLegClient(
+                self.settings.connect_timeout_s, self.settings.upstream_connections_per_replica
+            )
+        return native
 
     @property
     def probe_session(self) -> aiohttp.ClientSession:

@@ -1,4 +1,7 @@
-"""The coordinator's upstream HTTP client for the request legs: one `aiohttp.ClientSession`.
+"""The coordinator's aiohttp client: the request legs' `aiohttp.ClientSession` when
+`coordinator.leg_client: aiohttp` (`native`: `leg_client.py`, the same cap, keep-alive and
+timeout rules on asyncio protocols + httptools), and always the health probes', scrapes' and
+passthrough routes' session.
 
 Why not the shared `httpx.AsyncClient` (still used for probes, scrapes, `/tokenize`, admin):
 on the hot path httpcore scans every pooled connection per request (a poll + getpeername

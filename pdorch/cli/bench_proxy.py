@@ -35,7 +35,9 @@ def bench_proxy(
         ["direct,vllm-router,pdorch"],
         metavar="NAME,...",
         help="Targets, comma-separated or repeated: direct (the client does both legs, no proxy), "
-        "vllm-router (--vllm-pd-disaggregation), pdorch (pdorch serve). A target that cannot "
+        "vllm-router (--vllm-pd-disaggregation), pdorch (pdorch serve), pdorch-aiohttp / "
+        "pdorch-native (pdorch serve with coordinator.leg_client pinned; not in the default "
+        "list). A target that cannot "
         "start is listed under `skipped`.",
     ),
     max_tokens: int = typer.Option(4, min=1, help="Output tokens per request (decode leg)."),

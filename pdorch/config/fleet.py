@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -185,6 +185,14 @@ class CoordinatorSettings(BaseModel):
         "requests in flight per engine; the default is vLLM's largest default batch "
         "(max_num_seqs 1024), so it never holds back a batch, and it bounds sockets and "
         "connection storms (C=256: 256 connects at once).",
+    )
+    leg_client: Literal["aiohttp", "native"] = Field(
+        default="aiohttp",
+        description="The HTTP client of the prefill and decode legs: aiohttp "
+        "(pdorch/app/upstream.py) or native, pdorch's own HTTP/1.1 client on asyncio "
+        "protocols + httptools (pdorch/app/leg_client.py: less CPU per leg). Same pool cap, "
+        "timeouts, failures and migration; health probes, scrapes and passthrough routes stay "
+        "on aiohttp.",
     )
     max_connections: int = Field(
         default=4096,

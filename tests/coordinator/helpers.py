@@ -12,6 +12,8 @@ import httpx
 from pdorch.config.fleet import FleetConfig, parse_fleet_config
 
 MODEL = "sim-8b"
+# `coordinator.leg_client` values: tests of the legs' failure paths run on both clients
+LEG_CLIENTS = ("aiohttp", "native")
 EXTERNAL = re.compile(
     r'^vllm:prompt_tokens_by_source_total\{[^}]*source="external_kv_transfer"[^}]*\}\s+(\S+)',
     re.MULTILINE,

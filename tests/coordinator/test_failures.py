@@ -8,11 +8,13 @@ import time
 from collections.abc import Awaitable, Callable
 
 import httpx
+import pytest
 
 from pdorch.app.server import RunningCoordinator, run_coordinator
 from pools.http_client import http_client
 from pools.replica import ReplicaState
 from tests.coordinator.helpers import (
+    LEG_CLIENTS,
     MODEL,
     RUNNING,
     engine_metric,
@@ -34,11 +36,14 @@ def _process_pid(pd: RunningCoordinator, index: int) -> int:
     return pd.fleet.pids()[index]
 
 
-async def test_decode_killed_mid_stream_ends_with_error_event_and_leaves_routing() -> None:
+@pytest.mark.parametrize("leg_client", LEG_CLIENTS)
+async def test_decode_killed_mid_stream_ends_with_error_event_and_leaves_routing(
+    leg_client: str,
+) -> None:
     # migration off (test_migration.py has it on): the stream ends with an error event
     config = fleet(
         decode=[sim(2, in_process=False, time_scale=1.0)],
-        coordinator={"port": 0, "migration_limit": 0},
+        coordinator={"port": 0, "migration_limit": 0, "leg_client": leg_client},
     )
     async with (
         run_coordinator(config) as pd,
@@ -84,9 +89,14 @@ def _async(condition: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
     return check
 
 
-async def test_prefill_killed_decode_prefills_locally() -> None:
+@pytest.mark.parametrize("leg_client", LEG_CLIENTS)
+async def test_prefill_killed_decode_prefills_locally(leg_client: str) -> None:
     # no health probes: the request path itself must find out
-    config = fleet(prefill=[sim(in_process=False)], health={"interval_s": 60})
+    config = fleet(
+        prefill=[sim(in_process=False)],
+        health={"interval_s": 60},
+        coordinator={"leg_client": leg_client},
+    )
     async with (
         run_coordinator(config) as pd,
         http_client(base_url=pd.url, timeout=30.0) as client,
@@ -114,9 +124,16 @@ async def test_prefill_killed_decode_prefills_locally() -> None:
         assert response.headers["x-pdorch-route"] == "local"
 
 
-async def test_decode_dead_before_first_byte_is_retried_on_another_replica() -> None:
+@pytest.mark.parametrize("leg_client", LEG_CLIENTS)
+async def test_decode_dead_before_first_byte_is_retried_on_another_replica(
+    leg_client: str,
+) -> None:
     # no health probes after the first round: the decode leg itself meets the dead engine
-    config = fleet(decode=[sim(2, in_process=False)], health={"interval_s": 60})
+    config = fleet(
+        decode=[sim(2, in_process=False)],
+        health={"interval_s": 60},
+        coordinator={"leg_client": leg_client},
+    )
     async with (
         run_coordinator(config) as pd,
         http_client(base_url=pd.url, timeout=30.0) as client,
@@ -157,10 +174,11 @@ async def test_dead_replica_leaves_routing_within_a_second_by_health_probes() ->
         assert time.monotonic() - killed_at < 1.0
 
 
-async def test_slow_prefill_times_out_and_decode_prefills_locally() -> None:
+@pytest.mark.parametrize("leg_client", LEG_CLIENTS)
+async def test_slow_prefill_times_out_and_decode_prefills_locally(leg_client: str) -> None:
     config = fleet(
         prefill=[sim(time_scale=300.0)],  # 300x slower than real time: seconds per prefill
-        coordinator={"prefill_timeout_s": 0.3},
+        coordinator={"prefill_timeout_s": 0.3, "leg_client": leg_client},
     )
     async with (
         run_coordinator(config) as pd,
@@ -185,8 +203,9 @@ async def test_slow_prefill_times_out_and_decode_prefills_locally() -> None:
         assert _state(pd, "prefill-0") is ReplicaState.HEALTHY
 
 
-async def test_client_disconnect_mid_stream_cancels_the_decode_leg() -> None:
-    config = fleet(decode=[sim(time_scale=1.0)])
+@pytest.mark.parametrize("leg_client", LEG_CLIENTS)
+async def test_client_disconnect_mid_stream_cancels_the_decode_leg(leg_client: str) -> None:
+    config = fleet(decode=[sim(time_scale=1.0)], coordinator={"leg_client": leg_client})
     async with (
         run_coordinator(config) as pd,
         http_client(base_url=pd.url, timeout=30.0) as client,
@@ -211,8 +230,9 @@ async def test_client_disconnect_mid_stream_cancels_the_decode_leg() -> None:
         assert "pdorch_client_disconnects_total 1.0" in metrics
 
 
-async def test_client_disconnect_during_prefill_releases_the_request() -> None:
-    config = fleet(prefill=[sim(time_scale=300.0)])
+@pytest.mark.parametrize("leg_client", LEG_CLIENTS)
+async def test_client_disconnect_during_prefill_releases_the_request(leg_client: str) -> None:
+    config = fleet(prefill=[sim(time_scale=300.0)], coordinator={"leg_client": leg_client})
     async with run_coordinator(config) as pd:
         async with http_client(base_url=pd.url, timeout=0.5) as impatient:
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -11,6 +12,7 @@ from pdorch.app.server import RunningCoordinator, run_coordinator
 from pools.http_client import http_client
 from tests.coordinator.helpers import (
     EXTERNAL,
+    LEG_CLIENTS,
     MODEL,
     answer_text,
     engine_metric,
@@ -21,6 +23,13 @@ from tests.coordinator.helpers import (
     stream_text,
 )
 from transfer.params import KvTransferParams
+
+
+@pytest.fixture(params=LEG_CLIENTS)
+async def pd(request: pytest.FixtureRequest) -> AsyncIterator[RunningCoordinator]:
+    """conftest's `pd` on each leg client (`coordinator.leg_client`)."""
+    async with run_coordinator(fleet(coordinator={"leg_client": request.param})) as running:
+        yield running
 
 
 def _body(chat: bool, stream: bool, prompt: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from tests.coordinator.decode_processes import (
     labelled_counter,
 )
 from tests.coordinator.helpers import (
+    LEG_CLIENTS,
     MODEL,
     RUNNING,
     answer_text,
@@ -79,11 +80,12 @@ def _check_one_stream(events: list[Any], reference: list[Any], chat: bool) -> No
     assert usage["total_tokens"] == ref_usage["total_tokens"]
 
 
+@pytest.mark.parametrize("leg_client", LEG_CLIENTS)
 @pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
 async def test_decode_killed_mid_stream_continues_on_the_other_replica_with_the_same_text(
-    chat: bool,
+    chat: bool, leg_client: str
 ) -> None:
-    async with decode_process_fleet() as (pd, client):
+    async with decode_process_fleet(coordinator={"leg_client": leg_client}) as (pd, client):
         body = _body(long_prompt(), chat, True, 300, stream_options={"include_usage": True})
         reference = sse_events((await client.post(PATHS[chat], json=body)).text)
         assert stream_text(reference, chat) and reference[-1] == "[DONE]"
@@ -96,8 +98,12 @@ async def test_decode_killed_mid_stream_continues_on_the_other_replica_with_the_
         await assert_settled(pd, client)
 
 
-async def test_decode_stopped_mid_stream_is_continued_after_the_stall_timeout() -> None:
-    async with decode_process_fleet(coordinator={"stall_timeout_s": 1.0}) as (pd, client):
+@pytest.mark.parametrize("leg_client", LEG_CLIENTS)
+async def test_decode_stopped_mid_stream_is_continued_after_the_stall_timeout(
+    leg_client: str,
+) -> None:
+    settings = {"stall_timeout_s": 1.0, "leg_client": leg_client}
+    async with decode_process_fleet(coordinator=settings) as (pd, client):
         body = _body(long_prompt(), False, True, 300, stream_options={"include_usage": True})
         reference = sse_events((await client.post("/v1/completions", json=body)).text)
         loop = asyncio.get_running_loop()
@@ -139,15 +145,18 @@ async def test_migration_limit_reached_ends_the_stream_with_an_error_event_and_d
         await assert_settled(pd, client)
 
 
+@pytest.mark.parametrize("leg_client", LEG_CLIENTS)
 @pytest.mark.parametrize(
     ("sig", "reason"),
     [(signal.SIGKILL, "connection"), (signal.SIGSTOP, "stall")],
     ids=["kill", "stop"],
 )
-async def test_non_streamed_request_survives_its_decode_engine(sig: int, reason: str) -> None:
+async def test_non_streamed_request_survives_its_decode_engine(
+    sig: int, reason: str, leg_client: str
+) -> None:
     """Killed: the connection fails; stopped: nothing times a whole answer, the health checker
     finds the replica unhealthy and the waiting leg is hung up. Either way it starts over."""
-    async with decode_process_fleet() as (pd, client):
+    async with decode_process_fleet(coordinator={"leg_client": leg_client}) as (pd, client):
         body = _body(long_prompt(), False, False, 600)
         reference = (await client.post("/v1/completions", json=body)).json()
         task = asyncio.ensure_future(client.post("/v1/completions", json=body))
@@ -172,14 +181,15 @@ async def test_non_streamed_request_survives_its_decode_engine(sig: int, reason:
         await assert_settled(pd, client)
 
 
+@pytest.mark.parametrize("leg_client", LEG_CLIENTS)
 @pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
 async def test_decode_engine_stopping_mid_stream_its_error_event_is_continued_not_passed_on(
-    chat: bool,
+    chat: bool, leg_client: str
 ) -> None:
     """SIGTERM: the stopping engine (the simulator, like vLLM) ends its open streams with an
     in-band `data: {"error": ...}` event and `[DONE]`; the coordinator continues the stream on
     the other replica instead of passing the error to the client."""
-    async with decode_process_fleet() as (pd, client):
+    async with decode_process_fleet(coordinator={"leg_client": leg_client}) as (pd, client):
         body = _body(long_prompt(), chat, True, 300, stream_options={"include_usage": True})
         reference = sse_events((await client.post(PATHS[chat], json=body)).text)
         events, _ = await _stream_with_signal(client, body, chat, pd, signal.SIGTERM)

@@ -1,14 +1,18 @@
-"""The legs' connection cap per engine (`pdorch/app/upstream.py`): never more than
-`per_replica` connections open to one engine, and legs past it wait for a free connection
-instead of failing."""
+"""The legs' connection cap per engine (`pdorch/app/upstream.py`, `leg_client.py`): never more
+than `per_replica` connections open to one engine, and legs past it wait for a free connection
+instead of failing; on both leg clients."""
 
 from __future__ import annotations
 
 import asyncio
 
-from pdorch.app.legs import decode_whole
+import pytest
+
+from pdorch.app.leg_client import NativeLegClient
+from pdorch.app.legs import LegSession, decode_whole
 from pdorch.app.upstream import DEFAULT_CONNECTIONS_PER_REPLICA, new_upstream_session
 from pdorch.config.fleet import CoordinatorSettings
+from tests.coordinator.helpers import LEG_CLIENTS
 from tests.waiting import async_wait_until
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
@@ -46,11 +50,16 @@ class HeldEngine:
             writer.close()
 
 
-async def test_legs_past_the_cap_queue_and_all_succeed() -> None:
+@pytest.mark.parametrize("leg_client", LEG_CLIENTS)
+async def test_legs_past_the_cap_queue_and_all_succeed(leg_client: str) -> None:
     engine = HeldEngine()
     server = await asyncio.start_server(engine.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    session = new_upstream_session(5.0, per_replica=2)
+    session: LegSession
+    if leg_client == "native":
+        session = NativeLegClient(5.0, per_replica=2)
+    else:
+        session = new_upstream_session(5.0, per_replica=2)
     url = f"http://127.0.0.1:{port}/v1/completions"
     try:
         legs = [

@@ -248,6 +248,7 @@ def decode_floor_need(
         correction=correction,
         headroom=headroom,
         correction_on_target=on_target,
+        residence_at_step=policy.perf_model.decode_residence_at_batch_step,
     )
 
 

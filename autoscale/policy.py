@@ -154,7 +154,10 @@ class PerfModelConfig(_Strict):
     [`online_min_correction`, `online_max_correction`] of the prior; with
     `online_skip_decode_outliers` a decode replica-window past `online_max_correction` x the
     prior's step is not learnt (`OnlinePerfModel`). `rho_max` caps a prefill
-    replica's utilisation whatever the queueing bound allows (headroom for bursts)."""
+    replica's utilisation whatever the queueing bound allows (headroom for bursts). With
+    `decode_residence_at_batch_step` the decode sizing counts a sequence's residence at the
+    step time of the batch it packs, not at the ITL target (`autoscale/sizing.py`; off by
+    default: Round 8 measured it on the short day only)."""
 
     source: PerfModelSource = PerfModelSource.ONLINE
     sweep_file: str | None = None
@@ -162,6 +165,7 @@ class PerfModelConfig(_Strict):
     online_min_correction: float = Field(default=0.25, gt=0)
     online_max_correction: float = Field(default=4.0, gt=0)
     online_skip_decode_outliers: StrictBool = False
+    decode_residence_at_batch_step: StrictBool = False
     rho_max: float = Field(default=0.9, gt=0, lt=1)
 
     @field_validator("sweep_file")

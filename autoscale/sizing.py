@@ -21,6 +21,16 @@ corrects its ITL target the same way), and `max_num_seqs` and the KV pool cap `B
 what the KV pool holds. Not the default: the corrected floor asks ~4 decode replicas there
 (the oracle's count), but the shared GPU budget then gives prefill fewer and Mooncake loses
 TTFT attainment (benchmarks/results/AUTOSCALE.md, Round 7).
+
+`residence_at_step` (the policy's `perf_model.decode_residence_at_batch_step`, default False):
+a sequence's residence is `OSL · min(ITL, k·D(B, ctx))`, the step time at the batch `B` the
+sizing packs per replica, not `OSL · ITL`. Why: Little's law at the ITL target is the fixed
+point only when `B` is step-bound (`D(B) = ITL`); when `max_num_seqs` or the KV pool caps `B`
+the replicas run faster than the target and each sequence leaves sooner. Llama-3.1-8B on H100
+at the diurnal day's contexts (1.1-2.2k tokens): `B` = 256 (`max_num_seqs`) at 16-22 ms a step,
+so `OSL · 50 ms` counted 2.3-3x the sequences in flight; a fixed 2P + 3D fleet (static-mean)
+met both SLOs all 2-hour day with p90 ITL 15.6 ms at the 97 rps peak, where this model sizes
+5 decode replicas (benchmarks/results/AUTOSCALE.md, Round 8).
 """
 
 from __future__ import annotations
@@ -104,6 +114,7 @@ def decode_need(
     correction: float = 1.0,
     headroom: float = 1.0,
     correction_on_target: bool = False,
+    residence_at_step: bool = False,
 ) -> float:
     """Fractional decode replicas for the load (module docstring)."""
     if rate_rps <= 0 or osl <= 0:
@@ -115,7 +126,10 @@ def decode_need(
         batch = perf.decode_max_batch(ctx, itl_s) * headroom / correction
     if batch <= 0:
         return math.inf
-    return decode_concurrency(rate_rps, osl, ttft_term_s, itl_s) / batch
+    step_s = itl_s
+    if residence_at_step:
+        step_s = min(itl_s, correction * perf.decode_step_s(max(1, math.ceil(batch)), round(ctx)))
+    return decode_concurrency(rate_rps, osl, ttft_term_s, step_s) / batch
 
 
 def size_window(
@@ -141,6 +155,7 @@ def size_window(
         itl,
         ttft_term_s=min(t_own, ttft),
         headroom=headroom,
+        residence_at_step=policy.perf_model.decode_residence_at_batch_step,
     )
     return {Pool.PREFILL: replicas_for(p), Pool.DECODE: replicas_for(d)}
 

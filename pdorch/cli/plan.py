@@ -72,7 +72,14 @@ def plan(
     need_p = prefill_need(perf, rate_rps, isl_tokens, hit_rate, ttft, headroom=headroom)
     t_own = perf.prefill_time_s(uncached_tokens(isl_tokens, hit_rate))
     need_d = decode_need(
-        perf, rate_rps, isl_tokens, osl_tokens, itl, ttft_term_s=min(t_own, ttft), headroom=headroom
+        perf,
+        rate_rps,
+        isl_tokens,
+        osl_tokens,
+        itl,
+        ttft_term_s=min(t_own, ttft),
+        headroom=headroom,
+        residence_at_step=slo.perf_model.decode_residence_at_batch_step,
     )
     ctx = context_tokens(isl_tokens, osl_tokens)
     batch = perf.decode_max_batch(ctx, itl)

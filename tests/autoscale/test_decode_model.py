@@ -126,3 +126,17 @@ def test_residence_mean_keeps_the_tick_itself_when_the_residence_is_shorter() ->
     assert r.add(0.0, 2.0, 12.0) == 2.0
     assert r.add(5.0, 4.0, 12.0) == 3.0
     assert r.add(10.0, 6.0, 1.0) == 6.0  # R shorter than a tick: this tick alone
+
+
+def test_residence_at_the_capped_batchs_step_time() -> None:
+    def need(perf: LinearPerfModel, at_step: bool) -> float:
+        return decode_need(
+            perf, 10.0, 1000.0, 200.0, 0.05, ttft_term_s=0.1, residence_at_step=at_step
+        )
+
+    # KV caps the batch at 32, whose step is 10 + 0.4 * 32 = 22.8 ms, not the 50 ms target:
+    # S = 10 * (0.1 + 200 * 0.0228) = 46.6 sequences, so 46.6 / 32 replicas (101 / 32 at 50 ms)
+    assert need(KV_32, False) == pytest.approx(101 / 32)
+    assert need(KV_32, True) == pytest.approx(10 * (0.1 + 200 * 0.0228) / 32)
+    # step-bound (no cap): the batch of 100 steps at exactly the target, nothing changes
+    assert need(LinearPerfModel(), True) == pytest.approx(need(LinearPerfModel(), False))

@@ -44,7 +44,8 @@ already chain over the prefix); requests are then matched with those same hashes
 
 Not thread-safe: one asyncio loop owns it (the subscriber and the router share that loop).
 
-Public API (stable): :class:`KvIndex` (``apply``, ``apply_batch``, ``match``, ``keys_for``,
+Public API (stable): :class:`KvIndex` (``apply``, ``apply_batch``, ``match``, ``overlap``,
+``keys_for``,
 ``clear_replica``, ``remove_replica``, ``has_block``, ``blocks``, ``replicas``, ``stats``,
 ``counters``), :class:`KvIndexCounters`, :class:`KvIndexStats`.
 """
@@ -68,7 +69,7 @@ from router.kv_events import (
     KvEvent,
     KvEventBatch,
 )
-from router.replica_bitmap import ReplicaBitmap
+from router.replica_bitmap import PrefixDepths, ReplicaBitmap
 
 DEFAULT_MAX_BLOCKS_PER_REPLICA = 262_144
 
@@ -148,6 +149,11 @@ class KvIndex:
     def match(self, keys: Sequence[int]) -> dict[str, int]:
         """Leading blocks of ``keys`` cached per replica; replicas with 0 are absent."""
         return self._bitmap.match(keys)
+
+    def overlap(self, keys: Sequence[int]) -> PrefixDepths:
+        """``match`` as :class:`~router.replica_bitmap.PrefixDepths`: the same mapping, plus the
+        depths as one array by replica bit (what `ColumnBuilder` reads; the request path)."""
+        return self._bitmap.depths(keys)
 
     def has_block(self, replica_id: str, key: int) -> bool:
         return self._bitmap.has(replica_id, key)

@@ -60,7 +60,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from router.block_keys import KeySeed, block_keys, seed_value
+from router.block_keys import block_keys, seed_value
+from router.chain_memo import DEFAULT_MAX_TOKENS, ChainMemo
 from router.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -121,6 +122,7 @@ class KvIndex:
         max_blocks_per_replica: int = DEFAULT_MAX_BLOCKS_PER_REPLICA,
         media: Sequence[str | None] = ("GPU", None),
         engine_hash_keys: bool = False,
+        chain_memo_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
@@ -134,6 +136,7 @@ class KvIndex:
         self.counters = KvIndexCounters()
         self._bitmap = ReplicaBitmap()
         self._replicas: dict[str, _Replica] = {}
+        self.chains = ChainMemo(max_tokens=chain_memo_tokens)
 
     # -- queries -------------------------------------------------------------------------
 
@@ -143,8 +146,10 @@ class KvIndex:
         lora_name: str | None = None,
         cache_salt: str | None = None,
     ) -> list[int]:
-        """A prompt's block keys for this index (its model and block size)."""
-        return block_keys(token_ids, self.block_size, KeySeed(self.model, lora_name, cache_salt))
+        """A prompt's block keys for this index (its model and block size); the blocks a recent
+        prompt shared are taken from ``chains`` (:mod:`router.chain_memo`), not hashed again."""
+        seed = seed_value(self.model, lora_name, cache_salt)
+        return block_keys(token_ids, self.block_size, seed, memo=self.chains)
 
     def match(self, keys: Sequence[int]) -> dict[str, int]:
         """Leading blocks of ``keys`` cached per replica; replicas with 0 are absent."""

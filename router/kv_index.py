@@ -37,6 +37,10 @@ Semantics:
 * :meth:`KvIndex.match` returns, per replica holding at least the first block, the number of
   *leading* blocks of the prompt it holds -- O(blocks x replicas/64) word operations
   (:mod:`router.replica_bitmap`).
+  :meth:`KvIndex.overlap` is the same answer as a ``PrefixDepths`` (one array by replica bit,
+  what the request path reads). :meth:`KvIndex.keys_for` reuses recent prompts' chains for
+  the prefix they share (``chains``, a :class:`~router.chain_memo.ChainMemo` bounded by
+  ``chain_memo_tokens``, default 1,048,576 tokens, ~7 MB; 0: off); the keys are the same.
 
 Token-free mode (``engine_hash_keys=True``, additive, for the fleet simulator's token-free
 engines): a ``BlockStored`` without ``token_ids`` is keyed by the engine's own int hashes (they

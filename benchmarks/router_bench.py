@@ -8,8 +8,8 @@ background chain of 256 blocks; a `TokenLoad` tracker holds a few requests per r
 metrics scrape each. Each timed decision is exactly the request path of the router, minus
 tokenization (token ids are given):
 
-    keys = index.keys_for(token_ids)                  # xxh3-64 block-key chain
-    overlap = index.match(keys)                       # leading cached blocks per replica
+    keys = index.keys_for(token_ids)                  # xxh3-64 block-key chain (+ ChainMemo)
+    overlap = index.overlap(keys)                     # leading cached blocks per replica
     snapshots = columns.build(replicas, overlap, token_load, now)   # router/replica_columns.py
     prefill = token_load_profile.pick(request, snapshots, now)
     pd = decide_pd(request, snapshots, params, now)
@@ -255,7 +255,7 @@ def decide_once(
     """One decision, untimed, exactly the steps the bench times (for the profiler)."""
     index = setup.index
     keys = index.keys_for(token_ids)
-    overlap = index.match(keys)
+    overlap = index.overlap(keys)
     request = RoutingRequest(
         request_id=f"bench-{i}",
         prompt_tokens=len(token_ids),
@@ -310,7 +310,7 @@ def measure_decision_latency(
             start = clock()
             keys = index.keys_for(token_ids)
             t_hash = clock()
-            overlap = index.match(keys)
+            overlap = index.overlap(keys)
             t_match = clock()
             request = RoutingRequest(
                 request_id=f"bench-{i}",

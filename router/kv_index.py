@@ -37,6 +37,10 @@ Semantics:
 * :meth:`KvIndex.match` returns, per replica holding at least the first block, the number of
   *leading* blocks of the prompt it holds -- O(blocks x replicas/64) word operations
   (:mod:`router.replica_bitmap`).
+  :meth:`KvIndex.overlap` is the same answer as a ``PrefixDepths`` (one array by replica bit,
+  what the request path reads). :meth:`KvIndex.keys_for` reuses recent prompts' chains for
+  the prefix they share (``chains``, a :class:`~router.chain_memo.ChainMemo` bounded by
+  ``chain_memo_tokens``, default 1,048,576 tokens, ~7 MB; 0: off); the keys are the same.
 
 Token-free mode (``engine_hash_keys=True``, additive, for the fleet simulator's token-free
 engines): a ``BlockStored`` without ``token_ids`` is keyed by the engine's own int hashes (they
@@ -44,7 +48,8 @@ already chain over the prefix); requests are then matched with those same hashes
 
 Not thread-safe: one asyncio loop owns it (the subscriber and the router share that loop).
 
-Public API (stable): :class:`KvIndex` (``apply``, ``apply_batch``, ``match``, ``keys_for``,
+Public API (stable): :class:`KvIndex` (``apply``, ``apply_batch``, ``match``, ``overlap``,
+``keys_for``,
 ``clear_replica``, ``remove_replica``, ``has_block``, ``blocks``, ``replicas``, ``stats``,
 ``counters``), :class:`KvIndexCounters`, :class:`KvIndexStats`.
 """
@@ -59,7 +64,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from router.block_keys import KeySeed, block_keys, seed_value
+from router.block_keys import block_keys, seed_value
+from router.chain_memo import DEFAULT_MAX_TOKENS, ChainMemo
 from router.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -68,7 +74,7 @@ from router.kv_events import (
     KvEvent,
     KvEventBatch,
 )
-from router.replica_bitmap import ReplicaBitmap
+from router.replica_bitmap import PrefixDepths, ReplicaBitmap
 
 DEFAULT_MAX_BLOCKS_PER_REPLICA = 262_144
 
@@ -120,6 +126,7 @@ class KvIndex:
         max_blocks_per_replica: int = DEFAULT_MAX_BLOCKS_PER_REPLICA,
         media: Sequence[str | None] = ("GPU", None),
         engine_hash_keys: bool = False,
+        chain_memo_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
@@ -133,6 +140,7 @@ class KvIndex:
         self.counters = KvIndexCounters()
         self._bitmap = ReplicaBitmap()
         self._replicas: dict[str, _Replica] = {}
+        self.chains = ChainMemo(max_tokens=chain_memo_tokens)
 
     # -- queries -------------------------------------------------------------------------
 
@@ -142,12 +150,19 @@ class KvIndex:
         lora_name: str | None = None,
         cache_salt: str | None = None,
     ) -> list[int]:
-        """A prompt's block keys for this index (its model and block size)."""
-        return block_keys(token_ids, self.block_size, KeySeed(self.model, lora_name, cache_salt))
+        """A prompt's block keys for this index (its model and block size); the blocks a recent
+        prompt shared are taken from ``chains`` (:mod:`router.chain_memo`), not hashed again."""
+        seed = seed_value(self.model, lora_name, cache_salt)
+        return block_keys(token_ids, self.block_size, seed, memo=self.chains)
 
     def match(self, keys: Sequence[int]) -> dict[str, int]:
         """Leading blocks of ``keys`` cached per replica; replicas with 0 are absent."""
         return self._bitmap.match(keys)
+
+    def overlap(self, keys: Sequence[int]) -> PrefixDepths:
+        """``match`` as :class:`~router.replica_bitmap.PrefixDepths`: the same mapping, plus the
+        depths as one array by replica bit (what `ColumnBuilder` reads; the request path)."""
+        return self._bitmap.depths(keys)
 
     def has_block(self, replica_id: str, key: int) -> bool:
         return self._bitmap.has(replica_id, key)

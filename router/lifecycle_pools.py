@@ -19,7 +19,7 @@ profile and the P/D decision run on arrays (issue 15); other policies read them 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from router.lifecycle_plan import KvLookup
@@ -35,6 +35,8 @@ class PreciseIndex(Protocol):
     """What the lifecycle reads of a KV-event-fed index (`router.kv_index.KvIndex`)."""
 
     def match(self, keys: Sequence[int]) -> dict[str, int]: ...
+
+    def overlap(self, keys: Sequence[int]) -> Mapping[str, int]: ...
 
     def blocks(self, replica_id: str) -> int: ...
 
@@ -111,13 +113,17 @@ class ReplicaPools:
         return dict(self._static)
 
     def lookup(self, keys: Sequence[int], now: float) -> KvLookup:
-        overlap: dict[str, int] = self.index.match(keys) if keys else {}
         approx = self.approx
         approximate = self._approximate
+        # the index's depths as they are (an array `ColumnBuilder` gathers), unless approximate
+        # replicas' matches must be merged in: then a plain dict
+        overlap: Mapping[str, int] = self.index.overlap(keys) if keys else {}
         if approx is not None and approximate and keys:
+            merged = dict(overlap)
             for rid, blocks in approx.match(keys, now).items():
-                if rid in approximate and blocks > overlap.get(rid, 0):
-                    overlap[rid] = blocks
+                if rid in approximate and blocks > merged.get(rid, 0):
+                    merged[rid] = blocks
+            overlap = merged
         cached: dict[str, int] = {}
         for rid in self._pool_of:
             if approx is not None and rid in approximate:

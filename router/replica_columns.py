@@ -35,6 +35,7 @@ from typing import Protocol, overload
 import numpy as np
 import numpy.typing as npt
 
+from router.replica_bitmap import PrefixDepths
 from router.replica_state import (
     LoadSource,
     ReplicaLoad,
@@ -211,6 +212,8 @@ class ColumnBuilder:
 
     __slots__ = (
         "_all_default",
+        "_gather",
+        "_gather_token",
         "_healthy",
         "_ids",
         "_ints",
@@ -235,6 +238,9 @@ class ColumnBuilder:
         self._row_of: dict[str, int] = {}
         self._position = -1  # the load source's change-log position read last (-1: none)
         self._all_default = False  # every row's statics are the default (no mapping given)
+        # `PrefixDepths` overlap: the candidates' bit indexes, for one layout token
+        self._gather: npt.NDArray[np.intp] = np.zeros(0, dtype=np.intp)
+        self._gather_token = 0
 
     def _reset(self, ids: list[str], loads: LoadSource) -> None:
         n = len(ids)
@@ -249,6 +255,7 @@ class ColumnBuilder:
         self._row_of = {rid: i for i, rid in enumerate(ids)}
         self._position = -1
         self._all_default = False
+        self._gather_token = 0
 
     def _changed_rows(self, loads: LoadSource) -> list[int] | None:
         """Rows whose load may have changed since the last build (None: all of them)."""
@@ -310,8 +317,15 @@ class ColumnBuilder:
                     tps[i] = info.prefill_tokens_per_s or 0.0
         out_ints = ints.copy()
         row = out_ints[_OVERLAP]
-        # one list, then one conversion: a numpy item assignment per replica costs more
-        if overlap:
+        # depths by replica bit (`KvIndex.overlap`): one gather, rows cached per bit layout;
+        # else one list, then one conversion: a numpy item assignment per replica costs more
+        if isinstance(overlap, PrefixDepths):
+            layout = overlap.layout
+            if layout.token != self._gather_token:
+                self._gather = layout.rows(ids)
+                self._gather_token = layout.token
+            np.take(overlap.array, self._gather, out=row)
+        elif overlap:
             get_overlap = overlap.get
             row[:] = [get_overlap(rid, 0) for rid in ids]
         else:

@@ -46,3 +46,66 @@ def test_match_equals_reference(replicas: int) -> None:
     assert bitmap.match(keys) == _reference(held, keys)
     assert bitmap.match(keys[:1]) == _reference(held, keys[:1])
     assert bitmap.match([]) == {}
+
+
+def _fleet(
+    rng: random.Random, bitmap: ReplicaBitmap, keys: list[int], n: int, tag: str
+) -> dict[str, set[int]]:
+    held: dict[str, set[int]] = {}
+    for i in range(n):
+        rid = f"{tag}{i}"
+        # a gap (a middle block evicted) must end the match there, as in `_reference`
+        depth = rng.choice([0, 1, 2, len(keys), rng.randrange(0, len(keys) + 1)])
+        blocks = set(keys[:depth])
+        if depth > 4 and rng.random() < 0.3:
+            blocks.discard(keys[depth // 2])
+        held[rid] = blocks
+        bit = bitmap.bit(rid)
+        for key in blocks:
+            bitmap.add(bit, key)
+    return held
+
+
+@pytest.mark.parametrize("replicas", [1, 3, 30, 64, 257, 1024])
+def test_depths_equal_reference_as_mapping_and_array(replicas: int) -> None:
+    """`depths` is `match` (mapping) and the same numbers by bit index (array); whole fleets
+    holding the whole prompt (the numpy unpack path) and single drop-outs (bit_length)."""
+    rng = random.Random(1000 + replicas)
+    bitmap = ReplicaBitmap()
+    keys = list(range(5000, 5000 + 120))
+    held = _fleet(rng, bitmap, keys, replicas, "r")
+    for probe in (keys, keys[:1], keys[:7], [], [1, 2, 3], [*keys, 99]):
+        want = _reference(held, probe)
+        depths = bitmap.depths(probe)
+        assert dict(depths) == want
+        assert depths == want  # Mapping equality
+        assert len(depths) == len(want)
+        layout = depths.layout
+        rows = layout.rows([*held, "nobody"])
+        assert depths.array[rows].tolist() == [want.get(rid, 0) for rid in held] + [0]
+        for rid in held:
+            assert depths.get(rid, -1) == want.get(rid, -1)
+            assert (rid in depths) == (rid in want)
+        assert depths.get("nobody") == 0 and "nobody" not in depths
+
+
+def test_depths_layout_follows_joins_and_leaves() -> None:
+    """A bit freed and reused by another replica gets a new layout (token): an answer taken
+    before keeps naming the replicas of its own moment."""
+    bitmap = ReplicaBitmap()
+    keys = [11, 12, 13]
+    for rid, depth in (("a", 3), ("b", 1)):
+        bit = bitmap.bit(rid)
+        for key in keys[:depth]:
+            bitmap.add(bit, key)
+    before = bitmap.depths(keys)
+    assert bitmap.depths(keys).layout is before.layout  # unchanged fleet: shared layout
+    bitmap.release("a", keys)
+    bit = bitmap.bit("c")  # takes a's bit
+    for key in keys[:2]:
+        bitmap.add(bit, key)
+    after = bitmap.depths(keys)
+    assert after.layout.token != before.layout.token
+    assert dict(before) == {"a": 3, "b": 1}
+    assert dict(after) == {"c": 2, "b": 1}
+    assert after.array[after.layout.rows(["a", "b", "c"])].tolist() == [0, 1, 2]

@@ -13,6 +13,8 @@ from dataclasses import asdict
 
 import pytest
 
+from router.kv_events import BlockStored, EngineBlockHash
+from router.kv_index import KvIndex
 from router.pd_decision import PdDecisionParams, decide_pd
 from router.pd_router import PdRouter
 from router.policies.config import PolicyConfig, RouterPolicyConfig, build_policy
@@ -206,3 +208,33 @@ def test_builder_rereads_everything_past_the_change_window() -> None:
     position = load.change_position()
     load.on_finished("w5", 4.0)
     assert load.changes_since(position) == (position + 1, [ids[5]])
+
+
+def test_builder_gathers_prefix_depths_as_the_dict() -> None:
+    """`KvIndex.overlap` answers (`PrefixDepths`, gathered by bit index) fill the overlap row
+    exactly as the dict `match` returns, through replicas joining and leaving the index between
+    builds (new bit layouts: the builder's cached gather is rebuilt) and candidates the index
+    has never seen."""
+    rng = random.Random(5)
+    ids, load, static = _fleet(rng, 70)
+    index = KvIndex("m", BS)
+    prompt = [rng.randrange(32_000) for _ in range(40 * BS)]
+    keys = index.keys_for(prompt)
+    builder = ColumnBuilder()
+    next_hash = 1
+    for step in range(6):
+        for rid in rng.sample(ids[:60], 12):  # ids[60:] never get a bit
+            depth = rng.randrange(0, 41)
+            index.clear_replica(rid)
+            if depth:
+                hashes: list[EngineBlockHash] = list(range(next_hash, next_hash + depth))
+                next_hash += depth
+                index.apply(rid, [BlockStored(hashes, None, prompt[: depth * BS], BS)])
+        if step % 2:
+            index.remove_replica(rng.choice(ids[:60]))  # frees a bit a later join reuses
+        depths = index.overlap(keys)
+        columns = builder.build(ids, depths, load, float(step), static)
+        reference = ColumnBuilder().build(ids, index.match(keys), load, float(step), static)
+        assert columns.overlap.tolist() == reference.overlap.tolist()
+        assert list(columns) == list(reference)
+        assert any(columns.overlap.tolist())

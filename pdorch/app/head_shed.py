@@ -119,6 +119,11 @@ class PendingExit:
         self.app = app
         self.shed = shed
 
+    def __getattr__(self, name: str) -> object:
+        # the wrapped app's attributes (its routes for the OpenAPI description and the admin
+        # token checks) stay reachable through the wrapper
+        return getattr(self.app, name)
+
     async def __call__(self, scope: dict[str, object], receive: object, send: object) -> None:
         if scope.pop("pdorch.pending", None):
             self.shed.pending -= 1

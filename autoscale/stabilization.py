@@ -118,11 +118,12 @@ class PoolStabilizer:
     ) -> tuple[int, str]:
         """The pool's count and its reason for this tick; `up <= raw <= hold` (module
         docstring; `up` None: `raw`)."""
-        if raw > current and self.up_banded(now) and min(raw, raw if up is None else up) <= current:
-            n, why = self._decide(now, current, hold, reason, current, watched_s, consolidated)
+        held = raw > current and self.up_banded(now) and (raw if up is None else up) <= current
+        n, why = self._decide(
+            now, current if held else raw, hold, reason, current, watched_s, consolidated
+        )
+        if held:
             why = "hysteresis"
-        else:
-            n, why = self._decide(now, raw, hold, reason, current, watched_s, consolidated)
         if n > current:
             self._last_up = now
         elif n < current:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -66,6 +67,9 @@ class BitLayout:
         get = self.index.get
         width = self.width
         return np.array([get(rid, width) for rid in replica_ids], dtype=np.intp)
+
+
+_T = TypeVar("_T")
 
 
 class PrefixDepths(Mapping[str, int]):
@@ -106,7 +110,17 @@ class PrefixDepths(Mapping[str, int]):
             raise KeyError(replica_id)
         return depth
 
-    def get(self, replica_id: str, default: int = 0) -> int:  # type: ignore[override]
+    @overload
+    def get(self, replica_id: str, /) -> int | None: ...
+
+    @overload
+    def get(self, replica_id: str, default: int, /) -> int: ...
+
+    @overload
+    def get(self, replica_id: str, default: _T, /) -> int | _T: ...
+
+    def get(self, replica_id: str, default: _T | None = None, /) -> int | _T | None:
+        # Mapping.get's contract (None when absent), without building the dict
         i = self.layout.index.get(replica_id)
         depth = 0 if i is None else self._by_bit[i]
         return depth if depth else default

@@ -30,7 +30,7 @@ Columns (index `i` = position in `replica_ids`): `ints[f, i]` for the integer fi
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Protocol, overload
+from typing import Protocol, overload, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -57,8 +57,13 @@ _ROW = {name: i for i, name in enumerate(INT_FIELDS)}
 _OVERLAP = _ROW["overlap_blocks"]
 _CACHED = _ROW["cached_blocks"]
 _DEFAULT_STATIC = ReplicaStatic()
+# Placeholders of a fresh row, distinct objects from anything a source or mapping returns, so
+# the identity checks in `build` refresh every row on its first build.
+_UNREAD_LOAD = ReplicaLoad()
+_UNREAD_STATIC = ReplicaStatic()
 
 
+@runtime_checkable
 class ChangeLog(Protocol):
     """A load source that says which replicas' loads changed (`TokenLoad` does)."""
 
@@ -212,6 +217,7 @@ class ColumnBuilder:
 
     __slots__ = (
         "_all_default",
+        "_change_log",
         "_gather",
         "_gather_token",
         "_healthy",
@@ -233,8 +239,9 @@ class ColumnBuilder:
         self._kv_usage: FloatArray = np.zeros(0)
         self._tps: FloatArray = np.zeros(0)
         self._healthy: BoolArray = np.zeros(0, dtype=np.bool_)
-        self._loads: list[ReplicaLoad | None] = []
-        self._statics: list[ReplicaStatic | None] = []
+        self._loads: list[ReplicaLoad] = []
+        self._statics: list[ReplicaStatic] = []
+        self._change_log: ChangeLog | None = None
         self._row_of: dict[str, int] = {}
         self._position = -1  # the load source's change-log position read last (-1: none)
         self._all_default = False  # every row's statics are the default (no mapping given)
@@ -250,21 +257,23 @@ class ColumnBuilder:
         self._kv_usage = np.zeros(n)
         self._tps = np.zeros(n)
         self._healthy = np.ones(n, dtype=np.bool_)
-        self._loads = [None] * n
-        self._statics = [None] * n
+        self._loads = [_UNREAD_LOAD] * n
+        self._statics = [_UNREAD_STATIC] * n
+        # checked once per source, not per build (a protocol isinstance costs microseconds)
+        self._change_log = loads if isinstance(loads, ChangeLog) else None
         self._row_of = {rid: i for i, rid in enumerate(ids)}
         self._position = -1
         self._all_default = False
         self._gather_token = 0
 
-    def _changed_rows(self, loads: LoadSource) -> list[int] | None:
+    def _changed_rows(self) -> list[int] | None:
         """Rows whose load may have changed since the last build (None: all of them)."""
-        changes_since = getattr(loads, "changes_since", None)
-        if changes_since is None:
+        log = self._change_log
+        if log is None:
             return None
-        answer: tuple[int, list[str]] | None = changes_since(self._position)
+        answer = log.changes_since(self._position)
         if answer is None:
-            self._position = loads.change_position()  # type: ignore[attr-defined]
+            self._position = log.change_position()
             return None
         self._position, replica_ids = answer
         if len(replica_ids) > len(self._ids):
@@ -289,7 +298,7 @@ class ColumnBuilder:
         ints, kv_usage, tps, healthy = self._ints, self._kv_usage, self._tps, self._healthy
         prev_loads, prev_statics = self._loads, self._statics
         get_load = loads.load
-        changed = self._changed_rows(loads)
+        changed = self._changed_rows()
         rows: Iterable[int] = range(len(ids)) if changed is None else changed
         for i in rows:
             load = get_load(ids[i], now)
@@ -342,6 +351,6 @@ class ColumnBuilder:
             kv_usage.copy(),
             tps.copy(),
             healthy.copy(),
-            prev_loads.copy(),  # type: ignore[arg-type]  # every row is set above
-            prev_statics.copy(),  # type: ignore[arg-type]
+            prev_loads.copy(),
+            prev_statics.copy(),
         )

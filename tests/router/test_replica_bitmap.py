@@ -86,7 +86,8 @@ def test_depths_equal_reference_as_mapping_and_array(replicas: int) -> None:
         for rid in held:
             assert depths.get(rid, -1) == want.get(rid, -1)
             assert (rid in depths) == (rid in want)
-        assert depths.get("nobody") == 0 and "nobody" not in depths
+        assert depths.get("nobody") is None and depths.get("nobody", 0) == 0
+        assert "nobody" not in depths
 
 
 def test_depths_layout_follows_joins_and_leaves() -> None:

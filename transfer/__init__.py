@@ -4,6 +4,7 @@ Imports nothing else of pdorch. NIXL itself is imported only when a NIXL mover s
 package imports on machines without it. See transfer/README.md for the API and design.
 """
 
+from transfer.contract import BlockMover, MoverStats, PullResult, Released
 from transfer.errors import (
     BackendUnavailable,
     BadBlockIds,
@@ -16,7 +17,6 @@ from transfer.errors import (
 )
 from transfer.factory import make_block_mover
 from transfer.lease import Lease, LeaseTable
-from transfer.mover import BlockMover, MoverStats, PullResult, Released
 from transfer.nixl_mover import NixlBlockMover, NixlSettings, nixl_available
 from transfer.params import KvTransferParams, PeerAddress
 from transfer.pool import KvBlockPool

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from transfer.contract import BlockMover, Released
 from transfer.errors import BackendUnavailable
-from transfer.mover import BlockMover, Released
 from transfer.nixl_mover import NixlBlockMover, NixlSettings, nixl_available
 from transfer.pool import KvBlockPool
 from transfer.tcp_mover import TcpBlockMover

@@ -39,8 +39,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from transfer.contract import Released
 from transfer.errors import BackendUnavailable, PeerGone, TransferFailed, TransferTimeout
-from transfer.mover import MoverBase, Released
+from transfer.mover import MoverBase
 from transfer.pool import KvBlockPool
 from transfer.side_channel import HelloReply, PeerLink
 from transfer.transports import KvTransport, UcxTransport

@@ -25,8 +25,8 @@ import sys
 import threading
 from typing import Any
 
+from transfer.contract import Released
 from transfer.factory import make_block_mover
-from transfer.mover import Released
 from transfer.nixl_mover import NixlSettings
 from transfer.pattern import fill_pool
 from transfer.pool import KvBlockPool

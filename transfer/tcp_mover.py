@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from transfer.contract import PULL_HOLD_MARGIN_S
 from transfer.errors import TransferFailed
-from transfer.mover import PULL_HOLD_MARGIN_S, MoverBase, _raise_fail
+from transfer.mover import MoverBase, _raise_fail
 from transfer.side_channel import Fail, Notify, PeerLink, Read, ReadReply, Reply
 from transfer.transports import KvTransport
 

@@ -35,6 +35,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks.autoscale_sim.flaps import worst_window_direction_changes
 from benchmarks.autoscale_sim.report_plots import Plots, plot_all, slo_targets
 
 __all__ = ["render_report", "summary_table"]
@@ -68,6 +69,7 @@ def summary_table(run: dict[str, Any]) -> list[dict[str, Any]]:
         worst, worst_t = _worst_minute(p.get("per_minute", []))
         gpu_h = float(p["gpu_hours"])
         dc = p.get("direction_changes", {})
+        events = p.get("events", [])
         rows.append(
             {
                 "planner": name,
@@ -81,6 +83,12 @@ def summary_table(run: dict[str, Any]) -> list[dict[str, Any]]:
                 "lost": int(p.get("lost", 0)),
                 "direction_changes_prefill": int(dc.get("prefill", 0)),
                 "direction_changes_decode": int(dc.get("decode", 0)),
+                "direction_changes_worst_10min_prefill": worst_window_direction_changes(
+                    events, "prefill"
+                ),
+                "direction_changes_worst_10min_decode": worst_window_direction_changes(
+                    events, "decode"
+                ),
                 "scale_events": len(p.get("events", [])),
                 "time_to_capacity_median_s": statistics.median(ttc) if ttc else None,
                 "time_to_capacity_max_s": max(ttc) if ttc else None,
@@ -120,6 +128,7 @@ _MAIN_HEADER = (
     "requests",
     "lost",
     "dir. changes P / D",
+    "worst 10 min P / D",
     "scale events",
     "time to capacity median / max s",
 )
@@ -140,6 +149,8 @@ def _main_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
                 str(r["requests"]),
                 str(r["lost"]),
                 f"{r['direction_changes_prefill']} / {r['direction_changes_decode']}",
+                f"{r['direction_changes_worst_10min_prefill']} / "
+                f"{r['direction_changes_worst_10min_decode']}",
                 str(r["scale_events"]),
                 f"{_num(r['time_to_capacity_median_s'], '{:.1f}')} / "
                 f"{_num(r['time_to_capacity_max_s'], '{:.1f}')}",

@@ -19,6 +19,11 @@
   reason) and every role move (`kind` `move`).
 - **direction_changes** per pool: sign changes between consecutive non-zero changes of the
   planner's desired count (one per tick).
+- **direction_changes_worst_10min** per pool: the issue's flap measure, the most direction
+  changes of the pool's provisioned count (its `events`, scale and move alike: a change of
+  opposite sign to the change before it) inside any 600 s window, sliding
+  (`benchmarks/autoscale_sim/flaps.py`, from `events`: merged folders of older runs get it
+  in their report and `--json` summary too).
 - **lifecycle_s**: per pool, `ready` = each cold start's time from being asked for to ready,
   `drained` = each scale-down's time from its drain starting to the replica leaving.
 - **lost**: requests aborted at a drain timeout (arrived - completed; 0 expected).
@@ -48,6 +53,7 @@ from autoscale.decision import ScaleDecision
 from autoscale.policy import SloPolicy
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import itl_target_s, ttft_target_s
+from benchmarks.autoscale_sim.flaps import worst_window_direction_changes
 from benchmarks.autoscale_sim.observe import mean_itl_s, percentile, ttft_s
 from benchmarks.fleet_sim.membership import (
     POOLS,
@@ -288,6 +294,7 @@ def planner_result(
     gpus = {p.value: policy.pools[p].gpus_per_replica for p in Pool}
     gpu_s = sim.gpu_seconds(dyn.end_s, gpus)
     ttc, episodes, unresolved = time_to_capacity(tracker, dyn.events)
+    events = [e.as_dict() for e in actuator.events]
     return {
         "planner": name,
         "attainment": _attainment(records, tt, it, q_ttft),
@@ -300,7 +307,10 @@ def planner_result(
         "requests": dyn.arrived,
         "completed": dyn.completed,
         "direction_changes": {p.value: direction_changes(actuator.desired[p]) for p in Pool},
-        "events": [e.as_dict() for e in actuator.events],
+        "events": events,
+        "direction_changes_worst_10min": {
+            p.value: worst_window_direction_changes(events, p.value) for p in Pool
+        },
         "membership_events": len(dyn.events),
         "timeline": recorder.timeline,
         "time_to_capacity_s": ttc["prefill"] + ttc["decode"],

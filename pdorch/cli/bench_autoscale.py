@@ -4,7 +4,9 @@ Every planner sees the same arrivals (one `Workload`) and drives its own dynamic
 fleet simulator (`benchmarks/autoscale_sim`): replicas join after the policy's `startup_s`,
 leave after a drain, switch role after `switch_s`. The table (stdout, or stderr with
 `--json`) and `--json` (one object on stdout: `{"planners": {NAME: {"attainment",
-"gpu_hours", "lost", "direction_changes": {"prefill", "decode"}, ...}}, "wall_s"}`) summarise
+"gpu_hours", "lost", "direction_changes": {"prefill", "decode"},
+"direction_changes_worst_10min": {"prefill", "decode"}, ...}}, "wall_s"}`; the worst 10 minutes:
+the most direction changes in any 600 s window, `benchmarks/autoscale_sim/flaps.py`) summarise
 each run; `--out DIR` writes `results.json` (every run's accounting, the exact command and
 the settings) and the report (`benchmarks/autoscale_sim/report.py`). `--jobs N` runs the
 planners in N forked worker processes (`benchmarks/autoscale_sim/parallel.py`; the same

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.autoscale_sim.flaps import worst_window_direction_changes
+
 SUMMARY_KEYS = (
     "gpu_hours",
     "gpu_hours_by_pool",
@@ -33,6 +35,10 @@ def runs_summary(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         row["attainment_p90"] = r["attainment_p90"]["both"]
         row["attainment_loose"] = r["attainment_loose"]["both"]
         row.update({k: r[k] for k in SUMMARY_KEYS})
+        events = r.get("events", [])
+        row["direction_changes_worst_10min"] = {
+            pool: worst_window_direction_changes(events, pool) for pool in ("prefill", "decode")
+        }
         out[name] = row
     return out
 
@@ -53,6 +59,7 @@ def rich_table(runs: dict[str, dict[str, Any]], title: str) -> Any:
         "/static-peak",
         "lost",
         "flips P/D",
+        "worst 10 min",
         "to capacity s (max)",
         "CPU s",
     ):
@@ -75,6 +82,10 @@ def rich_table(runs: dict[str, dict[str, Any]], title: str) -> Any:
             f"{gh / peak:.2f}" if peak else "-",
             str(r["lost"]),
             f"{r['direction_changes']['prefill']}/{r['direction_changes']['decode']}",
+            "/".join(
+                str(worst_window_direction_changes(r.get("events", []), pool))
+                for pool in ("prefill", "decode")
+            ),
             f"{max(ttc):.0f}" if ttc else "-",
             f"{r['sim_cpu_s']:.1f}",
         )

@@ -13,6 +13,7 @@ from autoscale.perf_model import build_perf_model
 from autoscale.planners import planner_factory
 from autoscale.policy import SloPolicy, load_policy
 from autoscale.signals import Pool
+from benchmarks.autoscale_sim.flaps import direction_change_times, worst_window_direction_changes
 from benchmarks.autoscale_sim.observe import ObservationBuilder
 from benchmarks.autoscale_sim.result import direction_changes
 from benchmarks.autoscale_sim.runner import AutoscaleSimConfig, run_planner, trace_requests
@@ -372,3 +373,24 @@ def test_role_switching_override_reaches_the_planner() -> None:
     assert on["role_switching"] and not off["role_switching"]
     assert any(e["kind"] == "move" for e in on["events"])
     assert not any(e["kind"] == "move" for e in off["events"])
+
+
+def test_worst_window_direction_changes_counts_flips_in_any_600_s_window() -> None:
+    def ev(t: float, pool: str, a: int, b: int) -> dict[str, Any]:
+        return {"t_s": t, "pool": pool, "from": a, "to": b, "reason": "", "kind": "scale"}
+
+    events = [
+        ev(0, "decode", 2, 3),
+        ev(100, "decode", 3, 2),  # flip at 100
+        ev(150, "prefill", 1, 2),  # other pool: not counted for decode
+        ev(650, "decode", 2, 3),  # flip at 650
+        ev(690, "decode", 3, 3),  # no change: ignored
+        ev(700, "decode", 3, 2),  # flip at 700
+        ev(1400, "decode", 2, 1),  # same sign: no flip
+    ]
+    assert direction_change_times(events, "decode") == [100.0, 650.0, 700.0]
+    # 600 s windows from each flip: [100, 700) holds 2, [650, 1250) holds 2; 601 s reach 700
+    assert worst_window_direction_changes(events, "decode") == 2
+    assert worst_window_direction_changes(events, "decode", window_s=601) == 3
+    assert worst_window_direction_changes(events, "prefill") == 0
+    assert worst_window_direction_changes([], "decode") == 0

@@ -12,6 +12,16 @@ further from its want (smaller `n/w`), then to decode (its replicas hold in-flig
 This equalises `n/w` across pools with equal GPU sizes and favours the cheaper pool when a
 replica of one costs more GPUs. Pools never go below their minimum, even when the minimums
 alone exceed the budget (the budget is then reported as unmet).
+
+**Keeping the last split** (`keep`, `margin`; the planner's `budget_margin`, default 0.05).
+While the budget binds, each pool's want moves with its own noise (a breach here, a fit there),
+and the split that maximises `A` moves one replica from pool to pool with it: on the whole
+Mooncake trace at the 16-GPU budget, prefill and decode traded a replica 4-5 times within
+10 minutes, each trade a drain on one side and a 120 s cold start on the other. So a split
+kept from the last binding tick stands while it is still a valid allocation (within the
+budget, at or above each minimum, at or below each want) and the fresh split would raise the
+estimate by at most `margin`: `A(fresh) - A(keep) <= margin`. The planner passes no `keep`
+when its `budget_margin` is 0 (a fresh split every tick, the behaviour before).
 """
 
 from __future__ import annotations
@@ -37,10 +47,30 @@ def split_budget(
     minimum: dict[Pool, int],
     gpus_per_replica: dict[Pool, int],
     budget: int,
+    keep: dict[Pool, int] | None = None,
+    margin: float = 0.0,
 ) -> dict[Pool, int]:
-    """Replicas per pool within `budget` GPUs (module docstring); `want` if it fits."""
+    """Replicas per pool within `budget` GPUs (module docstring); `want` if it fits; `keep`
+    (the last binding split) while it is valid and the fresh split gains at most `margin`."""
     if sum(want[p] * gpus_per_replica[p] for p in want) <= budget:
         return dict(want)
+    fresh = _marginal_split(want, minimum, gpus_per_replica, budget)
+    if keep is None or set(keep) != set(want):
+        return fresh
+    valid = sum(keep[p] * gpus_per_replica[p] for p in keep) <= budget and all(
+        minimum[p] <= keep[p] <= want[p] for p in want
+    )
+    if valid and attainment_estimate(fresh, want) - attainment_estimate(keep, want) <= margin:
+        return dict(keep)
+    return fresh
+
+
+def _marginal_split(
+    want: dict[Pool, int],
+    minimum: dict[Pool, int],
+    gpus_per_replica: dict[Pool, int],
+    budget: int,
+) -> dict[Pool, int]:
     alloc = {p: minimum[p] for p in want}
     used = sum(alloc[p] * gpus_per_replica[p] for p in alloc)
     while True:

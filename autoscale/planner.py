@@ -71,7 +71,9 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    after an up, up past `ceil(need/(1+h))` after a down), so a need that hovers at a count's
    edge does not order and release a cold start every minute (`autoscale.stabilization`,
    which holds this step's state and rules; reason `hysteresis` when it holds an up).
-6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
+6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`); while it
+   binds, the last split stands unless a fresh one gains more than `budget_margin` (0.05) in
+   estimated attainment (0: a fresh split every tick).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
    replicas that serve within `switch_s`, or an observed breach, beyond its ready and arriving
@@ -168,6 +170,7 @@ class PdorchPlanner(Planner):
         decode_correction_on_target: bool = False,
         hysteresis: float = 0.1,
         hysteresis_window_s: float = 600.0,
+        budget_margin: float = 0.05,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -220,6 +223,10 @@ class PdorchPlanner(Planner):
         # a reversal within `hysteresis_window_s` of a move reads the floor's need widened by
         # `hysteresis` (`autoscale.stabilization`)
         self.hysteresis = hysteresis
+        # while the budget binds, the last split stands unless a fresh one gains more than
+        # this in estimated attainment (`autoscale.budget`)
+        self.budget_margin = budget_margin
+        self._budget_split: dict[Pool, int] | None = None
         st = policy.stabilization
         windows = Windows(
             st.scale_up_s, st.scale_down_s, fast_down_s, self.floor_hold_s, self.ahead_hold_s
@@ -519,7 +526,16 @@ class PdorchPlanner(Planner):
             return
         gpus = {p: self.policy.limits(p).gpus_per_replica for p in POOLS}
         minimum = {p: self.policy.limits(p).min for p in POOLS}
-        split = split_budget(desired, minimum, gpus, budget)
+        split = split_budget(
+            desired,
+            minimum,
+            gpus,
+            budget,
+            self._budget_split if self.budget_margin > 0 else None,
+            self.budget_margin,
+        )
+        # the split is kept only while the budget binds; a tick it does not starts afresh
+        self._budget_split = split if split != desired else None
         for p in POOLS:
             if split[p] < desired[p]:
                 desired[p], reasons[p] = split[p], "budget"

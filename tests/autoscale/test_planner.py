@@ -135,6 +135,22 @@ def test_budget_split_by_marginal_gain_by_hand() -> None:
     assert split_budget({P: 2, D: 2}, {P: 1, D: 1}, {P: 1, D: 1}, 9) == {P: 2, D: 2}
 
 
+def test_budget_split_keeps_the_last_split_within_the_margin_by_hand() -> None:
+    mins, gpus = {P: 1, D: 1}, {P: 1, D: 1}
+    # want P=12, D=6 in 16: fresh (10, 6) has A = 10/12 = 0.833; kept (11, 5) has
+    # 11/12 * 5/6 = 0.764: a gain of 0.069
+    assert split_budget({P: 12, D: 6}, mins, gpus, 16) == {P: 10, D: 6}
+    kept = {P: 11, D: 5}
+    assert split_budget({P: 12, D: 6}, mins, gpus, 16, kept, margin=0.05) == {P: 10, D: 6}
+    assert split_budget({P: 12, D: 6}, mins, gpus, 16, kept, margin=0.1) == kept
+    # a kept split above a pool's new want, or over the budget, is not valid: fresh
+    # (P wants 10 < 11 kept; fresh: (9, 7) has A = 0.9 against (10, 6) 6/7 = 0.857)
+    assert split_budget({P: 10, D: 7}, mins, gpus, 16, kept, margin=1.0) == {P: 9, D: 7}
+    assert split_budget({P: 12, D: 6}, mins, gpus, 15, kept, margin=1.0) == {P: 9, D: 6}
+    # a budget that does not bind gives the wants whatever was kept
+    assert split_budget({P: 3, D: 3}, mins, gpus, 16, kept, margin=1.0) == {P: 3, D: 3}
+
+
 def test_planner_applies_the_budget() -> None:
     # P wants 2 (16 rps), D wants 3 (202 seqs... at 20 rps: P then wants 3): use 16 rps and
     # OSL 300 -> S = 16 * (0.1 + 15) = 241.6 -> D wants 3.

@@ -13,7 +13,7 @@ This equalises `n/w` across pools with equal GPU sizes and favours the cheaper p
 replica of one costs more GPUs. Pools never go below their minimum, even when the minimums
 alone exceed the budget (the budget is then reported as unmet).
 
-**Keeping the last split** (`keep`, `margin`; the planner's `budget_margin`, default 0.05).
+**Keeping the last split** (`keep`, `margin`; the planner's `budget_margin`, default 0.2).
 While the budget binds, each pool's want moves with its own noise (a breach here, a fit there),
 and the split that maximises `A` moves one replica from pool to pool with it: on the whole
 Mooncake trace at the 16-GPU budget, prefill and decode traded a replica 4-5 times within

@@ -72,7 +72,7 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    edge does not order and release a cold start every minute (`autoscale.stabilization`,
    which holds this step's state and rules; reason `hysteresis` when it holds an up).
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`); while it
-   binds, the last split stands unless a fresh one gains more than `budget_margin` (0.05) in
+   binds, the last split stands unless a fresh one gains more than `budget_margin` (0.2) in
    estimated attainment (0: a fresh split every tick).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
@@ -170,7 +170,7 @@ class PdorchPlanner(Planner):
         decode_correction_on_target: bool = False,
         hysteresis: float = 0.1,
         hysteresis_window_s: float = 600.0,
-        budget_margin: float = 0.05,
+        budget_margin: float = 0.2,
     ) -> None:
         self.policy = policy
         self.perf = perf_model

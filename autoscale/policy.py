@@ -222,7 +222,7 @@ class PlannerOptions(_Strict):
       batch is read at; the KV pool and `max_num_seqs` cap it (`autoscale/sizing.py`).
     - `hysteresis` (0.1): within `hysteresis_window_s` (600) after a pool moved, its reversal
       reads the floor's need widened by this fraction (`autoscale/stabilization.py`).
-    - `budget_margin` (0.05): while `gpu_budget` binds, the last split stands unless a fresh
+    - `budget_margin` (0.2): while `gpu_budget` binds, the last split stands unless a fresh
       one raises the estimated attainment by more than this (`autoscale/budget.py`).
     """
 
@@ -246,7 +246,7 @@ class PlannerOptions(_Strict):
     decode_correction_on_target: StrictBool = False
     hysteresis: float = Field(default=0.1, ge=0, le=1)
     hysteresis_window_s: float = Field(default=600.0, ge=0)
-    budget_margin: float = Field(default=0.05, ge=0, le=1)
+    budget_margin: float = Field(default=0.2, ge=0, le=1)
 
 
 class SloPolicy(_Strict):

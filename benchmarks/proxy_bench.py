@@ -9,7 +9,7 @@ bottleneck). With `stream` (`--stream`) the answers are SSE: the decode leg stre
 proxy relays every event, and each answer must end with `data: [DONE]` after at least
 `max_tokens` events (long streams, e.g. `--max-tokens 256`, measure the relay's per-chunk
 cost). With `py_spy_dir` (`--py-spy-dir`) a `py-spy record --nonblocking` flame graph of the
-pdorch process is written per C for the timed requests.
+pdorch process (each pdorch target) is written per C for the timed requests.
 
 - `direct`: no proxy. The client does the two legs itself, exactly as a P/D proxy must: the
   prefill leg to the prefill engine (`max_tokens: 1`, `kv_transfer_params.do_remote_decode`),
@@ -23,6 +23,13 @@ pdorch process is written per C for the timed requests.
 - `pdorch-wN` (`workers`, `--workers 1,2`): `pdorch serve --workers N` over the same engines:
   N coordinator processes on one port (SO_REUSEPORT); its CPU is the supervisor's and every
   worker's (children of the measured process).
+
+Rounds (`rounds`, `--rounds R`): per C, the `requests` timed completions of each target are
+split into R rounds and the targets take turns round by round (warm-up before the first), so
+a load swing on a shared machine hits every target alike; a row sums its rounds (latencies
+pooled, wall and CPU summed) and lists each round's req/s (`rps_rounds`, the spread). One
+sequential pass per target (R = 1) was ±30 % between back-to-back runs on a loaded 2-core box
+(`benchmarks/results/proxy.md`). The py-spy flame graph covers the first round.
 
 Measured per (target, C): req/s = ok requests / wall time; latency percentiles (client-side,
 whole request); added latency = the target's percentile - direct's at the same C; CPU spent per
@@ -89,6 +96,8 @@ class ProxyBenchConfig:
     py_spy_dir: Path | None = None  # record pdorch's flame graph per C here (py-spy)
     # `pdorch serve --workers N` per value: target `pdorch` for 1, `pdorch-wN` for N > 1
     workers: tuple[int, ...] = (1,)
+    # interleaved rounds per C (module docstring, "Rounds"); 1: each target once, in turn
+    rounds: int = 1
 
 
 @dataclass
@@ -228,14 +237,14 @@ def _start_py_spy(
     """`py-spy record` on the pdorch process for one timed run (`py_spy_dir`), else None.
     `--nonblocking`: the process is not paused per sample (its CPU/req stays comparable,
     a few samples may be torn); `--idle` off: only stacks that run on a core count."""
-    if config.py_spy_dir is None or target != "pdorch" or proc is None:
+    if config.py_spy_dir is None or not target.startswith("pdorch") or proc is None:
         return None
     config.py_spy_dir.mkdir(parents=True, exist_ok=True)
     kind = "stream" if config.stream else "whole"
-    out = config.py_spy_dir / f"pdorch-{kind}-c{concurrency}.svg"
+    out = config.py_spy_dir / f"{target}-{kind}-c{concurrency}.svg"
     cmd = [venv_bin("py-spy"), "record", "--nonblocking", "--rate", "200"]
     cmd += ["--pid", str(proc.pid), "--output", str(out)]
-    log = (config.py_spy_dir / f"py-spy-{kind}-c{concurrency}.log").open("wb")
+    log = (config.py_spy_dir / f"py-spy-{target}-{kind}-c{concurrency}.log").open("wb")
     with log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
@@ -380,42 +389,39 @@ async def run_proxy_bench(
         engine_pids = [prefill.pid, decode.pid]
         async with http_client(timeout=10.0) as http:
             for concurrency in config.concurrency:
-                for name in targets:  # direct, vllm-router, pdorch, pdorch-wN
-                    urls, proc = targets[name]
-                    say(f"{name} at concurrency {concurrency}")
-                    tag = uuid.uuid4().hex[:8]
-                    if config.warmup:
-                        await _drive(
-                            name, urls, config, concurrency, config.warmup, f"warm{tag}", None
+                runs = {name: _Totals() for name in targets}
+                for round_no, count in enumerate(_round_sizes(config.requests, config.rounds)):
+                    for name in targets:  # direct, vllm-router, pdorch, pdorch-wN, in turn
+                        urls, proc = targets[name]
+                        say(f"{name} at concurrency {concurrency}, round {round_no + 1}")
+                        tag = uuid.uuid4().hex[:8]
+                        if config.warmup and round_no == 0:
+                            await _drive(
+                                name, urls, config, concurrency, config.warmup, f"warm{tag}", None
+                            )
+                        sources0 = await _decode_prompt_sources(http, decode.url)
+                        client0 = time.process_time()
+                        proxy0 = _cpu_s([proc.pid]) if proc else 0.0
+                        engines0 = _cpu_s(engine_pids)
+                        spy = (
+                            _start_py_spy(config, name, proc, concurrency) if not round_no else None
                         )
-                    sources0 = await _decode_prompt_sources(http, decode.url)
-                    client0 = time.process_time()
-                    proxy0 = _cpu_s([proc.pid]) if proc else 0.0
-                    engines0 = _cpu_s(engine_pids)
-                    spy = _start_py_spy(config, name, proc, concurrency)
-                    try:
-                        run = await _drive(
-                            name, urls, config, concurrency, config.requests, tag, on_progress
-                        )
-                    finally:
-                        if spy is not None:
-                            _stop_py_spy(spy)
-                    client_cpu = time.process_time() - client0
-                    proxy_cpu = _cpu_s([proc.pid]) - proxy0 if proc else None
-                    engines_cpu = _cpu_s(engine_pids) - engines0
-                    sources1 = await _decode_prompt_sources(http, decode.url)
-                    rows.append(
-                        _row(
-                            name,
-                            concurrency,
+                        try:
+                            run = await _drive(
+                                name, urls, config, concurrency, count, tag, on_progress
+                            )
+                        finally:
+                            if spy is not None:
+                                _stop_py_spy(spy)
+                        runs[name].add(
                             run,
-                            client_cpu,
-                            proxy_cpu,
-                            engines_cpu,
+                            time.process_time() - client0,
+                            _cpu_s([proc.pid]) - proxy0 if proc else None,
+                            _cpu_s(engine_pids) - engines0,
                             sources0,
-                            sources1,
+                            await _decode_prompt_sources(http, decode.url),
                         )
-                    )
+                rows += [_row(name, concurrency, runs[name]) for name in targets]
     finally:
         for proc in reversed(started):
             stop_process(proc)
@@ -432,6 +438,7 @@ async def run_proxy_bench(
             "time_scale": config.time_scale,
             "model_profile": config.model_profile,
             "workers": list(config.workers),
+            "rounds": config.rounds,
             "cpus": os.cpu_count(),
             # other work on the machine skews req/s; CPU µs per request much less so
             "loadavg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -442,22 +449,53 @@ async def run_proxy_bench(
     }
 
 
-def _row(
-    target: str,
-    concurrency: int,
-    run: _RunResult,
-    client_cpu: float,
-    proxy_cpu: float | None,
-    engines_cpu: float,
-    sources0: dict[str, float],
-    sources1: dict[str, float],
-) -> dict[str, Any]:
+@dataclass
+class _Totals:
+    """One (target, C)'s measurements summed over its rounds."""
+
+    run: _RunResult = field(default_factory=_RunResult)
+    client_cpu: float = 0.0
+    proxy_cpu: float | None = None
+    engines_cpu: float = 0.0
+    sources: dict[str, float] = field(default_factory=dict)  # decode prompt tokens by source
+    rps_rounds: list[float] = field(default_factory=list)
+
+    def add(
+        self,
+        run: _RunResult,
+        client_cpu: float,
+        proxy_cpu: float | None,
+        engines_cpu: float,
+        sources0: dict[str, float],
+        sources1: dict[str, float],
+    ) -> None:
+        self.run.latencies_s += run.latencies_s
+        self.run.errors += run.errors
+        self.run.wall_s += run.wall_s
+        self.rps_rounds.append(round(len(run.latencies_s) / run.wall_s, 1) if run.wall_s else 0.0)
+        self.client_cpu += client_cpu
+        if proxy_cpu is not None:
+            self.proxy_cpu = (self.proxy_cpu or 0.0) + proxy_cpu
+        self.engines_cpu += engines_cpu
+        for key, value in sources1.items():
+            self.sources[key] = self.sources.get(key, 0.0) + value - sources0.get(key, 0.0)
+
+
+def _round_sizes(requests: int, rounds: int) -> list[int]:
+    """`requests` split into `rounds` near-equal rounds (the first ones take the remainder);
+    never an empty round."""
+    rounds = max(1, min(rounds, requests))
+    base, extra = divmod(requests, rounds)
+    return [base + (1 if i < extra else 0) for i in range(rounds)]
+
+
+def _row(target: str, concurrency: int, totals: _Totals) -> dict[str, Any]:
+    run = totals.run
     lat = sorted(run.latencies_s)
     ok = len(lat)
     done = max(1, ok + len(run.errors))
-    delta = {k: sources1.get(k, 0.0) - sources0.get(k, 0.0) for k in sources1}
-    prompt_total = sum(delta.values())
-    remote = delta.get("external_kv_transfer", 0.0)
+    prompt_total = sum(totals.sources.values())
+    remote = totals.sources.get("external_kv_transfer", 0.0)
 
     def per_req_us(cpu: float | None) -> float | None:
         return None if cpu is None else round(cpu / done * 1e6, 1)
@@ -470,12 +508,13 @@ def _row(
         "errors": len(run.errors),
         "first_error": run.errors[0] if run.errors else None,
         "rps": round(ok / run.wall_s, 1) if run.wall_s > 0 else 0.0,
+        "rps_rounds": totals.rps_rounds,
         "p50_ms": round(_percentile(lat, 50) * 1e3, 3),
         "p99_ms": round(_percentile(lat, 99) * 1e3, 3),
         "mean_ms": round(sum(lat) / ok * 1e3, 3) if ok else float("nan"),
-        "client_cpu_us_per_req": per_req_us(client_cpu),
-        "proxy_cpu_us_per_req": per_req_us(proxy_cpu),
-        "engines_cpu_us_per_req": per_req_us(engines_cpu),
+        "client_cpu_us_per_req": per_req_us(totals.client_cpu),
+        "proxy_cpu_us_per_req": per_req_us(totals.proxy_cpu),
+        "engines_cpu_us_per_req": per_req_us(totals.engines_cpu),
         "remote_prefill_frac": round(remote / prompt_total, 3) if prompt_total else None,
     }
 

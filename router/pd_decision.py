@@ -19,7 +19,10 @@ Parameters (defaults): `enabled` true, `min_uncached_tokens` 512, `max_prefill_q
 `default_prefill_tokens_per_s` 10000.
 
 On `ReplicaColumns` (`router/replica_columns.py`) the queue times are one array division
-(the same float division per replica, the same minimum) instead of a loop over snapshots.
+(the same float division per replica, the same minimum) instead of a loop over snapshots; at
+most `SCALAR_ROWS` (8) replicas they are that division in Python on the columns' values (the
+same result; the six numpy calls cost more than the loop there, `benchmarks/results/proxy.md`,
+"leg-client-3").
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from router.replica_columns import ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
+
+SCALAR_ROWS = 8  # at most this many replicas: Python arithmetic, not numpy (module docstring)
 
 
 class PdDecisionParams(BaseModel):
@@ -67,7 +72,23 @@ def decide_pd(
     """Decide whether `request` is prefilled remotely (see module docstring)."""
     uncached = request.uncached_tokens(local_overlap_blocks)
     min_queue: float | None
-    if isinstance(prefill_replicas, ReplicaColumns):
+    if isinstance(prefill_replicas, ReplicaColumns) and len(prefill_replicas) <= SCALAR_ROWS:
+        queued_column = prefill_replicas.column("prefill_tokens_queued")
+        assert queued_column is not None
+        default_tps = params.default_prefill_tokens_per_s
+        queue_s = [
+            q / (t if t != 0.0 else default_tps)
+            for q, t, ok in zip(
+                queued_column.tolist(),
+                prefill_replicas.tps.tolist(),
+                prefill_replicas.healthy.tolist(),
+                strict=True,
+            )
+            if ok
+        ]
+        n_healthy = len(queue_s)
+        min_queue = min(queue_s) if queue_s else None
+    elif isinstance(prefill_replicas, ReplicaColumns):
         mask = prefill_replicas.healthy
         n_healthy = int(np.count_nonzero(mask))
         tps = prefill_replicas.tps[mask]

@@ -26,15 +26,8 @@ answer (`deadline_s`, one `call_later` per leg, never re-armed per packet); by d
 the flow's `prefill_timeout_s` / `request_timeout_s` / first-byte deadline and the relay's
 stall watchdog bound every leg, as on aiohttp (`upstream.py`).
 
-Errors (all `LegClientError`), mapped by `legs.py` / `pools.health.classify_error` to the kinds
-the flow uses: `LegConnectError` (refused, unreachable: CONNECTION, engine not reached),
-`LegConnectTimeout` (TIMEOUT, not reached), `LegDisconnected` (closed, reset or half-closed
-before the answer's end: CONNECTION), `LegProtocolError` (not HTTP/1.x: CONNECTION),
-`LegDeadline` (TIMEOUT). The two timeouts are `TimeoutError`s.
-
-Flow control: a reader slower than the engine (a slow client behind the relay) leaves bytes
-buffered; past `_PAUSE_BYTES` the socket stops being read (`pause_reading`) until the reader
-catches up, so memory stays bounded and TCP pushes back on the engine.
+Errors: `leg_errors.py` (all `LegClientError`, mapped to the flow's failure kinds there);
+the answer type, its reader side and flow control: `leg_response.py`.
 """
 
 from __future__ import annotations
@@ -48,164 +41,30 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from pdorch.app.leg_errors import (
+    LegClientError,
+    LegConnectError,
+    LegConnectTimeout,
+    LegDeadline,
+    LegDisconnected,
+    LegProtocolError,
+)
+from pdorch.app.leg_response import PAUSE_BYTES, LegResponse
+
+__all__ = [
+    "KEEPALIVE_TIMEOUT_S",
+    "LegClientError",
+    "LegConnectError",
+    "LegConnectTimeout",
+    "LegDeadline",
+    "LegDisconnected",
+    "LegProtocolError",
+    "LegResponse",
+    "NativeLegClient",
+]
+
 KEEPALIVE_TIMEOUT_S = 4.0
-_PAUSE_BYTES = 1 << 20  # buffered body bytes past which the socket is not read
 _MAX_URLS = 4096  # parsed URLs cached (replicas x paths); cleared past it
-
-
-class LegClientError(Exception):
-    """A leg failed in the native client (transport or protocol)."""
-
-
-class LegConnectError(LegClientError):
-    """The engine could not be reached (refused, unreachable): it never saw the request."""
-
-
-class LegConnectTimeout(LegClientError, TimeoutError):
-    """No connection within `connect_timeout_s`: the engine never saw the request."""
-
-
-class LegDisconnected(LegClientError):
-    """The connection closed, reset or half-closed before the answer ended."""
-
-
-class LegProtocolError(LegClientError):
-    """The engine's bytes are not an HTTP/1.x answer."""
-
-
-class LegDeadline(LegClientError, TimeoutError):
-    """The leg's whole-answer deadline (`deadline_s`) passed."""
-
-
-class LegResponse:
-    """One answer: `status`, `content_type` once the head is in; the body by `read()` (all of
-    it) or `async for` (the bytes of each socket read, de-chunked); `close()` when done.
-
-    `close()` of an answer not read to the end closes the connection (the engine aborts the
-    request); of a complete one it does nothing (the connection went back at its end)."""
-
-    __slots__ = (
-        "_buffered",
-        "_chunks",
-        "_conn",
-        "_done",
-        "_error",
-        "_head",
-        "_timer",
-        "_until_eof",
-        "_waiter",
-        "content_type",
-        "status",
-    )
-
-    def __init__(self, conn: _Connection) -> None:
-        self.status = 0
-        self.content_type = "application/json"
-        self._conn: _Connection | None = conn
-        self._chunks: list[bytes] = []
-        self._buffered = 0
-        self._waiter: asyncio.Future[None] | None = None
-        self._head = False  # the status and headers are in
-        self._done = False  # the body's last byte is in
-        self._error: BaseException | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._until_eof = False  # no length, not chunked: the body ends at the close
-
-    # ---- the reader's side -------------------------------------------------------------------
-
-    async def _wait(self) -> None:
-        waiter = self._waiter
-        if waiter is None:
-            conn = self._conn
-            loop = conn.loop if conn is not None else asyncio.get_running_loop()
-            waiter = self._waiter = loop.create_future()
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-
-    async def head(self) -> None:
-        """Wait for the status line and headers (the error that ended the leg, if any)."""
-        while not self._head:
-            if self._error is not None:
-                raise self._error
-            await self._wait()
-
-    @property
-    def at_eof(self) -> bool:
-        """Every body byte was received and handed out."""
-        return self._done and not self._chunks
-
-    async def read(self) -> bytes:
-        """The whole (rest of the) body."""
-        while not self._done:
-            if self._error is not None:
-                raise self._error
-            await self._wait()
-        chunks = self._chunks
-        self._chunks = []
-        self._buffered = 0
-        if len(chunks) == 1:
-            return chunks[0]
-        return b"".join(chunks)
-
-    def __aiter__(self) -> LegResponse:
-        return self
-
-    async def __anext__(self) -> bytes:
-        while True:
-            chunks = self._chunks
-            if chunks:
-                self._chunks = []
-                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                if self._buffered > _PAUSE_BYTES and self._conn is not None:
-                    self._conn.resume()
-                self._buffered = 0
-                return data
-            if self._error is not None:
-                raise self._error
-            if self._done:
-                raise StopAsyncIteration
-            await self._wait()
-
-    def close(self) -> None:
-        """Done with the answer (see the class docstring). Idempotent."""
-        self._cancel_timer()
-        conn = self._conn
-        if conn is None:
-            return
-        self._conn = None
-        if self._error is None:
-            self._error = LegDisconnected("the answer was closed before its end")
-        self._wake()
-        conn.close()
-
-    # ---- the connection's side ---------------------------------------------------------------
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _fail(self, error: BaseException) -> None:
-        if self._done or self._error is not None:
-            return
-        self._error = error
-        self._cancel_timer()
-        self._wake()
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _expire(self) -> None:
-        self._timer = None
-        conn = self._conn
-        self._fail(LegDeadline("the leg's deadline passed"))
-        if conn is not None:
-            self._conn = None
-            conn.close()
 
 
 class _Connection(asyncio.Protocol):
@@ -264,7 +123,7 @@ class _Connection(asyncio.Protocol):
             chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             response._chunks.append(chunk)
             response._buffered += len(chunk)
-            if response._buffered > _PAUSE_BYTES and not self.paused and self.transport:
+            if response._buffered > PAUSE_BYTES and not self.paused and self.transport:
                 self.paused = True
                 self.transport.pause_reading()
             response._wake()

@@ -38,13 +38,9 @@ import aiohttp
 import httpx
 import msgspec
 
-from pdorch.app.leg_client import (
-    LegClientError,
-    LegConnectError,
-    LegConnectTimeout,
-    LegResponse,
-    NativeLegClient,
-)
+from pdorch.app.leg_client import NativeLegClient
+from pdorch.app.leg_errors import LegClientError, LegConnectError, LegConnectTimeout
+from pdorch.app.leg_response import LegResponse
 from pools.fleet import FailureKind
 from pools.health import classify_error
 from pools.pd_protocol import kv_transfer_params_of
@@ -134,7 +130,7 @@ async def prefill_leg(session: LegSession, url: str, body: bytes, headers: dict[
 def _close(response: Answer) -> None:
     """Back to the pool when fully read, else close the connection (the engine aborts)."""
     if isinstance(response, LegResponse):
-        response.close()  # the native answer knows (`leg_client.py`)
+        response.close()  # the native answer knows (`leg_response.py`)
     elif response.content.at_eof():
         response.release()
     else:

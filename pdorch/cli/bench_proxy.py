@@ -3,8 +3,8 @@
 What is measured is documented in `benchmarks/proxy_bench.py`. Progress goes to stderr; the
 report is a rich table (stdout, or stderr with `--json`); `--json` prints exactly one JSON
 object on stdout: `{"rows": [{"target": "pdorch|vllm-router|direct", "concurrency": C,
-"rps": X, "p50_ms": Y, "p99_ms": Z, "added_p50_ms", "rps_vs_vllm_router", ...}, ...],
-"skipped": {target: why}, "config": {...}}`.
+"rps": X, "rps_rounds": [...], "p50_ms": Y, "p99_ms": Z, "added_p50_ms",
+"rps_vs_vllm_router", ...}, ...], "skipped": {target: why}, "config": {...}}`.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def bench_proxy(
     py_spy_dir: Path | None = typer.Option(
         None,
         help="Record a py-spy flame graph of pdorch per concurrency into this directory "
-        "(pdorch-{whole,stream}-cN.svg; needs py-spy and ptrace rights). Default: no profile.",
+        "(TARGET-{whole,stream}-cN.svg per pdorch target; needs py-spy and ptrace rights). "
+        "Default: no profile.",
         file_okay=False,
     ),
     workers: list[str] = typer.Option(
@@ -81,6 +82,13 @@ def bench_proxy(
         help="`pdorch serve --workers N` per value, comma-separated or repeated (e.g. 1,2): "
         "target pdorch for 1, pdorch-wN for N > 1, side by side in one run; CPU per request "
         "counts the supervisor and every worker. Default: 1 (one coordinator process).",
+    ),
+    rounds: int = typer.Option(
+        1,
+        min=1,
+        help="Interleaved rounds per concurrency: each target's timed requests split into this "
+        "many rounds, the targets in turn per round (a load swing hits all alike); rows sum "
+        "their rounds and list each round's req/s (rps_rounds). Default: 1 (each target once).",
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object on stdout; table and progress on stderr."
@@ -120,6 +128,7 @@ def bench_proxy(
         stream=stream,
         py_spy_dir=py_spy_dir,
         workers=worker_counts,
+        rounds=rounds,
     )
 
     err = Console(stderr=True)

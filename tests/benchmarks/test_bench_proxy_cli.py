@@ -32,6 +32,8 @@ def test_json_shape_on_a_tiny_run(tmp_path: Path) -> None:
             "2",
             "--concurrency",
             "1,3",
+            "--rounds",
+            "2",
             "--targets",
             "direct,vllm-router,pdorch",
             "--log-dir",
@@ -59,6 +61,8 @@ def test_json_shape_on_a_tiny_run(tmp_path: Path) -> None:
             row = rows[(target, concurrency)]
             assert {"target", "concurrency", "rps", "p50_ms", "p99_ms"} <= set(row)
             assert row["ok"] == 12 and row["errors"] == 0, row["first_error"]
+            # `--rounds 2`: the 12 requests ran as two interleaved rounds, summed in the row
+            assert len(row["rps_rounds"]) == 2 and min(row["rps_rounds"]) > 0
             assert row["rps"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"]
             # every request really went through P/D: the decode engine pulled its prompt
             assert row["remote_prefill_frac"] == 1.0

@@ -28,8 +28,14 @@ from tests.coordinator.helpers import (
 )
 
 FAST_HEALTH = {"interval_s": 0.25, "timeout_s": 0.5}
-# probes run (they make the replicas routable at start) but never eject a hung engine
-NO_HEALTH = {"interval_s": 0.25, "timeout_s": 0.5, "probe_failures_to_eject": 100_000}
+# probes run (they make the replicas routable at start) but never eject a hung engine: timed
+# out probes have their own threshold (2), which raced the 1 s deadline (won by 29 ms)
+NO_HEALTH = {
+    "interval_s": 0.25,
+    "timeout_s": 0.5,
+    "probe_failures_to_eject": 100_000,
+    "probe_timeouts_to_eject": 100_000,
+}
 
 
 def _body(stream: bool) -> dict[str, Any]:

@@ -326,6 +326,42 @@ async def test_legs_past_the_cap_queue_and_a_cancelled_waiter_gives_its_turn_on(
         assert scripted.requests == 2 and scripted.connections == 1
 
 
+async def test_32_concurrent_legs_reach_the_engine_at_once_and_reuse_their_connections() -> None:
+    """C=32, the bench's concurrency: each wave's 32 legs are all at the engine at once (the
+    engine answers a wave only when all of it is in: a leg queued in the pool below the cap,
+    or waiting on anything but the engine, would hang the wave), and later waves reuse the
+    same 32 keep-alive connections (no connect per leg). The pool and reuse are not what
+    held native back at C=32 in the sequential bench (`benchmarks/results/proxy.md`)."""
+    width = 32
+    in_flight = peak = 0
+    full = asyncio.Event()
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> None:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        if in_flight == width:
+            full.set()
+        await full.wait()
+        in_flight -= 1
+        if in_flight == 0:
+            full.clear()
+        writer.write(whole(b'{"n":%d}' % n))
+
+    async with engine(answer) as (scripted, url), native() as client:
+        for wave in range(3):
+            legs = [decode_whole(client, url, b"{}", HEADERS) for _ in range(width)]
+            try:
+                async with asyncio.timeout(10):
+                    answers = await asyncio.gather(*legs)
+            except TimeoutError:
+                pytest.fail(f"wave {wave}: {in_flight} of {width} legs reached the engine")
+            assert all(content.startswith(b'{"n":') for content, _ in answers)
+        assert peak == width and scripted.requests == 3 * width
+        assert scripted.connections == width  # waves 2 and 3 reused wave 1's connections
+        assert client.connections(url) == (width, width)
+
+
 @pytest.mark.unit
 def test_leg_client_setting_is_validated_and_named() -> None:
     assert fleet().coordinator.leg_client == "aiohttp"

@@ -11,12 +11,14 @@ from __future__ import annotations
 import random
 from dataclasses import asdict
 
+import numpy as np
 import pytest
 
 from router.kv_events import BlockStored, EngineBlockHash
 from router.kv_index import KvIndex
 from router.pd_decision import PdDecisionParams, decide_pd
 from router.pd_router import PdRouter
+from router.plugins.scorers.token_load import TokenLoadParams, TokenLoadScorer
 from router.policies.config import PolicyConfig, RouterPolicyConfig, build_policy
 from router.replica_columns import ColumnBuilder, ReplicaColumns
 from router.replica_state import (
@@ -238,3 +240,27 @@ def test_builder_gathers_prefix_depths_as_the_dict() -> None:
         assert columns.overlap.tolist() == reference.overlap.tolist()
         assert list(columns) == list(reference)
         assert any(columns.overlap.tolist())
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 8, 9])
+def test_token_load_few_rows_score_as_the_array_path(replicas: int) -> None:
+    """At most `SCALAR_ROWS` rows `score_columns` runs the loop's arithmetic on the rows'
+    values: the same scores, bit for bit, and the same terms as the array path (9: the array
+    path itself), over every row and over a subset, with and without decode KV."""
+    rng = random.Random(replicas)
+    ids, load, static = _fleet(rng, replicas)
+    scorer = TokenLoadScorer(TokenLoadParams())
+    builder = ColumnBuilder()
+    for i in range(40):
+        request = _request(rng, i)
+        columns = builder.build(ids, _overlap(rng, ids, request), load, 1.0 + i, static)
+        every = np.arange(replicas, dtype=np.intp)
+        for rows in (every, every[::2]):
+            fast = scorer.score_columns(request, columns, rows, 1.0 + i)
+            arrays = scorer._score_arrays(request, columns, rows)
+            assert fast.values.dtype == np.float64
+            assert fast.values.tolist() == arrays.values.tolist()
+            assert fast.terms() == arrays.terms()
+        load.on_admitted(
+            f"n{i}", rng.choice(ids), 1.0 + i, prompt_tokens=900, uncached_tokens=500, block_size=BS
+        )

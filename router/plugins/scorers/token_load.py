@@ -57,7 +57,11 @@ so the simulator shows this term with a perfect length signal.
 **Columns** (issue 15): with `remaining_decode` false the same formula runs on
 `ReplicaColumns` as array operations (`score_columns`), the same IEEE operations in the same
 order, so every score is bit-identical to the loop's; a row without decode KV takes the
-`K = n = 0` branch exactly (`np.where`, not the general formula with zeros).
+`K = n = 0` branch exactly (`np.where`, not the general formula with zeros). At most
+`SCALAR_ROWS` (8) rows run the loop's Python arithmetic on the rows' values instead (the same
+operations, the same result): there each of the ~20 numpy calls costs 1-3 µs, more than the
+loop (`benchmarks/results/proxy.md`, "leg-client-3": 62 µs per request with one replica per
+pool); the terms, read only by explain, come from the array path.
 
 Example::
 
@@ -76,6 +80,7 @@ from router.plugins.registry import register
 from router.replica_columns import IntArray, ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
+SCALAR_ROWS = 8  # at most this many rows: Python arithmetic, not numpy (module docstring)
 _TERM_NAMES = (
     "uncached_tokens",
     "queued_tokens",
@@ -185,6 +190,51 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
 
     def score_columns(
         self, request: RoutingRequest, candidates: ReplicaColumns, rows: IntArray, now: float
+    ) -> ColumnScores:
+        """`score` over columns (module docstring, "Columns"): a few rows by the loop's
+        arithmetic, more as array operations."""
+        if len(rows) > SCALAR_ROWS:
+            return self._score_arrays(request, candidates, rows)
+        params = self.params
+        bs = request.block_size
+        prompt = request.prompt_tokens
+        default_tps = params.default_prefill_tokens_per_s
+        budget_tokens = params.max_num_batched_tokens
+        c = params.decode_s_per_kv_token
+        out = params.expected_output_tokens
+        if request.max_tokens is not None and request.max_tokens < out:
+            out = request.max_tokens
+        picked = candidates.ints[:, rows]
+        overlaps, queued, decode_blocks, in_flight = (
+            picked[0].tolist(),
+            picked[1].tolist(),
+            picked[2].tolist(),
+            picked[6].tolist(),
+        )
+        given_tps = candidates.tps[rows].tolist()
+        values: list[float] = []
+        for i, overlap in enumerate(overlaps):  # `score`'s loop, on the rows' values
+            uncached = prompt - overlap * bs
+            if uncached < 0:
+                uncached = 0
+            work = queued[i] + uncached
+            tps = given_tps[i] or default_tps
+            kv = decode_blocks[i] * bs
+            if kv > 0:
+                n = in_flight[i]
+                budget = budget_tokens - n if budget_tokens > n else 1
+                steps = -(-work // budget) if work > budget else 1
+                read = c * kv
+                values.append((work + steps * n) / tps + steps * read + out * (n / tps + read))
+            else:
+                values.append(work / tps + 0.0)
+        return ColumnScores(
+            np.array(values, dtype=np.float64),
+            lambda: self._score_arrays(request, candidates, rows).terms(),
+        )
+
+    def _score_arrays(
+        self, request: RoutingRequest, candidates: ReplicaColumns, rows: IntArray
     ) -> ColumnScores:
         """`score` as array operations (module docstring, "Columns")."""
         params = self.params

@@ -12,7 +12,8 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    default: with it and `floor_hold_s` 90 Azure spent 14 % fewer GPU-hours (1.628 vs 1.894)
    at -0.2 points, but the diurnal day lost its first ramp's minute (99.17 %: the mean's lag)
    and Mooncake's decode flapped (benchmarks/results/AUTOSCALE.md, Round 4).
-1. **Predictive floor** (recomputed whenever the forecaster is fed: every tick by default, or
+1. **Predictive floor** (`autoscale.predictive_floor.PredictiveFloor`, which owns the
+   forecaster and its feed; recomputed whenever the forecaster is fed: every tick by default, or
    one aggregate per `forecast_window_s`, and at least every `intervals.predictive_s`) from
    the forecaster's load at now and at `startup_s` ahead (the larger need wins, so capacity
    is asked for before the load arrives and not released before it leaves; only the rate is
@@ -71,6 +72,10 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    after an up, up past `ceil(need/(1+h))` after a down), so a need that hovers at a count's
    edge does not order and release a cold start every minute (`autoscale.stabilization`,
    which holds this step's state and rules; reason `hysteresis` when it holds an up).
+   **Persistence** (`reversal_ticks` N, 6): within that window after a down, an up the
+   predictive floor alone orders (the reactive count is at or below the current one) waits
+   until its up count has been above the current count N ticks in a row (reason
+   `persistence`): the 2-hour day's up-reversals were each a projection 1-4 ticks long.
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
@@ -85,7 +90,8 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
 
 `reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `ttft-queue`,
 `itl-concurrency-observed`, `kv-usage`, `ttft-breach`, `itl-breach[-pending]`, `min`, `max`,
-`stabilization`, `consolidation`, `budget`, `role-move`, `role-return`, `role-loan`); `details`
+`stabilization`, `consolidation`, `hysteresis`, `persistence`, `budget`, `role-move`,
+`role-return`, `role-loan`); `details`
 carries the inputs (`details["role_moves"]`: each pool's slack, shortage now, arriving moves and
 loan).
 """

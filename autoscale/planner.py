@@ -72,10 +72,11 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    after an up, up past `ceil(need/(1+h))` after a down), so a need that hovers at a count's
    edge does not order and release a cold start every minute (`autoscale.stabilization`,
    which holds this step's state and rules; reason `hysteresis` when it holds an up).
-   **Persistence** (`reversal_ticks` N, 6): within that window after a down, an up the
-   predictive floor alone orders (the reactive count is at or below the current one) waits
-   until its up count has been above the current count N ticks in a row (reason
-   `persistence`): the 2-hour day's up-reversals were each a projection 1-4 ticks long.
+   **Persistence** (`reversal_ticks` N; 1, off, by default; measured at 6): within that
+   window after a down, an up the predictive floor alone orders (the reactive count is at or
+   below the current one) waits until its up count has been above the current count N ticks
+   in a row (reason `persistence`): the 2-hour day's up-reversals were each a projection
+   1-4 ticks long.
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
@@ -156,7 +157,7 @@ class PdorchPlanner(Planner):
         decode_correction_on_target: bool = False,
         hysteresis: float = 0.1,
         hysteresis_window_s: float = 600.0,
-        reversal_ticks: int = 6,
+        reversal_ticks: int = 1,
     ) -> None:
         self.policy = policy
         self.perf = perf_model

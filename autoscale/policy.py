@@ -222,9 +222,9 @@ class PlannerOptions(_Strict):
       batch is read at; the KV pool and `max_num_seqs` cap it (`autoscale/sizing.py`).
     - `hysteresis` (0.1): within `hysteresis_window_s` (600) after a pool moved, its reversal
       reads the floor's need widened by this fraction (`autoscale/stabilization.py`).
-    - `reversal_ticks` (6; 1: off): within `hysteresis_window_s` after a pool went down, an up
-      the predictive floor alone orders (not the reactive terms) happens only once its up
-      count has been above the current count this many ticks in a row.
+    - `reversal_ticks` (1: off; measured at 6): within `hysteresis_window_s` after a pool went
+      down, an up the predictive floor alone orders (not the reactive terms) happens only
+      once its up count has been above the current count this many ticks in a row.
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -247,7 +247,7 @@ class PlannerOptions(_Strict):
     decode_correction_on_target: StrictBool = False
     hysteresis: float = Field(default=0.1, ge=0, le=1)
     hysteresis_window_s: float = Field(default=600.0, ge=0)
-    reversal_ticks: StrictInt = Field(default=6, ge=1)
+    reversal_ticks: StrictInt = Field(default=1, ge=1)
 
 
 class SloPolicy(_Strict):

@@ -34,8 +34,9 @@ needed, four times in 12 minutes, each a 120 s cold start (benchmarks/results/AU
 "The issue's workloads as named"). `down_band` 0 is the planner without it. Its default lives
 with the planner's options (`policy.PlannerOptions`).
 
-**Persistence of a floor-ordered reversal** (`reversal_ticks` N, default 1: off): within
-`window_s` after the pool last went **down**, an up the reactive terms do not ask for (their
+**Persistence of a floor-ordered reversal** (`reversal_ticks` N, default 1: off; measured at
+6): within `window_s` after the pool went **down**, that down being its last move, an up the
+reactive terms do not ask for (their
 count `reactive <= current`: the predictive floor alone orders it) happens only on the N-th
 consecutive tick whose up count is above the current count; a tick at or below it starts the
 count again (reason `persistence` while it waits). An up the reactive terms ask for (an
@@ -45,8 +46,9 @@ outside the window nothing waits (a ramp after a steady stretch is not delayed).
 by the floor for the load `startup_s` ahead on 1-4 ticks in a row: a Holt trend over 5 s
 windows turned positive on one noisy window (+16-22 % projected over the level) and the
 windows' mean OSL moved the need by +-15 % at a flat rate, so the up count passed the band
-for 5-20 s and fell back (benchmarks/results/autoscale-round9-flap/README.md). A real rise
-keeps the count above for as long as it lasts, so it waits `(N-1)·interval` at most.
+for 5-20 s and fell back (benchmarks/results/autoscale-round9-flap/README.md). A rise that
+stays over the band waits `(N-1)·interval`; one whose need hovers at the band's edge waits
+until it clears it (the day's night 1 -> 2 went 170 s later in the replay).
 """
 
 from __future__ import annotations

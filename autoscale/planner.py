@@ -12,7 +12,8 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    default: with it and `floor_hold_s` 90 Azure spent 14 % fewer GPU-hours (1.628 vs 1.894)
    at -0.2 points, but the diurnal day lost its first ramp's minute (99.17 %: the mean's lag)
    and Mooncake's decode flapped (benchmarks/results/AUTOSCALE.md, Round 4).
-1. **Predictive floor** (recomputed whenever the forecaster is fed: every tick by default, or
+1. **Predictive floor** (`autoscale.predictive_floor.PredictiveFloor`, which owns the
+   forecaster and its feed; recomputed whenever the forecaster is fed: every tick by default, or
    one aggregate per `forecast_window_s`, and at least every `intervals.predictive_s`) from
    the forecaster's load at now and at `startup_s` ahead (the larger need wins, so capacity
    is asked for before the load arrives and not released before it leaves; only the rate is
@@ -71,6 +72,11 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    after an up, up past `ceil(need/(1+h))` after a down), so a need that hovers at a count's
    edge does not order and release a cold start every minute (`autoscale.stabilization`,
    which holds this step's state and rules; reason `hysteresis` when it holds an up).
+   **Persistence** (`reversal_ticks` N; 1, off, by default; measured at 6): within that
+   window after a down, an up the predictive floor alone orders (the reactive count is at or
+   below the current one) waits until its up count has been above the current count N ticks
+   in a row (reason `persistence`): the 2-hour day's up-reversals were each a projection
+   1-4 ticks long.
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`); while it
    binds, the last split stands unless a fresh one gains more than `budget_margin` (0.2) in
    estimated attainment (0: a fresh split every tick).
@@ -87,55 +93,38 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
 
 `reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `ttft-queue`,
 `itl-concurrency-observed`, `kv-usage`, `ttft-breach`, `itl-breach[-pending]`, `min`, `max`,
-`stabilization`, `consolidation`, `budget`, `role-move`, `role-return`, `role-loan`); `details`
+`stabilization`, `consolidation`, `hysteresis`, `persistence`, `budget`, `role-move`,
+`role-return`, `role-loan`); `details`
 carries the inputs (`details["role_moves"]`: each pool's slack, shortage now, arriving moves and
 loan).
 """
 
 from __future__ import annotations
 
-from collections import deque
 from functools import partial
 from typing import Any
 
 from autoscale.budget import split_budget
 from autoscale.decision import RoleMove, ScaleDecision
-from autoscale.forecast_seam import (
-    EwmaForecaster,
-    Forecaster,
-    LoadForecast,
-    PredictorForecaster,
-    SlidingLoad,
-    aggregate,
-)
+from autoscale.forecast_seam import EwmaForecaster, Forecaster, PredictorForecaster, SlidingLoad
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_base import Planner, register_planner
 from autoscale.planner_terms import (
     Term,
     decode_correction,
-    decode_floor_need,
     fits,
     observed_breach,
     prefill_correction,
     reactive_term,
 )
 from autoscale.policy import SloPolicy
-from autoscale.projections import AheadRelease, Projection, TrendAge
+from autoscale.predictive_floor import POOLS, PredictiveFloor
+from autoscale.projections import AheadRelease, TrendAge
 from autoscale.residence import ResidenceMean
 from autoscale.role_moves import PoolView, RoleMover
 from autoscale.signals import Observation, Pool
-from autoscale.sizing import (
-    clamp_to_limits,
-    itl_target_s,
-    prefill_need,
-    replicas_for,
-    ttft_target_s,
-    uncached_tokens,
-)
-from autoscale.stabilization import PoolStabilizer, Windows, hold_count, up_count
-
-POOLS = (Pool.PREFILL, Pool.DECODE)
-LEVEL_WINDOWS = 6  # planner windows in the load's sliding mean, the measured `level_window_s`
+from autoscale.sizing import clamp_to_limits
+from autoscale.stabilization import PoolStabilizer, Windows
 
 
 class PdorchPlanner(Planner):
@@ -171,10 +160,10 @@ class PdorchPlanner(Planner):
         hysteresis: float = 0.1,
         hysteresis_window_s: float = 600.0,
         budget_margin: float = 0.2,
+        reversal_ticks: int = 1,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
-        self.forecaster: Forecaster = forecaster or EwmaForecaster()
         self.headroom = headroom
         self.margin = margin
         self.kv_high = kv_high
@@ -210,16 +199,12 @@ class PdorchPlanner(Planner):
         self._release = (
             AheadRelease(release_after_ticks, self.ahead_hold_s) if release_after_ticks else None
         )
-        self._proj: dict[Pool, Projection | None] = {p: None for p in POOLS}
         # the decode floor's need over the last residence time (`autoscale.residence`), and
         # the decode correction on the ITL target, not the KV-capped batch (`sizing`); both
         # off by default: with them Mooncake's floor asks the oracle's ~4 decode replicas, but
         # the shared budget then starves prefill (-0.5 points there, -0.46 on diurnal: Round 7)
-        self._residence = ResidenceMean() if decode_residence_mean else None
         self.decode_correction_on_target = decode_correction_on_target
-        self._decode_mean = 0.0
         self._level = SlidingLoad(self.level_window_s)
-        self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         # a reversal within `hysteresis_window_s` of a move reads the floor's need widened by
         # `hysteresis` (`autoscale.stabilization`)
         self.hysteresis = hysteresis
@@ -231,15 +216,25 @@ class PdorchPlanner(Planner):
         windows = Windows(
             st.scale_up_s, st.scale_down_s, fast_down_s, self.floor_hold_s, self.ahead_hold_s
         )
-        self._stabilizers = {p: PoolStabilizer(windows, hysteresis_window_s) for p in POOLS}
-        # the hold counts (`stabilization.hold_count`) of the floor for the load now and of
-        # the floor (the larger of now and `startup_s` ahead)
-        self._floor_now: dict[Pool, int] = {}
-        self._floor_hold: dict[Pool, int] = {}
-        self._floor_raw_now: dict[Pool, int] = {}
-        self._floor_up: dict[Pool, int] = {}
-        self._agg: list[Observation] = []
-        self._fed = False
+        # and a floor-ordered up within it after a down waits `reversal_ticks` ticks in a row
+        self._stabilizers = {
+            p: PoolStabilizer(windows, hysteresis_window_s, reversal_ticks) for p in POOLS
+        }
+        # steps 0-1: the forecaster and the floor sized from it (`autoscale.predictive_floor`)
+        self.floor = PredictiveFloor(
+            policy,
+            perf_model,
+            forecaster or EwmaForecaster(),
+            headroom=headroom,
+            forecast_window_s=self.forecast_window_s,
+            trend_cap=trend_cap,
+            trend_hold_s=trend_hold_s,
+            hysteresis=hysteresis,
+            trend_age=self._trend_age,
+            release=self._release,
+            residence=ResidenceMean() if decode_residence_mean else None,
+            decode_correction_on_target=decode_correction_on_target,
+        )
         self.correction: dict[Pool, float] = {p: 1.0 for p in POOLS}
         self._floor: dict[Pool, Term] = {}
         self._floor_at: float | None = None
@@ -247,20 +242,10 @@ class PdorchPlanner(Planner):
         # role moves (`autoscale.role_moves`); stand_in=False: only bridge a shortage now
         self.mover = RoleMover(hold_s=policy.stabilization.scale_down_s, stand_in=stand_in)
 
-    # -- forecast input ------------------------------------------------------------------
-    def _feed_forecaster(self, obs: Observation) -> bool:
-        """Feed the forecaster one aggregate per `forecast_window_s` (nothing before the first
-        whole one; 0 = every tick, the default): fewer, less noisy points for the trend, at the
-        cost of reacting a window later (benchmarks/results/AUTOSCALE.md measures both). True
-        when the forecaster saw something new."""
-        self._agg.append(obs)
-        span = sum(o.window_s for o in self._agg)
-        if span < self.forecast_window_s - 1e-9:
-            return False
-        self.forecaster.observe(aggregate(self._agg))
-        self._agg = []
-        self._fed = True
-        return True
+    @property
+    def forecaster(self) -> Forecaster:
+        """The floor's forecaster (`autoscale.predictive_floor`)."""
+        return self.floor.forecaster
 
     # -- terms -------------------------------------------------------------------------
     def _update_corrections(self, obs: Observation) -> None:
@@ -282,132 +267,6 @@ class PdorchPlanner(Planner):
                 continue
             k = self.correction[pool]
             self.correction[pool] = min(hi, max(lo, k + self.correction_alpha * (raw - k)))
-
-    def _floor_for(self, load: LoadForecast, obs: Observation) -> dict[Pool, Term]:
-        rate, isl, osl, hit = load
-        ttft = ttft_target_s(self.policy)
-        t_own = self.perf.prefill_time_s(uncached_tokens(isl, hit)) if isl > 0 else 0.0
-        # a request occupies a decode replica from its first token on: prefill queueing is
-        # not decode residence (the observed mean TTFT used here made the decode floor 16 %
-        # larger while the prefill pool was short), so the term is the model's own prefill
-        # time, as `sizing.size_window` has it
-        t_term = min(t_own, ttft)
-        inputs = {"rate_rps": rate, "isl": isl, "osl": osl, "hit": hit, "ttft_term_s": t_term}
-        p = prefill_need(
-            self.perf,
-            rate,
-            isl,
-            hit,
-            ttft,
-            correction=self.correction[Pool.PREFILL],
-            headroom=self.headroom,
-        )
-        d = decode_floor_need(
-            self.perf,
-            self.policy,
-            rate,
-            isl,
-            osl,
-            hit,
-            self.correction[Pool.DECODE],
-            self.headroom,
-            self.decode_correction_on_target,
-        )
-        return {
-            Pool.PREFILL: Term(replicas_for(p), "ttft-throughput", {**inputs, "need": p}),
-            Pool.DECODE: Term(replicas_for(d), "itl-concurrency", {**inputs, "need": d}),
-        }
-
-    def _predictive_floor(self, obs: Observation) -> dict[Pool, Term]:
-        out: dict[Pool, Term] = {}
-        level = LoadForecast(*self.forecaster.forecast(0.0))
-        if not self._fed and self._agg:  # before the first whole window: what it saw
-            a = aggregate(self._agg)
-            level = LoadForecast(
-                a.arrival_rps, a.mean_isl_tokens, a.mean_osl_tokens, a.prefix_hit_rate
-            )
-        if self._release is not None:
-            self._release.observe(obs.now, level.rate_rps)
-        # while a released projection's bar stands, nothing is projected (`autoscale.projections`)
-        project = self._release is None or not self._release.suppressed
-        for pool in POOLS:
-            horizon = self.policy.limits(pool).startup_s
-            best: Term | None = None
-            at: dict[float, int] = {}
-            raw_at: dict[float, int] = {}
-            hold = up = 0
-            self._proj[pool] = None
-            for h in (0.0, horizon) if project else (0.0,):
-                fc = self.forecaster.forecast(h) if self._fed else level
-                ahead = LoadForecast(*fc)
-                projected = ahead.rate_rps
-                if h > 0 and self._trend_age is not None:
-                    projected = self._trend_age.damp(
-                        obs.now, level.rate_rps, projected, h, self.interval_s
-                    )
-                # only the rate is projected (lengths and hit rate at their level), and by at
-                # most `trend_cap` x the level: a trend is evidence of growth, not a measure
-                rate = min(projected, self.trend_cap * level.rate_rps)
-                if h > 0:
-                    rate = self._sustained(pool, obs.now, rate, level.rate_rps)
-                    if self._release is not None:
-                        self._proj[pool] = self._release.track(
-                            Projection(obs.now, level.rate_rps, rate, h)
-                        )
-                load = level._replace(rate_rps=rate)
-                term = self._floor_for(load, obs)[pool]
-                if pool is Pool.DECODE and self._residence is not None:
-                    term = self._over_residence(obs.now, term, h, rate, level.rate_rps)
-                term.inputs["horizon_s"] = h
-                need = float(term.inputs["need"])
-                at[h] = hold_count(need, self.hysteresis)
-                up = max(up, up_count(need, self.hysteresis))
-                raw_at[h] = term.replicas
-                hold = max(hold, at[h])
-                if best is None or term.replicas > best.replicas:
-                    best = term
-            assert best is not None
-            out[pool] = best
-            self._floor_now[pool] = at[0.0]
-            self._floor_hold[pool] = hold
-            self._floor_raw_now[pool] = raw_at[0.0]
-            self._floor_up[pool] = up
-        return out
-
-    def _over_residence(
-        self, now: float, term: Term, horizon: float, rate: float, level_rate: float
-    ) -> Term:
-        """The decode floor's need as its mean over the last residence time
-        (`autoscale.residence`): this tick's need joins the mean at the horizon 0; a floor
-        for the load ahead is that mean scaled by the projected rate over the level's."""
-        assert self._residence is not None
-        tick = float(term.inputs["need"])
-        if horizon <= 0:
-            x = term.inputs
-            residence = float(x["ttft_term_s"]) + float(x["osl"]) * itl_target_s(self.policy)
-            self._decode_mean = self._residence.add(now, tick, residence)
-            need = self._decode_mean
-            term.inputs["residence_s"] = residence
-        else:
-            need = self._decode_mean * rate / level_rate if level_rate > 0 else tick
-        return Term(replicas_for(need), term.reason, {**term.inputs, "need": need, "tick": tick})
-
-    def _sustained(self, pool: Pool, now: float, projected: float, level: float) -> float:
-        """The projected rate's growth over the level, as sustained for `trend_hold_s`: the
-        level plus the mean growth projected by the ticks of the last `trend_hold_s` (0: the
-        projection as it is). A Holt trend over 5 s windows is mostly noise (Azure x14: ±18 %
-        per window, so the projection sat at the 1.5x cap about half the time and the 180 s
-        scale-down window kept its peaks); a real ramp projects growth on average. (The
-        smallest growth of the window was tried: at the diurnal day's night rates one noisy
-        tick cancelled the ramp's order and attainment fell to 83 %.)"""
-        hist = self._ahead[pool]
-        growth = projected - level
-        hist.append((now, growth))
-        while hist and now - hist[0][0] > self.trend_hold_s:
-            hist.popleft()
-        if self.trend_hold_s <= 0:
-            return projected
-        return level + max(0.0, sum(g for _, g in hist) / len(hist))
 
     def _fits(self, obs: Observation, pool: Pool, m: int) -> bool:
         return fits(
@@ -446,15 +305,15 @@ class PdorchPlanner(Planner):
         # the load of the last `level_window_s` (`forecast_seam.SlidingLoad`): the floor's
         # forecaster input (when fed every tick) and what the reactive and fit terms read
         view = self._level.add(obs)
-        fed = self._feed_forecaster(view if self.forecast_window_s <= 0 else obs)
+        fed = self.floor.feed(view if self.forecast_window_s <= 0 else obs)
         self._update_corrections(obs)
         if (
             self._floor_at is None
             or fed
-            or not self._fed
+            or not self.floor.fed
             or now - self._floor_at >= self.policy.intervals.predictive_s
         ):
-            self._floor = self._predictive_floor(obs)
+            self._floor = self.floor.compute(obs, self.correction)
             self._floor_at = now
         desired: dict[Pool, int] = {}
         reasons: dict[Pool, str] = {}
@@ -478,19 +337,16 @@ class PdorchPlanner(Planner):
             )
             term = react if react.replicas > floor.replicas else floor
             stabilizer = self._stabilizers[pool]
-            floor_hold = self._floor_hold.get(pool, floor.replicas)
+            counts = self.floor.counts[pool]
             stabilizer.record_floor(
                 now,
-                (
-                    self._clamped(pool, self._floor_raw_now.get(pool, 0)),
-                    self._clamped(pool, self._floor_now.get(pool, 0)),
-                ),
-                (self._clamped(pool, floor.replicas), self._clamped(pool, floor_hold)),
-                self._proj[pool],
+                (self._clamped(pool, counts.raw_now), self._clamped(pool, counts.now)),
+                (self._clamped(pool, floor.replicas), self._clamped(pool, counts.hold)),
+                self.floor.projection[pool],
             )
             n, bound = clamp_to_limits(self.policy, pool, term.replicas)
-            hold = self._clamped(pool, max(react.replicas, floor_hold))
-            up = self._clamped(pool, max(react.replicas, self._floor_up.get(pool, floor.replicas)))
+            hold = self._clamped(pool, max(react.replicas, counts.hold))
+            up = self._clamped(pool, max(react.replicas, counts.up))
             raw[pool] = n
             desired[pool], reasons[pool] = stabilizer.decide(
                 now,
@@ -501,6 +357,7 @@ class PdorchPlanner(Planner):
                 now - self._started,
                 partial(self._consolidated, view, pool),
                 up,
+                self._clamped(pool, react.replicas),
             )
             details[str(pool)] = {
                 "floor": floor.replicas,

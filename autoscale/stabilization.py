@@ -33,6 +33,22 @@ percent; the down rule found 5 enough for 180 s, then 20-50 s later the up rule 
 needed, four times in 12 minutes, each a 120 s cold start (benchmarks/results/AUTOSCALE.md,
 "The issue's workloads as named"). `down_band` 0 is the planner without it. Its default lives
 with the planner's options (`policy.PlannerOptions`).
+
+**Persistence of a floor-ordered reversal** (`reversal_ticks` N, default 1: off; measured at
+6): within `window_s` after the pool went **down**, that down being its last move, an up the
+reactive terms do not ask for (their
+count `reactive <= current`: the predictive floor alone orders it) happens only on the N-th
+consecutive tick whose up count is above the current count; a tick at or below it starts the
+count again (reason `persistence` while it waits). An up the reactive terms ask for (an
+observed queue, concurrency, KV or a breach above the current count) goes at once, and
+outside the window nothing waits (a ramp after a steady stretch is not delayed). Why: on the
+2-hour diurnal day each of decode's three up-reversals (4,615, 5,040 and 6,370 s) was ordered
+by the floor for the load `startup_s` ahead on 1-4 ticks in a row: a Holt trend over 5 s
+windows turned positive on one noisy window (+16-22 % projected over the level) and the
+windows' mean OSL moved the need by +-15 % at a flat rate, so the up count passed the band
+for 5-20 s and fell back (benchmarks/results/autoscale-round9-flap/README.md). A rise that
+stays over the band waits `(N-1)·interval`; one whose need hovers at the band's edge waits
+until it clears it (the day's night 1 -> 2 went 170 s later in the replay).
 """
 
 from __future__ import annotations
@@ -76,6 +92,7 @@ class PoolStabilizer:
 
     windows: Windows
     window_s: float = 0.0  # how long after a move the reversal reads the banded counts
+    reversal_ticks: int = 1  # consecutive ticks a floor-ordered up after a down must last
     _raw: deque[tuple[float, int]] = field(default_factory=deque)
     _hold: deque[tuple[float, int]] = field(default_factory=deque)
     _fit: deque[tuple[float, int]] = field(default_factory=deque)
@@ -86,6 +103,7 @@ class PoolStabilizer:
     )
     _last_up: float | None = None
     _last_down: float | None = None
+    _streak: int = 0  # consecutive ticks, up to this one, whose up count was above current
 
     def record_floor(
         self,
@@ -105,6 +123,12 @@ class PoolStabilizer:
         """Does the way up read the up count now (the pool went down within `window_s`)?"""
         return self._last_down is not None and now - self._last_down <= self.window_s
 
+    def reverses_down(self) -> bool:
+        """Was the pool's last move a down (so an up now is a direction change)?"""
+        return self._last_down is not None and (
+            self._last_up is None or self._last_up < self._last_down
+        )
+
     def decide(
         self,
         now: float,
@@ -115,15 +139,29 @@ class PoolStabilizer:
         watched_s: float,
         consolidated: Consolidate,
         up: int | None = None,
+        reactive: int | None = None,
     ) -> tuple[int, str]:
         """The pool's count and its reason for this tick; `up <= raw <= hold` (module
-        docstring; `up` None: `raw`)."""
-        held = raw > current and self.up_banded(now) and (raw if up is None else up) <= current
+        docstring; `up` None: `raw`; `reactive` None: the up is the reactive terms')."""
+        up_n = raw if up is None else up
+        self._streak = self._streak + 1 if up_n > current else 0
+        banded_up = raw > current and self.up_banded(now)
+        held = banded_up and up_n <= current
+        waits = (
+            banded_up
+            and not held
+            and self.reverses_down()
+            and reactive is not None
+            and reactive <= current
+            and self._streak < self.reversal_ticks
+        )
         n, why = self._decide(
-            now, current if held else raw, hold, reason, current, watched_s, consolidated
+            now, current if held or waits else raw, hold, reason, current, watched_s, consolidated
         )
         if held:
             why = "hysteresis"
+        elif waits:
+            why = "persistence"
         if n > current:
             self._last_up = now
         elif n < current:

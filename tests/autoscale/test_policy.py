@@ -147,6 +147,7 @@ def test_planner_options_reach_the_registered_planner(tmp_path: Path) -> None:
         ("planner:\n  trend_age: 'yes please'\n", "planner.trend_age", "boolean"),
         ("planner:\n  trend_cap: 0.5\n", "planner.trend_cap", "greater than or equal to 1"),
         ("planner:\n  floor_hold: 90\n", "planner.floor_hold", "Extra inputs"),
+        ("planner:\n  reversal_ticks: 0\n", "planner.reversal_ticks", "greater than or equal"),
     ],
 )
 def test_bad_planner_options_name_the_field_and_line(

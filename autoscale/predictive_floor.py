@@ -1,0 +1,237 @@
+"""pdorch's predictive floor (planner steps 0-1): what the forecast load needs, now and ahead.
+
+`PredictiveFloor` owns the forecaster and everything that turns its forecast into replica
+counts; the planner (`autoscale.planner`) feeds it one observation per tick and reads a
+`Term` per pool, plus the counts its stabilization reads (`FloorCounts`). Pure: `now` comes
+with the observation; the state is the forecaster's and the recent ticks'.
+
+- **Feed** (`feed`): one aggregate per `forecast_window_s` (0, the default: every tick).
+- **Sizing** (`compute`): from the forecaster's load at now and at `startup_s` ahead (the
+  larger need wins, so capacity is asked for before the load arrives and not released before
+  it leaves; before the first whole window, the partial windows' load). Only the rate is
+  projected, at most `trend_cap` (1.5) x its level, and only by the mean growth projected
+  over the last `trend_hold_s` (30 s: `_sustained`), so a one-tick trend is noise, not an
+  order. Options: `trend_age` and `release_after_ticks` (`autoscale.projections`, Round 6),
+  `decode_residence_mean` (`autoscale.residence`) and `decode_correction_on_target`
+  (`autoscale.sizing`, Round 7): all off by default.
+  `N_p = ceil(rate·ISL·(1-hit) / (C_p(ISL_u, TTFT)·h/k_p))`,
+  `N_d = ceil(rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k_d))`, `T_own` = the model's
+  prefill time of the uncached prompt capped at the TTFT target, `h` = `headroom` (0.9), `k`
+  the planner's correction factors.
+- **Counts** (`counts[pool]`): the hysteresis counts of the floor's fractional need
+  (`autoscale.stabilization`): raw and hold counts of the floor for the load now, the hold
+  count of the floor (the larger of now and ahead), and its up count.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from autoscale.forecast_seam import Forecaster, LoadForecast, aggregate
+from autoscale.perf_model_base import PerfModel
+from autoscale.planner_terms import Term, decode_floor_need
+from autoscale.policy import SloPolicy
+from autoscale.projections import AheadRelease, Projection, TrendAge
+from autoscale.residence import ResidenceMean
+from autoscale.signals import Observation, Pool
+from autoscale.sizing import (
+    itl_target_s,
+    prefill_need,
+    replicas_for,
+    ttft_target_s,
+    uncached_tokens,
+)
+from autoscale.stabilization import hold_count, up_count
+
+POOLS = (Pool.PREFILL, Pool.DECODE)
+
+
+@dataclass(frozen=True, slots=True)
+class FloorCounts:
+    """One pool's floor counts of a tick (`autoscale.stabilization`'s hysteresis counts)."""
+
+    raw_now: int  # ceil(need) of the floor for the load now
+    now: int  # hold count of the floor for the load now
+    hold: int  # hold count of the floor (the larger of now and `startup_s` ahead)
+    up: int  # up count of the floor
+
+
+class PredictiveFloor:
+    """The forecaster, its feed and the floor sized from it (module docstring)."""
+
+    def __init__(
+        self,
+        policy: SloPolicy,
+        perf_model: PerfModel,
+        forecaster: Forecaster,
+        *,
+        headroom: float,
+        forecast_window_s: float,
+        trend_cap: float,
+        trend_hold_s: float,
+        hysteresis: float,
+        trend_age: TrendAge | None,
+        release: AheadRelease | None,
+        residence: ResidenceMean | None,
+        decode_correction_on_target: bool,
+    ) -> None:
+        self.policy = policy
+        self.perf = perf_model
+        self.forecaster = forecaster
+        self.headroom = headroom
+        self.interval_s = policy.intervals.reactive_s
+        self.forecast_window_s = forecast_window_s
+        self.trend_cap = trend_cap
+        self.trend_hold_s = trend_hold_s
+        self.hysteresis = hysteresis
+        self._trend_age = trend_age
+        self._release = release
+        self._residence = residence
+        self.decode_correction_on_target = decode_correction_on_target
+        self.projection: dict[Pool, Projection | None] = {p: None for p in POOLS}
+        self.counts: dict[Pool, FloorCounts] = {}
+        self._decode_mean = 0.0
+        self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
+        self._agg: list[Observation] = []
+        self.fed = False  # has the forecaster seen a whole window yet
+
+    # -- forecast input ------------------------------------------------------------------
+    def feed(self, obs: Observation) -> bool:
+        """Feed the forecaster one aggregate per `forecast_window_s` (nothing before the first
+        whole one; 0 = every tick, the default): fewer, less noisy points for the trend, at the
+        cost of reacting a window later (benchmarks/results/AUTOSCALE.md measures both). True
+        when the forecaster saw something new."""
+        self._agg.append(obs)
+        span = sum(o.window_s for o in self._agg)
+        if span < self.forecast_window_s - 1e-9:
+            return False
+        self.forecaster.observe(aggregate(self._agg))
+        self._agg = []
+        self.fed = True
+        return True
+
+    # -- sizing ----------------------------------------------------------------------------
+    def _floor_for(self, load: LoadForecast, correction: dict[Pool, float]) -> dict[Pool, Term]:
+        rate, isl, osl, hit = load
+        ttft = ttft_target_s(self.policy)
+        t_own = self.perf.prefill_time_s(uncached_tokens(isl, hit)) if isl > 0 else 0.0
+        # a request occupies a decode replica from its first token on: prefill queueing is
+        # not decode residence (the observed mean TTFT used here made the decode floor 16 %
+        # larger while the prefill pool was short), so the term is the model's own prefill
+        # time, as `sizing.size_window` has it
+        t_term = min(t_own, ttft)
+        inputs = {"rate_rps": rate, "isl": isl, "osl": osl, "hit": hit, "ttft_term_s": t_term}
+        p = prefill_need(
+            self.perf,
+            rate,
+            isl,
+            hit,
+            ttft,
+            correction=correction[Pool.PREFILL],
+            headroom=self.headroom,
+        )
+        d = decode_floor_need(
+            self.perf,
+            self.policy,
+            rate,
+            isl,
+            osl,
+            hit,
+            correction[Pool.DECODE],
+            self.headroom,
+            self.decode_correction_on_target,
+        )
+        return {
+            Pool.PREFILL: Term(replicas_for(p), "ttft-throughput", {**inputs, "need": p}),
+            Pool.DECODE: Term(replicas_for(d), "itl-concurrency", {**inputs, "need": d}),
+        }
+
+    def compute(self, obs: Observation, correction: dict[Pool, float]) -> dict[Pool, Term]:
+        """This tick's floor per pool (module docstring); sets `counts` and `projection`."""
+        out: dict[Pool, Term] = {}
+        level = LoadForecast(*self.forecaster.forecast(0.0))
+        if not self.fed and self._agg:  # before the first whole window: what it saw
+            a = aggregate(self._agg)
+            level = LoadForecast(
+                a.arrival_rps, a.mean_isl_tokens, a.mean_osl_tokens, a.prefix_hit_rate
+            )
+        if self._release is not None:
+            self._release.observe(obs.now, level.rate_rps)
+        # while a released projection's bar stands, nothing is projected (`autoscale.projections`)
+        project = self._release is None or not self._release.suppressed
+        for pool in POOLS:
+            horizon = self.policy.limits(pool).startup_s
+            best: Term | None = None
+            at: dict[float, int] = {}
+            raw_at: dict[float, int] = {}
+            hold = up = 0
+            self.projection[pool] = None
+            for h in (0.0, horizon) if project else (0.0,):
+                fc = self.forecaster.forecast(h) if self.fed else level
+                ahead = LoadForecast(*fc)
+                projected = ahead.rate_rps
+                if h > 0 and self._trend_age is not None:
+                    projected = self._trend_age.damp(
+                        obs.now, level.rate_rps, projected, h, self.interval_s
+                    )
+                # only the rate is projected (lengths and hit rate at their level), and by at
+                # most `trend_cap` x the level: a trend is evidence of growth, not a measure
+                rate = min(projected, self.trend_cap * level.rate_rps)
+                if h > 0:
+                    rate = self._sustained(pool, obs.now, rate, level.rate_rps)
+                    if self._release is not None:
+                        self.projection[pool] = self._release.track(
+                            Projection(obs.now, level.rate_rps, rate, h)
+                        )
+                load = level._replace(rate_rps=rate)
+                term = self._floor_for(load, correction)[pool]
+                if pool is Pool.DECODE and self._residence is not None:
+                    term = self._over_residence(obs.now, term, h, rate, level.rate_rps)
+                term.inputs["horizon_s"] = h
+                need = float(term.inputs["need"])
+                at[h] = hold_count(need, self.hysteresis)
+                up = max(up, up_count(need, self.hysteresis))
+                raw_at[h] = term.replicas
+                hold = max(hold, at[h])
+                if best is None or term.replicas > best.replicas:
+                    best = term
+            assert best is not None
+            out[pool] = best
+            self.counts[pool] = FloorCounts(raw_at[0.0], at[0.0], hold, up)
+        return out
+
+    def _over_residence(
+        self, now: float, term: Term, horizon: float, rate: float, level_rate: float
+    ) -> Term:
+        """The decode floor's need as its mean over the last residence time
+        (`autoscale.residence`): this tick's need joins the mean at the horizon 0; a floor
+        for the load ahead is that mean scaled by the projected rate over the level's."""
+        assert self._residence is not None
+        tick = float(term.inputs["need"])
+        if horizon <= 0:
+            x = term.inputs
+            residence = float(x["ttft_term_s"]) + float(x["osl"]) * itl_target_s(self.policy)
+            self._decode_mean = self._residence.add(now, tick, residence)
+            need = self._decode_mean
+            term.inputs["residence_s"] = residence
+        else:
+            need = self._decode_mean * rate / level_rate if level_rate > 0 else tick
+        return Term(replicas_for(need), term.reason, {**term.inputs, "need": need, "tick": tick})
+
+    def _sustained(self, pool: Pool, now: float, projected: float, level: float) -> float:
+        """The projected rate's growth over the level, as sustained for `trend_hold_s`: the
+        level plus the mean growth projected by the ticks of the last `trend_hold_s` (0: the
+        projection as it is). A Holt trend over 5 s windows is mostly noise (Azure x14: ±18 %
+        per window, so the projection sat at the 1.5x cap about half the time and the 180 s
+        scale-down window kept its peaks); a real ramp projects growth on average. (The
+        smallest growth of the window was tried: at the diurnal day's night rates one noisy
+        tick cancelled the ramp's order and attainment fell to 83 %.)"""
+        hist = self._ahead[pool]
+        growth = projected - level
+        hist.append((now, growth))
+        while hist and now - hist[0][0] > self.trend_hold_s:
+            hist.popleft()
+        if self.trend_hold_s <= 0:
+            return projected
+        return level + max(0.0, sum(g for _, g in hist) / len(hist))

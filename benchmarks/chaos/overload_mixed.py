@@ -33,7 +33,8 @@ after the drain; `coordinator_rss_mib`: the VmHWM (high-water mark) at idle
 and at the end; `loop_lag_s_max_polled`: the largest `pdorch_event_loop_lag_seconds` (the
 coordinator's last lag probe) seen in the polls; `head_shed_max_lag_s`: the lag bound the
 coordinator ran with (`FleetSettings.head_shed_max_lag_s`, `--head-shed-max-lag-s`; None: its
-default). Shed reasons also `loop_lag` / `pending` (429 at the request head, `head_shed.py`).
+default); `head_shed_max_pending`: its `max_pending_requests` (`--head-shed-max-pending`; None:
+its default). Shed reasons also `loop_lag` / `pending` (429 at the request head, `head_shed.py`).
 `coordinator_rejected`: the coordinator's own `pdorch_rejected_total` by reason after the drain
 (what it shed, against what the clients saw); `cpu_during_burst`: the CPU seconds and cores
 (CPU s / wall s; 1.0 = one core busy the whole time) of the bench client process (the steady
@@ -356,6 +357,7 @@ async def run_overload_mixed(
             "in_flight_after": view.get("requests_in_flight"),
         },
         "head_shed_max_lag_s": fleet_settings.head_shed_max_lag_s,
+        "head_shed_max_pending": fleet_settings.head_shed_max_pending,
         "loop_lag_s_max_polled": seen.get("loop_lag_s"),
         "coordinator_rss_mib": {"idle_peak": rss_idle, "peak": rss_peak},
         "coordinator_rejected": rejected,

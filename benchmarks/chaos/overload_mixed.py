@@ -35,11 +35,13 @@ coordinator's last lag probe) seen in the polls; `head_shed_max_lag_s`: the lag 
 coordinator ran with (`FleetSettings.head_shed_max_lag_s`, `--head-shed-max-lag-s`; None: its
 default); `head_shed_max_pending`: its `max_pending_requests` (`--head-shed-max-pending`; None:
 its default). Shed reasons also `loop_lag` / `pending` (429 at the request head, `head_shed.py`).
-`coordinator_rejected`: the coordinator's own `pdorch_rejected_total` by reason after the drain
-(what it shed, against what the clients saw); `cpu_during_burst`: the CPU seconds and cores
-(CPU s / wall s; 1.0 = one core busy the whole time) of the bench client process (the steady
-clients, the burst's sockets, the poller: one event loop) and of the coordinator from the
-burst's start to its last answer, so a run can tell whether the client was its bottleneck.
+`steady_bins`: the steady streamed TTFT p50/p99 in 5 s windows from the burst on (12 of
+them), to compare runs whose bursts last differently. `coordinator_rejected`: the
+coordinator's own `pdorch_rejected_total` by reason after the drain (what it shed, against
+what the clients saw); `cpu_during_burst`: the CPU seconds and cores (CPU s / wall s; 1.0 =
+one core busy the whole time) of the bench client process (the steady clients, the burst's
+sockets, the poller: one event loop) and of the coordinator from the burst's start to its
+last answer, so a run can tell whether the client was its bottleneck.
 """
 
 from __future__ import annotations
@@ -187,6 +189,31 @@ def steady_windows(
             "whole": len(whole),
             "whole_latency_p99_s": quantile(whole, 0.99),
         }
+    return out
+
+
+def steady_bins(
+    results: Sequence[RequestResult], burst_at: float, bin_s: float = 5.0, bins: int = 12
+) -> list[dict[str, Any]]:
+    """The steady clients' streamed TTFT in equal windows from the burst on (`bin_s` each,
+    `bins` of them): runs whose burst lasts longer or shorter compare window by window, not
+    over a "during" that has a different length in each."""
+    out: list[dict[str, Any]] = []
+    for i in range(bins):
+        lo, hi = burst_at + i * bin_s, burst_at + (i + 1) * bin_s
+        ttft = [
+            r.ttft_s
+            for r in results
+            if lo <= r.start_s < hi and r.ok and r.group == "stream" and r.ttft_s is not None
+        ]
+        out.append(
+            {
+                "from_burst_s": round(i * bin_s, 3),
+                "streams": len(ttft),
+                "p50": quantile(ttft, 0.5),
+                "p99": quantile(ttft, 0.99),
+            }
+        )
     return out
 
 
@@ -348,6 +375,7 @@ async def run_overload_mixed(
         "routing": {},
         "classes": classes,
         "steady": steady_windows(results, burst_at, burst_end),
+        "steady_bins": steady_bins(results, burst_at),
         "burst_at_s": round(burst_at, 3),
         "burst_end_s": round(burst_end, 3),
         "queue": {

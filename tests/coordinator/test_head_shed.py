@@ -174,3 +174,45 @@ async def test_a_burst_of_low_priority_clients_is_shed_fast_and_high_priority_is
         async with http_client(base_url=served.url, timeout=10.0) as client:
             metrics = (await client.get("/metrics")).text
         assert _rejected(metrics, "loop_lag") + _rejected(metrics, "pending") == len(shed)
+
+
+async def _read_answer(reader: asyncio.StreamReader) -> int:
+    """One HTTP/1.1 answer with a content-length off `reader`; its status."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    await reader.readexactly(length)
+    return int(head.split(b" ", 2)[1])
+
+
+async def test_pipelined_heads_leave_pending_when_they_run_or_their_connection_drops() -> None:
+    """`pending` counts a head in when it is let through and out when its handler starts: a
+    pipelined one starts only after the answer ahead of it, and one whose connection closes
+    first never starts, so the edge counts it out at the connection's loss."""
+    async with run_coordinator(fleet()) as pd:
+        assert pd.head_shed is not None
+        host, port = pd.url.removeprefix("http://").split(":")
+        body = json.dumps(REQUEST).encode()
+        one = (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(one * 3)  # three heads in one read: one runs, two wait behind it
+        assert [await _read_answer(reader) for _ in range(3)] == [200, 200, 200]
+        writer.close()
+        await writer.wait_closed()
+
+        async def settled() -> bool:
+            assert pd.head_shed is not None
+            return pd.head_shed.pending == 0 and pd.coordinator.in_flight == 0
+
+        await async_wait_until(settled, timeout=20.0, message="pending back to 0 (answered)")
+        _, writer = await asyncio.open_connection(host, int(port))
+        writer.write(one * 4)  # then gone before any answer: three never start
+        writer.close()
+        await writer.wait_closed()
+        await async_wait_until(settled, timeout=20.0, message="pending back to 0 (dropped)")

@@ -77,6 +77,8 @@ class FleetSettings:
     # head shedding while the coordinator's loop lags (pdorch/app/head_shed.py): None = the
     # coordinator's default (`coordinator.head_shed.max_lag_s`)
     head_shed_max_lag_s: float | None = None
+    # ... and its cap on heads waiting for their handler (None: the coordinator's default)
+    head_shed_max_pending: int | None = None
 
 
 @dataclass
@@ -199,8 +201,12 @@ class ChaosFleet:
                 f", max_concurrent_requests: {s.max_concurrent_requests}, admission: "
                 f"{{max_queue: {s.max_queue}, max_wait_s: {s.max_wait_s}}}"
             )
-        if s.head_shed_max_lag_s is not None:
-            admission += f", head_shed: {{max_lag_s: {s.head_shed_max_lag_s}}}"
+        head_shed = {
+            "max_lag_s": s.head_shed_max_lag_s,
+            "max_pending_requests": s.head_shed_max_pending,
+        }
+        if shed := ", ".join(f"{k}: {v}" for k, v in head_shed.items() if v is not None):
+            admission += f", head_shed: {{{shed}}}"
         return (
             f"served_model_name: {s.served_model_name}\n"
             "block_size: 16\n"

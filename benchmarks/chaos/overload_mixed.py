@@ -33,7 +33,15 @@ after the drain; `coordinator_rss_mib`: the VmHWM (high-water mark) at idle
 and at the end; `loop_lag_s_max_polled`: the largest `pdorch_event_loop_lag_seconds` (the
 coordinator's last lag probe) seen in the polls; `head_shed_max_lag_s`: the lag bound the
 coordinator ran with (`FleetSettings.head_shed_max_lag_s`, `--head-shed-max-lag-s`; None: its
-default). Shed reasons also `loop_lag` / `pending` (429 at the request head, `head_shed.py`).
+default); `head_shed_max_pending`: its `max_pending_requests` (`--head-shed-max-pending`; None:
+its default). Shed reasons also `loop_lag` / `pending` (429 at the request head, `head_shed.py`).
+`steady_bins`: the steady streamed TTFT p50/p99 in 5 s windows from the burst on (12 of
+them), to compare runs whose bursts last differently. `coordinator_rejected`: the
+coordinator's own `pdorch_rejected_total` by reason after the drain (what it shed, against
+what the clients saw); `cpu_during_burst`: the CPU seconds and cores (CPU s / wall s; 1.0 =
+one core busy the whole time) of the bench client process (the steady clients, the burst's
+sockets, the poller: one event loop) and of the coordinator from the burst's start to its
+last answer, so a run can tell whether the client was its bottleneck.
 """
 
 from __future__ import annotations
@@ -184,7 +192,56 @@ def steady_windows(
     return out
 
 
+def steady_bins(
+    results: Sequence[RequestResult], burst_at: float, bin_s: float = 5.0, bins: int = 12
+) -> list[dict[str, Any]]:
+    """The steady clients' streamed TTFT in equal windows from the burst on (`bin_s` each,
+    `bins` of them): runs whose burst lasts longer or shorter compare window by window, not
+    over a "during" that has a different length in each."""
+    out: list[dict[str, Any]] = []
+    for i in range(bins):
+        lo, hi = burst_at + i * bin_s, burst_at + (i + 1) * bin_s
+        ttft = [
+            r.ttft_s
+            for r in results
+            if lo <= r.start_s < hi and r.ok and r.group == "stream" and r.ttft_s is not None
+        ]
+        out.append(
+            {
+                "from_burst_s": round(i * bin_s, 3),
+                "streams": len(ttft),
+                "p50": quantile(ttft, 0.5),
+                "p99": quantile(ttft, 0.99),
+            }
+        )
+    return out
+
+
 LAG = re.compile(rb"^pdorch_event_loop_lag_seconds (\S+)$", re.MULTILINE)
+REJECTED = re.compile(rb'^pdorch_rejected_total\{reason="([a-z_]+)"\} (\S+)$', re.MULTILINE)
+
+
+def rejected_counts(metrics_text: bytes) -> dict[str, int]:
+    """`pdorch_rejected_total` by reason from a `/metrics` answer (the coordinator's own count
+    of what it shed, to hold against what the clients saw)."""
+    return {m.group(1).decode(): int(float(m.group(2))) for m in REJECTED.finditer(metrics_text)}
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` so far (/proc/PID/stat); None off Linux."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _share(cpu: tuple[float | None, float | None], wall_s: float) -> dict[str, float | None]:
+    used = None if cpu[0] is None or cpu[1] is None else cpu[1] - cpu[0]
+    return {
+        "cpu_s": None if used is None else round(used, 2),
+        "cores": None if used is None or wall_s <= 0 else round(used / wall_s, 2),
+    }
 
 
 async def _poll_queue(
@@ -259,6 +316,8 @@ async def run_overload_mixed(
             )
             await asyncio.sleep(max(warmup_s, settings.min_warmup_s))
             burst_at = time.perf_counter() - origin
+            coord_pid, me = fleet.coordinator.pid, os.getpid()
+            cpu_at_burst = (process_cpu_s(me), process_cpu_s(coord_pid))
 
             async def one(body: dict[str, Any], priority: int) -> Sent:
                 started = time.perf_counter() - origin
@@ -279,6 +338,7 @@ async def run_overload_mixed(
             burst = zip(bodies, priorities, strict=True)
             sent = await asyncio.gather(*(one(b, p) for b, p in burst))
             burst_end = max(s.start_s + s.answer.total_s for s in sent)
+            cpu_at_end = (process_cpu_s(me), process_cpu_s(coord_pid))
             await asyncio.sleep(settle_s)
             stop.set()
             results = await steady
@@ -290,6 +350,7 @@ async def run_overload_mixed(
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
+            rejected = rejected_counts((await admin.get(fleet.url + "/metrics")).content)
         rss_peak = rss_peak_mib(fleet.coordinator.pid)
     finally:
         fleet.close()
@@ -314,6 +375,7 @@ async def run_overload_mixed(
         "routing": {},
         "classes": classes,
         "steady": steady_windows(results, burst_at, burst_end),
+        "steady_bins": steady_bins(results, burst_at),
         "burst_at_s": round(burst_at, 3),
         "burst_end_s": round(burst_end, 3),
         "queue": {
@@ -323,8 +385,14 @@ async def run_overload_mixed(
             "in_flight_after": view.get("requests_in_flight"),
         },
         "head_shed_max_lag_s": fleet_settings.head_shed_max_lag_s,
+        "head_shed_max_pending": fleet_settings.head_shed_max_pending,
         "loop_lag_s_max_polled": seen.get("loop_lag_s"),
         "coordinator_rss_mib": {"idle_peak": rss_idle, "peak": rss_peak},
+        "coordinator_rejected": rejected,
+        "cpu_during_burst": {
+            "bench_client": _share((cpu_at_burst[0], cpu_at_end[0]), burst_end - burst_at),
+            "coordinator": _share((cpu_at_burst[1], cpu_at_end[1]), burst_end - burst_at),
+        },
         "token_load_zero": load_is_zero(view),
         "token_load_after": token_load_left(view),
         "errors": [e for c in classes.values() for e in c["errors"]][:5],

@@ -40,11 +40,12 @@ import asyncio
 from typing import Any
 
 import msgspec
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from pdorch.app.admission import PRIORITY_HEADER, parse_priority
 from pdorch.app.head_shed import SHED_PATHS, HeadShed
-from pdorch.config.fleet import CoordinatorSettings
+from pdorch.config.coordinator import CoordinatorSettings
 
 _encode = msgspec.json.Encoder().encode
 _REASONS = {
@@ -150,8 +151,8 @@ def edge_protocol(
     shed: HeadShed | None = None,
 ) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol with the edge limits of `settings` (module docstring);
-    `shed`: head shedding (its `pending` counted in here, out by `head_shed.PendingExit` in
-    front of the app; `shed.on_shed(reason)` per request shed)."""
+    `shed`: head shedding (its `pending` counted in and out here; `shed.on_shed(reason)` per
+    request shed)."""
     shed_bytes = shed_answers(settings)
     max_connections = settings.max_connections
     header_timeout_s = settings.header_timeout_s
@@ -225,10 +226,8 @@ def edge_protocol(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._edge_disarm()
-            if shed is not None:  # pipelined requests that will never start
-                for cycle, _ in self.pipeline:
-                    if cycle.scope.pop("pdorch.pending", None):  # type: ignore[typeddict-item]
-                        shed.pending -= 1
+            if shed is not None:  # pipelined requests that will never start: counted in
+                shed.pending -= len(self.pipeline)  # at their heads, never out by a task
             if self._edge_linger is not None:
                 self._edge_linger.cancel()
             super().connection_lost(exc)
@@ -249,8 +248,7 @@ def edge_protocol(
             super().on_headers_complete()
             cycle: Any = self.cycle
             if shed is not None and cycle is not before:  # let through: pending until it runs
-                self.scope["pdorch.pending"] = True  # type: ignore[typeddict-unknown-key]
-                shed.pending += 1
+                shed.pending += 1  # (out in `_start_asgi_task`, or `connection_lost` if never)
             if cycle is not None:  # the answer's head and its first body bytes: one write
                 cycle.transport = HeadCork(self.transport, cycle, self.loop)
             self._edge_in_head = False
@@ -284,6 +282,15 @@ def edge_protocol(
             if shed.on_shed is not None:
                 shed.on_shed(reason)
             return True
+
+        def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+            # every handler task starts here: at once from `on_headers_complete`, or a
+            # pipelined one when the answer ahead of it is complete. The count goes out in the
+            # loop turn the task takes its first step (call_soon is FIFO, after the task's
+            # step): pending = heads let through whose handler has not run yet
+            super()._start_asgi_task(cycle, app)
+            if shed is not None:
+                self.loop.call_soon(shed.handler_started)
 
         def on_body(self, body: bytes) -> None:
             if not self._edge_discard:

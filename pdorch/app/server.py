@@ -4,6 +4,7 @@
 async with run_coordinator(config, port=0) as running:   # engines, coordinator, HTTP server
     running.url                      # "http://127.0.0.1:<port>"
     running.coordinator              # router state, fleet, metrics (tests, benchmarks)
+    running.app                      # its FastAPI app (routes: the OpenAPI and auth tests)
     running.fleet                    # pools.launch.RunningFleet (launched engines)
 # on exit: server stopped, coordinator stopped, every engine it launched stopped
 ```
@@ -23,17 +24,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from autoscale.actuators.local import LocalActuator
 from autoscale.policy import SloPolicy, load_policy
 from pdorch.app.api import create_app
 from pdorch.app.auth import open_admin_warning
 from pdorch.app.edge import edge_protocol
-from pdorch.app.head_shed import HeadShed, LagProbe, PendingExit
+from pdorch.app.head_shed import HeadShed, LagProbe
 from pdorch.app.models import ModelDispatch
 from pdorch.app.scaling import ScalingControl
 from pdorch.app.state import Coordinator, CoordinatorLimits
-from pdorch.config.fleet import CoordinatorSettings, FleetConfig
+from pdorch.config.coordinator import CoordinatorSettings
+from pdorch.config.fleet import FleetConfig
 from pools.inloop_server import InLoopHttpServer
 from pools.launch import RunningFleet, launch_fleet
 from pools.replica import ReplicaEndpoint
@@ -42,7 +45,7 @@ log = logging.getLogger(__name__)
 
 
 def coordinator_http_server(
-    app: FastAPI,
+    app: ASGIApp,
     host: str = "127.0.0.1",
     port: int = 8000,
     settings: CoordinatorSettings | None = None,
@@ -57,13 +60,12 @@ def coordinator_http_server(
     shed, so it is not sized to the whole `max_connections`), keep-alive 30 s (clients reuse
     connections between requests; the engines' side keeps uvicorn's 5 s), 2 s for open streams
     at shutdown; the connection limits of `settings` (`edge.py`: connections, header and body
-    deadlines; defaults when None); `head_shed`: 429 at the request head (`head_shed.py`; the
-    app is wrapped to count heads out of `pending`); `reuse_port`: `SO_REUSEPORT` (the
-    workers of `pdorch serve --workers`).
+    deadlines; defaults when None); `head_shed`: 429 at the request head (`head_shed.py`;
+    the edge counts heads in and out of its `pending`); `reuse_port`: `SO_REUSEPORT` (the
+    workers of `pdorch serve --workers`). `app`: any ASGI callable (the coordinator's
+    FastAPI app, `api.create_app`).
     """
     settings = settings if settings is not None else CoordinatorSettings()
-    if head_shed is not None and not isinstance(app, PendingExit):
-        app = PendingExit(app, head_shed)  # type: ignore[assignment]
     return InLoopHttpServer(
         app,
         host,
@@ -85,6 +87,7 @@ class RunningCoordinator:
     coordinator: Coordinator
     fleet: RunningFleet
     server: InLoopHttpServer
+    app: FastAPI  # what `server` serves: its routes are the coordinator's
     models: dict[str, tuple[Coordinator, RunningFleet]] = field(default_factory=dict)
     head_shed: HeadShed | None = None  # the edge's shedding, shared by every socket it serves
 
@@ -146,8 +149,9 @@ async def run_coordinator(
             config.coordinator.head_shed.probe_interval_s,
             coordinator.metrics.loop_lag.set,
         )
+        app = create_app(coordinator, dispatch)
         server = coordinator_http_server(
-            create_app(coordinator, dispatch),
+            app,
             bind,
             port if port is not None else config.coordinator.port,
             config.coordinator,
@@ -158,8 +162,8 @@ async def run_coordinator(
             log.warning(warning)
         try:
             url = await server.start()
-            probe.start()
-            yield RunningCoordinator(url, coordinator, running, server, models, head_shed)
+            await probe.start()
+            yield RunningCoordinator(url, coordinator, running, server, app, models, head_shed)
         finally:
             await probe.stop()
             await server.stop()

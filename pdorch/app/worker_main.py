@@ -54,7 +54,7 @@ async def serve_worker(spec: dict[str, Any]) -> None:
         for coordinator, _ in running.models.values():
             coordinator.fixed_fleet = FIXED_FLEET.format(n=workers)
         private = coordinator_http_server(
-            running.server.app,
+            running.app,
             host,
             int(spec["private_port"]),
             fleet.coordinator,

@@ -87,6 +87,13 @@ def bench_chaos(
         "this many seconds late, new requests below x-pdorch-priority 1 get 429 at their head "
         "(pdorch/app/head_shed.py). Default: the coordinator's default.",
     ),
+    head_shed_max_pending: int | None = typer.Option(
+        None,
+        min=1,
+        help="The coordinator's coordinator.head_shed.max_pending_requests: past this many "
+        "request heads waiting for their handler, new requests below x-pdorch-priority 1 get "
+        "429 pending. Default: the coordinator's default.",
+    ),
     model_profile: str = typer.Option(
         "llama-3.1-8b", help="Simulated engines' model profile (timing model; `pdorch profile`)."
     ),
@@ -145,6 +152,7 @@ def bench_chaos(
         stall_timeout_s=stall_timeout_s,
         first_byte_timeout_s=first_byte_timeout_s,
         head_shed_max_lag_s=head_shed_max_lag_s,
+        head_shed_max_pending=head_shed_max_pending,
     )
     if engine == "vllm":
         if model_dir is None:

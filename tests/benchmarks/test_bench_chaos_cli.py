@@ -119,9 +119,14 @@ def test_overload_mixed_sheds_the_burst_not_the_steady_high_priority_clients(
     tmp_path: Path,
 ) -> None:
     """4 steady clients at priority 10; a burst of 40 streams (priorities 0 and -10) against
-    max_concurrent_requests 6 + a queue of 4: the burst is shed with 429 + Retry-After, no
-    steady request is shed while lower ones could be, nothing is a 5xx, and the queue and the
-    token load are back to 0 after."""
+    max_concurrent_requests 6 + a queue of 4: every burst request is served or shed with 429 +
+    Retry-After, what the clients saw shed is what the coordinator counts, no steady request is
+    shed while a lower one could be, nothing is a 5xx, the queue and the token load are back
+    to 0 after.
+
+    Only what holds whatever the box's speed: how many of the burst are admitted depends on how
+    many slots free while its 40 heads are read (a starved coordinator reads them over seconds,
+    and streams end meanwhile), so no count of shed requests is asserted beyond "some"."""
     cmd = [str(PDORCH), "bench", "chaos", "--json", "--scenarios", "overload-mixed"]
     cmd += ["--concurrency", "4", "--max-tokens", "32", "--settle-s", "2"]
     cmd += ["--log-dir", str(tmp_path / "logs")]
@@ -132,15 +137,34 @@ def test_overload_mixed_sheds_the_burst_not_the_steady_high_priority_clients(
     assert set(classes) == {"high", "normal", "low"}
     assert classes["normal"]["sent"] == classes["low"]["sent"] == 20
     high = classes["high"]
-    assert high["sent"] > 0 and high["ok"] == high["sent"], high
+    assert high["sent"] > 0 and high["other_errors"] == 0, high
+    # the top priority is never displaced (nothing ranks above it) nor refused at a full queue
+    # (3 other steady clients cannot fill a queue of 4): it can only have waited max_wait_s
+    # first in line, when no slot freed and no lower request could have been shed instead
+    assert set(high["shed_reasons"]) <= {"queue_timeout"}, high
+    admission_reasons = {"concurrency", "displaced", "queue_timeout"}
     for name in ("normal", "low"):
         c = classes[name]
-        assert c["ok"] + c["shed"] == c["sent"], c
+        assert c["ok"] + c["shed"] == c["sent"] and c["admitted"] == c["ok"], c
         assert c["other_errors"] == 0 and c["server_errors_5xx"] == 0, c["errors"]
         assert c["shed_with_retry_after"] == c["shed"]
-    assert classes["normal"]["shed"] + classes["low"]["shed"] >= 30  # 6 running + 4 queued
+        assert set(c["shed_reasons"]) <= admission_reasons, c  # head shedding is off
+    # a normal request is displaced only by a higher one: a steady client's
+    assert classes["normal"]["shed_reasons"].get("displaced", 0) <= high["sent"]
+    # 40 at once against 6 slots + 4 queued: the burst overflows
+    assert classes["normal"]["shed"] + classes["low"]["shed"] > 0, classes
+    # the clients' 429s, by reason, are exactly what the coordinator counts it shed
+    seen: dict[str, int] = {}
+    for c in classes.values():
+        for reason, n in c["shed_reasons"].items():
+            seen[reason] = seen.get(reason, 0) + n
+    counted = {k: v for k, v in row["coordinator_rejected"].items() if v}
+    assert counted == seen, (counted, seen)
     steady = row["steady"]
-    assert steady["before"]["streams"] > 0 and steady["during"]["streams"] > 0, steady
+    # served once the burst began: "during" alone can be empty when the burst is all answered
+    # (shed) within one steady stream's time, as on a starved coordinator
+    assert steady["before"]["streams"] > 0, steady
+    assert steady["during"]["streams"] + steady["after"]["streams"] > 0, steady
     queue = row["queue"]
     assert queue["max_in_flight"] <= 6 and queue["max_queued"] <= 4, queue
     assert queue["queued_after"] == 0 and queue["in_flight_after"] == 0, queue

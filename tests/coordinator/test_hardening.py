@@ -100,7 +100,7 @@ async def test_every_admin_route_needs_the_token() -> None:
         run_coordinator(config) as pd,
         http_client(base_url=pd.url, timeout=30.0) as client,
     ):
-        routes = [r for r in pd.server.app.routes if isinstance(r, APIRoute)]
+        routes = [r for r in pd.app.routes if isinstance(r, APIRoute)]
         admin = [(m, r.path) for r in routes for m in sorted(r.methods) if r.path not in public]
         # a new route is either public (listed above, on purpose) or admin: nothing in between
         assert all(path.startswith("/admin/") for _, path in admin), admin

@@ -20,7 +20,7 @@ async def test_the_description_matches_the_routes_served() -> None:
     ):
         served = {
             (method.lower(), route.path)
-            for route in pd.server.app.routes
+            for route in pd.app.routes
             if isinstance(route, APIRoute)
             for method in route.methods
         }

@@ -25,6 +25,10 @@ interval `[t, t + interval_s)`:
   flight at `t`: the arrivals of `[t - R, t)`, `R = t_own + OSL·ITL` the decode residence (OSL
   from the last `lookback_s`, 120 s), so a pool is not emptied while the sequences of a load
   that just stopped still decode;
+- with `perf_model.decode_burst_queue` (and the trace's requests), decode instead **counts the
+  trace's sequences in flight** (`autoscale/baselines/oracle_decode.py`): the TTFT-percentile
+  of the count at each of the interval's decode entries over the packed batch, residences at
+  the packed batch's step; not capped (the cap below is the model's estimate of that count);
 - decode (and prefill in `mean_need`) **capped at the static-peak count** (`StaticPlanner`'s
   rule: the same model on the trace's 60 s windows, each pool's busiest): that fixed fleet is
   a plan the oracle knows to meet the SLO per the same model, so the fewest replicas that do
@@ -194,8 +198,12 @@ class OraclePlanner(Planner):
             out[Pool.DECODE] = self._decode_counted(start_s, end_s, window)
         else:
             out[Pool.DECODE] = max(out[Pool.DECODE], self._decode_at(start_s))
-        if self.cap is not None:
-            out = {p: min(n, self.cap[p]) for p, n in out.items()}
+        if self.cap is not None:  # the counted decode is its own bound (it counts the trace)
+            counted = self._decode_jobs is not None
+            out = {
+                p: n if counted and p is Pool.DECODE else min(n, self.cap[p])
+                for p, n in out.items()
+            }
         return out
 
     def _decode_counted(self, start_s: float, end_s: float, window: LoadWindow) -> int:

@@ -49,9 +49,10 @@ The need is its q-quantile by the normal approximation over the packed batch:
 with `q` the TTFT percentile (0.99: z = 2.326). The wait a slot takes to free (`B / R` per
 replica per second) is not credited: the prefill model already spends the TTFT budget at its
 percentile. Measured per 60 s window (`benchmarks/results/autoscale-round9/README.md`, the
-p99 of the sequences in flight at each arrival against `m`): `I` = 8-25 on the Azure x14
-prefix (14 overlaid copies of each request within 1 s), 2-16 on the 600 s diurnal day, 2-4 on
-the Mooncake x2 prefix; the default 16 covers the first two and is conservative on the third.
+p99 of the sequences in flight at each arrival against `m`): `I` = 7-25 on the Azure x14
+prefix (14 overlaid copies of each request within 1 s), 1-21 on the 600 s diurnal day, 1-5 on
+the Mooncake x2 prefix (windows inside the trace); the default 16 tracks the first two's busy
+windows within -8 % / +21 % of the counted p99 and counts 1.4-1.8x it on the third.
 The oracle, which knows the trace, counts the sequences in flight exactly instead
 (`autoscale/baselines/oracle.py`, `decode_in_flight_quantile`).
 """

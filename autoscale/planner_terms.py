@@ -24,6 +24,7 @@ from autoscale.sizing import (
     UNREACHABLE,
     context_tokens,
     corrected_batch,
+    decode_burst,
     decode_concurrency,
     decode_need,
     itl_target_s,
@@ -235,9 +236,11 @@ def decode_floor_need(
     """The decode floor's model, one function for the floor and the fit check: fractional
     replicas `rate·(T_own + OSL·ITL) / (B·h)` (`sizing.decode_need`, `B` under the correction), with
     `T_own = min(perf.prefill_time_s(ISL_u), TTFT)` (the model's own prefill time: a request
-    occupies its decode replica from its first token on, prefill queueing is not residence)."""
+    occupies its decode replica from its first token on, prefill queueing is not residence);
+    with `perf_model.decode_burst_queue` the burst quantile of `sizing.decode_need`."""
     ttft = ttft_target_s(policy)
     t_own = perf.prefill_time_s(uncached_tokens(isl, hit)) if isl > 0 else 0.0
+    dispersion, q = decode_burst(policy)
     return decode_need(
         perf,
         rate_rps,
@@ -249,6 +252,8 @@ def decode_floor_need(
         headroom=headroom,
         correction_on_target=on_target,
         residence_at_step=policy.perf_model.decode_residence_at_batch_step,
+        burst_dispersion=dispersion,
+        burst_q=q,
     )
 
 

@@ -157,7 +157,10 @@ class PerfModelConfig(_Strict):
     replica's utilisation whatever the queueing bound allows (headroom for bursts). With
     `decode_residence_at_batch_step` the decode sizing counts a sequence's residence at the
     step time of the batch it packs, not at the ITL target (`autoscale/sizing.py`; off by
-    default: Round 8 measured it on the short day only)."""
+    default: Round 8 measured it on the short day only). With `decode_burst_queue` it also
+    sizes for the queue a burst builds in front of the packed batch: the `slo.ttft_ms`
+    percentile of the sequences in flight, `m + z·sqrt(I·m)` with `I` =
+    `decode_burst_dispersion` (`autoscale/sizing.py`; the oracle counts the trace's own)."""
 
     source: PerfModelSource = PerfModelSource.ONLINE
     sweep_file: str | None = None
@@ -167,6 +170,8 @@ class PerfModelConfig(_Strict):
     online_skip_decode_outliers: StrictBool = False
     decode_residence_at_batch_step: StrictBool = False
     rho_max: float = Field(default=0.9, gt=0, lt=1)
+    decode_burst_queue: StrictBool = False
+    decode_burst_dispersion: float = Field(default=16.0, ge=1, le=1000)
 
     @field_validator("sweep_file")
     @classmethod

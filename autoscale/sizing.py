@@ -31,11 +31,36 @@ at the diurnal day's contexts (1.1-2.2k tokens): `B` = 256 (`max_num_seqs`) at 1
 so `OSL · 50 ms` counted 2.3-3x the sequences in flight; a fixed 2P + 3D fleet (static-mean)
 met both SLOs all 2-hour day with p90 ITL 15.6 ms at the 97 rps peak, where this model sizes
 5 decode replicas (benchmarks/results/AUTOSCALE.md, Round 8).
+
+`burst_dispersion` (the policy's `perf_model.decode_burst_queue`, default False; its `I` is
+`perf_model.decode_burst_dispersion`, default 16): the residence at the packed batch's step,
+plus the queue a burst builds in front of the capped batch. Why: sized on the mean in flight,
+`m = rate · (T_ttft + OSL·k·D(B, ctx))`, a window's replicas are full on average only; a burst
+that brings more than `N·B` sequences within one residence waits for a slot, and the first
+token (the decode replica emits it) waits with it, so TTFT misses (Round 8: the oracle sized
+that way held 79 % on the Azure x14 prefix, its misses all TTFT). Formula: the sequences in
+flight at an arrival are the arrivals of the last residence; for Poisson arrivals that count
+is Poisson(m) whatever the service time (M/G/inf), for clustered arrivals its variance is
+`I·m` (`I` the index of dispersion, var/mean, of the arrivals counted over one residence).
+The need is its q-quantile by the normal approximation over the packed batch:
+
+    S_q = m + z_q · sqrt(I · m),   N_d = ceil(S_q / (B · h / k)),   z_q = Phi^-1(q)
+
+with `q` the TTFT percentile (0.99: z = 2.326). The wait a slot takes to free (`B / R` per
+replica per second) is not credited: the prefill model already spends the TTFT budget at its
+percentile. Measured per 60 s window (`benchmarks/results/autoscale-round9/README.md`, the
+p99 of the sequences in flight at each arrival against `m`): `I` = 7-25 on the Azure x14
+prefix (14 overlaid copies of each request within 1 s), 1-21 on the 600 s diurnal day, 1-5 on
+the Mooncake x2 prefix (windows inside the trace); the default 16 tracks the first two's busy
+windows within -8 % / +21 % of the counted p99 and counts 1.4-1.8x it on the third.
+The oracle, which knows the trace, counts the sequences in flight exactly instead
+(`autoscale/baselines/oracle.py`, `decode_in_flight_quantile`).
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 from autoscale.load_window import LoadWindow
 from autoscale.perf_model_base import PerfModel
@@ -103,6 +128,21 @@ def decode_concurrency(rate_rps: float, osl: float, ttft_term_s: float, itl_s: f
     return max(0.0, rate_rps) * (ttft_term_s + osl * itl_s)
 
 
+def burst_quantile(mean: float, dispersion: float, q: float) -> float:
+    """`S_q = m + z_q·sqrt(I·m)` of the module docstring (0 for `m <= 0`)."""
+    if mean <= 0:
+        return 0.0
+    z = NormalDist().inv_cdf(min(max(q, 0.5), 1.0 - 1e-12))
+    return mean + z * math.sqrt(max(1.0, dispersion) * mean)
+
+
+def packed_step_s(
+    perf: PerfModel, batch: float, ctx: int, itl_s: float, correction: float
+) -> float:
+    """`min(ITL, k·D(ceil(B), ctx))`: the step of the batch the sizing packs per replica."""
+    return min(itl_s, correction * perf.decode_step_s(max(1, math.ceil(batch)), ctx))
+
+
 def decode_need(
     perf: PerfModel,
     rate_rps: float,
@@ -115,8 +155,11 @@ def decode_need(
     headroom: float = 1.0,
     correction_on_target: bool = False,
     residence_at_step: bool = False,
+    burst_dispersion: float | None = None,
+    burst_q: float = 0.99,
 ) -> float:
-    """Fractional decode replicas for the load (module docstring)."""
+    """Fractional decode replicas for the load (module docstring); `burst_dispersion` not None
+    adds the burst queue (its `I`) at quantile `burst_q`, on the packed batch's residence."""
     if rate_rps <= 0 or osl <= 0:
         return 0.0
     ctx = context_tokens(isl, osl)
@@ -127,9 +170,20 @@ def decode_need(
     if batch <= 0:
         return math.inf
     step_s = itl_s
-    if residence_at_step:
-        step_s = min(itl_s, correction * perf.decode_step_s(max(1, math.ceil(batch)), round(ctx)))
-    return decode_concurrency(rate_rps, osl, ttft_term_s, step_s) / batch
+    if residence_at_step or burst_dispersion is not None:
+        step_s = packed_step_s(perf, batch, ctx, itl_s, correction)
+    mean = decode_concurrency(rate_rps, osl, ttft_term_s, step_s)
+    if burst_dispersion is not None:
+        return burst_quantile(mean, burst_dispersion, burst_q) / batch
+    return mean / batch
+
+
+def decode_burst(policy: SloPolicy) -> tuple[float | None, float]:
+    """`decode_need`'s `(burst_dispersion, burst_q)` as the policy sets them (module docstring):
+    `I` or None (off), and the TTFT percentile as a fraction."""
+    cfg = policy.perf_model
+    q = policy.slo.ttft_ms.percentile / 100.0
+    return (cfg.decode_burst_dispersion if cfg.decode_burst_queue else None), q
 
 
 def size_window(
@@ -147,6 +201,7 @@ def size_window(
         perf, w.arrival_rps, w.mean_isl_tokens, w.prefix_hit_rate, ttft, headroom=headroom
     )
     t_own = perf.prefill_time_s(uncached_tokens(w.mean_isl_tokens, w.prefix_hit_rate))
+    dispersion, q = decode_burst(policy)
     d = decode_need(
         perf,
         w.arrival_rps,
@@ -156,6 +211,8 @@ def size_window(
         ttft_term_s=min(t_own, ttft),
         headroom=headroom,
         residence_at_step=policy.perf_model.decode_residence_at_batch_step,
+        burst_dispersion=dispersion,
+        burst_q=q,
     )
     return {Pool.PREFILL: replicas_for(p), Pool.DECODE: replicas_for(d)}
 

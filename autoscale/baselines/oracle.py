@@ -25,6 +25,10 @@ interval `[t, t + interval_s)`:
   flight at `t`: the arrivals of `[t - R, t)`, `R = t_own + OSL·ITL` the decode residence (OSL
   from the last `lookback_s`, 120 s), so a pool is not emptied while the sequences of a load
   that just stopped still decode;
+- with `perf_model.decode_burst_queue` (and the trace's requests), decode instead **counts the
+  trace's sequences in flight** (`autoscale/baselines/oracle_decode.py`): the TTFT-percentile
+  of the count at each of the interval's decode entries over the packed batch, residences at
+  the packed batch's step; not capped (the cap below is the model's estimate of that count);
 - decode (and prefill in `mean_need`) **capped at the static-peak count** (`StaticPlanner`'s
   rule: the same model on the trace's 60 s windows, each pool's busiest): that fixed fleet is
   a plan the oracle knows to meet the SLO per the same model, so the fewest replicas that do
@@ -70,18 +74,34 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from autoscale.baselines.common import POOLS, clamp
+from autoscale.baselines.oracle_decode import DecodeJob, decode_in_flight_quantile
 from autoscale.budget import split_budget
 from autoscale.decision import ScaleDecision
-from autoscale.load_window import FutureLoad, TraceRequest, future_from_requests, split_windows
+from autoscale.load_window import (
+    FutureLoad,
+    LoadWindow,
+    TraceRequest,
+    future_from_requests,
+    split_windows,
+)
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_base import Planner, register_planner
 from autoscale.policy import SloPolicy
 from autoscale.signals import Observation, Pool
-from autoscale.sizing import itl_target_s, size_window, ttft_target_s, uncached_tokens
+from autoscale.sizing import (
+    context_tokens,
+    itl_target_s,
+    packed_step_s,
+    replicas_for,
+    size_window,
+    ttft_target_s,
+    uncached_tokens,
+)
 
 
 class OraclePlanner(Planner):
@@ -103,6 +123,13 @@ class OraclePlanner(Planner):
         # (arrival_s, busy s_i, own TTFT s_i + transfer, feasible) per request, by arrival
         self._prefill: list[tuple[float, float, float, bool]] | None = None
         self._arrivals: list[float] = []
+        self._decode_jobs: list[DecodeJob] | None = None
+        if requests is not None and policy.perf_model.decode_burst_queue:
+            ttft = ttft_target_s(policy)
+            self._decode_jobs = [
+                (a, min(perf_model.prefill_time_s(uncached_tokens(isl, hit)), ttft), osl)
+                for a, isl, osl, hit in sorted(requests, key=lambda r: r[0])
+            ]
         if requests is not None:
             ttft = ttft_target_s(policy)
             jobs = []
@@ -164,12 +191,40 @@ class OraclePlanner(Planner):
         if self.start_s is not None:
             lo = max(lo, min(self.start_s, start_s))
         hi = max(centre + self.window_s / 2.0, end_s)
-        sized = size_window(self.perf, self.policy, self.future(lo, hi))
+        window = self.future(lo, hi)
+        sized = size_window(self.perf, self.policy, window)
         out = {Pool.PREFILL: sized[Pool.PREFILL], Pool.DECODE: sized[Pool.DECODE]}
-        out[Pool.DECODE] = max(out[Pool.DECODE], self._decode_at(start_s))
-        if self.cap is not None:
-            out = {p: min(n, self.cap[p]) for p, n in out.items()}
+        if self._decode_jobs is not None:
+            out[Pool.DECODE] = self._decode_counted(start_s, end_s, window)
+        else:
+            out[Pool.DECODE] = max(out[Pool.DECODE], self._decode_at(start_s))
+        if self.cap is not None:  # the counted decode is its own bound (it counts the trace)
+            counted = self._decode_jobs is not None
+            out = {
+                p: n if counted and p is Pool.DECODE else min(n, self.cap[p])
+                for p, n in out.items()
+            }
         return out
+
+    def _decode_counted(self, start_s: float, end_s: float, window: LoadWindow) -> int:
+        """With `decode_burst_queue`: the trace's sequences in flight over the packed batch
+        (`oracle_decode.py`), the window's context setting the batch and its step."""
+        assert self._decode_jobs is not None
+        itl = itl_target_s(self.policy)
+        ctx = context_tokens(window.mean_isl_tokens, window.mean_osl_tokens)
+        batch = self.perf.decode_max_batch(ctx, itl)
+        if batch <= 0:
+            return replicas_for(math.inf)
+        count = decode_in_flight_quantile(
+            self._decode_jobs,
+            self._arrivals,
+            start_s,
+            end_s,
+            packed_step_s(self.perf, batch, ctx, itl, 1.0),
+            self.policy.slo.ttft_ms.percentile / 100.0,
+            self.lookback_s,
+        )
+        return replicas_for(count / batch)
 
     def _decode_at(self, tau: float) -> int:
         """Decode replicas for the sequences in flight at `tau`: those that arrived within one

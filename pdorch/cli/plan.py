@@ -54,6 +54,7 @@ def plan(
         UNREACHABLE,
         clamp_to_limits,
         context_tokens,
+        decode_burst,
         decode_need,
         itl_target_s,
         prefill_need,
@@ -80,6 +81,8 @@ def plan(
         ttft_term_s=min(t_own, ttft),
         headroom=headroom,
         residence_at_step=slo.perf_model.decode_residence_at_batch_step,
+        burst_dispersion=decode_burst(slo)[0],
+        burst_q=decode_burst(slo)[1],
     )
     ctx = context_tokens(isl_tokens, osl_tokens)
     batch = perf.decode_max_batch(ctx, itl)

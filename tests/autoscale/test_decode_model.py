@@ -8,14 +8,17 @@ LinearPerfModel numbers: decode step `10 ms + 0.4 ms·b`, so `b ≤ (ITL - 0.01)
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from autoscale.baselines.oracle_decode import decode_in_flight_quantile
 from autoscale.forecast_seam import EwmaForecaster
 from autoscale.perf_model import OnlinePerfModel, TimingPerfModel
 from autoscale.planner import PdorchPlanner
 from autoscale.planner_terms import fits, reactive_term
 from autoscale.signals import Observation, Pool, ReplicaSignals
-from autoscale.sizing import decode_need
+from autoscale.sizing import burst_quantile, decode_burst, decode_need
 from pools.sim.timing import make_timing
 from tests.autoscale.obs import observation, policy, replicas
 from tests.autoscale.perf_double import LinearPerfModel
@@ -140,3 +143,73 @@ def test_residence_at_the_capped_batchs_step_time() -> None:
     assert need(KV_32, True) == pytest.approx(10 * (0.1 + 200 * 0.0228) / 32)
     # step-bound (no cap): the batch of 100 steps at exactly the target, nothing changes
     assert need(LinearPerfModel(), True) == pytest.approx(need(LinearPerfModel(), False))
+
+
+# -- the burst queue (perf_model.decode_burst_queue; autoscale/sizing.py, Round 9) -------------
+# KV_32 packs B = 32 sequences a replica, its step D(32) = 10 + 0.4·32 = 22.8 ms, so the
+# residence is 0.1 + 200 · 0.0228 = 4.66 s and the mean in flight m = 10 · 4.66 = 46.6.
+Z99 = 2.3263478740408408  # Phi^-1(0.99)
+
+
+def test_the_burst_quantile_is_the_mean_plus_z_sqrt_dispersion_mean() -> None:
+    assert burst_quantile(100.0, 4.0, 0.99) == pytest.approx(100 + Z99 * 20)
+    assert burst_quantile(100.0, 1.0, 0.5) == pytest.approx(100.0)  # z = 0 at the median
+    assert burst_quantile(100.0, 0.2, 0.99) == pytest.approx(100 + Z99 * 10)  # I >= 1 (Poisson)
+    assert burst_quantile(0.0, 16.0, 0.99) == 0.0
+
+
+def _burst_need(dispersion: float | None, residence_at_step: bool = False) -> float:
+    return decode_need(
+        KV_32, 10.0, 1000.0, 200.0, 0.05, ttft_term_s=0.1, burst_dispersion=dispersion,
+        residence_at_step=residence_at_step,
+    )  # fmt: skip
+
+
+def test_the_burst_queue_sizes_the_quantile_in_flight_on_the_packed_batch_residence() -> None:
+    assert _burst_need(None) == pytest.approx(101 / 32)  # Little's law at the 50 ms target
+    assert _burst_need(None, residence_at_step=True) == pytest.approx(46.6 / 32)
+    # Poisson (I = 1): 46.6 + 2.326·sqrt(46.6) = 62.48 sequences -> 1.95 replicas
+    assert _burst_need(1.0) == pytest.approx((46.6 + Z99 * math.sqrt(46.6)) / 32)
+    # clustered (I = 16): 46.6 + 2.326·sqrt(745.6) = 110.12 -> 3.44, between the two
+    assert _burst_need(16.0) == pytest.approx((46.6 + Z99 * math.sqrt(16 * 46.6)) / 32)
+    assert 46.6 / 32 < _burst_need(16.0) < 101 / 32 + 0.5
+
+
+def test_the_policy_switches_the_burst_queue_for_every_window_sizing() -> None:
+    from autoscale.load_window import LoadWindow
+    from autoscale.sizing import size_window
+
+    w = LoadWindow(0.0, 60.0, 10.0, 1000.0, 200.0, 0.0)
+    assert decode_burst(policy()) == (None, 0.99)
+    on = policy(perf_model={"decode_burst_queue": True, "decode_burst_dispersion": 4.0})
+    assert decode_burst(on) == (4.0, 0.99)
+    # own prefill 1000 / 10,000 tok/s = 0.1 s: the numbers above with I = 4 -> 46.6 + 31.76
+    assert size_window(KV_32, on, w)[D] == math.ceil((46.6 + Z99 * math.sqrt(4 * 46.6)) / 32)
+    assert size_window(KV_32, policy(), w)[D] == 4  # ceil(101 / 32)
+    with pytest.raises(ValueError, match="decode_burst_dispersion"):
+        policy(perf_model={"decode_burst_dispersion": 0.5})
+
+
+def test_the_oracle_counts_the_sequences_in_flight_at_each_decode_entry() -> None:
+    # entries at a + 0.5 s, residence 10 tokens x 0.1 s: three at 0.5 s (exits 1.5 s), one at
+    # 1.5 s (the three have left): counts 1, 2, 3, 1
+    jobs = [(0.0, 0.5, 10), (0.0, 0.5, 10), (0.0, 0.5, 10), (1.0, 0.5, 10)]
+    arrivals = [j[0] for j in jobs]
+    assert decode_in_flight_quantile(jobs, arrivals, 0.0, 2.0, 0.1, 0.99, 10.0) == 3.0
+    assert decode_in_flight_quantile(jobs, arrivals, 0.0, 2.0, 0.1, 0.5, 10.0) == 1.0
+    # no arrival in [1.6, 3): the one still decoding (exit 2.5 s) is counted in flight
+    assert decode_in_flight_quantile(jobs, arrivals, 1.6, 3.0, 0.1, 0.99, 10.0) == 1.0
+    # [1.0, 2.0): only the 1.0 s arrival is counted at its entry, but the three that
+    # arrived before are in flight at 1.0 s
+    assert decode_in_flight_quantile(jobs, arrivals, 1.0, 2.0, 0.1, 0.99, 10.0) == 3.0
+
+
+def test_the_oracle_with_the_burst_queue_sizes_a_spike_the_window_mean_hides() -> None:
+    # 64 requests within 64 ms: 1.07 rps over the 60 s window (the closed form asks 1
+    # replica even with I = 16), but all 64 decode at once: ceil(64 / 32) = 2
+    from autoscale.baselines.oracle import OraclePlanner
+
+    reqs = [(i * 0.001, 1000, 200, 0.0) for i in range(64)]
+    on = policy(perf_model={"decode_burst_queue": True})
+    assert OraclePlanner(on, KV_32, requests=reqs).need(0.0, 30.0)[D] == 2
+    assert OraclePlanner(policy(), KV_32, requests=reqs).need(0.0, 30.0)[D] == 1

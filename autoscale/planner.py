@@ -72,7 +72,7 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    after an up, up past `ceil(need/(1+h))` after a down), so a need that hovers at a count's
    edge does not order and release a cold start every minute (`autoscale.stabilization`,
    which holds this step's state and rules; reason `hysteresis` when it holds an up).
-   **Persistence** (`reversal_ticks` N; 1, off, by default; measured at 6): within that
+   **Persistence** (`reversal_ticks` N, default 6; 1: off): within that
    window after a down, an up the predictive floor alone orders (the reactive count is at or
    below the current one) waits until its up count has been above the current count N ticks
    in a row (reason `persistence`): the 2-hour day's up-reversals were each a projection
@@ -160,7 +160,7 @@ class PdorchPlanner(Planner):
         hysteresis: float = 0.1,
         hysteresis_window_s: float = 600.0,
         budget_margin: float = 0.2,
-        reversal_ticks: int = 1,
+        reversal_ticks: int = 6,
     ) -> None:
         self.policy = policy
         self.perf = perf_model

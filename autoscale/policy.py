@@ -229,7 +229,7 @@ class PlannerOptions(_Strict):
       reads the floor's need widened by this fraction (`autoscale/stabilization.py`).
     - `budget_margin` (0.2): while `gpu_budget` binds, the last split stands unless a fresh
       one raises the estimated attainment by more than this (`autoscale/budget.py`).
-    - `reversal_ticks` (1: off; measured at 6): within `hysteresis_window_s` after a pool went
+    - `reversal_ticks` (6; 1: off): within `hysteresis_window_s` after a pool went
       down, an up the predictive floor alone orders (not the reactive terms) happens only
       once its up count has been above the current count this many ticks in a row.
     """
@@ -255,7 +255,7 @@ class PlannerOptions(_Strict):
     hysteresis: float = Field(default=0.1, ge=0, le=1)
     hysteresis_window_s: float = Field(default=600.0, ge=0)
     budget_margin: float = Field(default=0.2, ge=0, le=1)
-    reversal_ticks: StrictInt = Field(default=1, ge=1)
+    reversal_ticks: StrictInt = Field(default=6, ge=1)
 
 
 class SloPolicy(_Strict):

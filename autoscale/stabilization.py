@@ -34,9 +34,9 @@ needed, four times in 12 minutes, each a 120 s cold start (benchmarks/results/AU
 "The issue's workloads as named"). `down_band` 0 is the planner without it. Its default lives
 with the planner's options (`policy.PlannerOptions`).
 
-**Persistence of a floor-ordered reversal** (`reversal_ticks` N, default 1: off; measured at
-6): within `window_s` after the pool went **down**, that down being its last move, an up the
-reactive terms do not ask for (their
+**Persistence of a floor-ordered reversal** (`reversal_ticks` N; the class's default 1 is
+off, the planner's default 6: Round 9): within `window_s` after the pool went **down**, that
+down being its last move, an up the reactive terms do not ask for (their
 count `reactive <= current`: the predictive floor alone orders it) happens only on the N-th
 consecutive tick whose up count is above the current count; a tick at or below it starts the
 count again (reason `persistence` while it waits). An up the reactive terms ask for (an

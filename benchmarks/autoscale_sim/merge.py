@@ -12,7 +12,8 @@ compares with the peers' folders; the merged settings keep the section of the fo
 planners read it), the policy dump as the current `SloPolicy` reads it (a field added since a
 folder ran, such as Round 7's `perf_model.online_skip_decode_outliers`, takes its default,
 which is the behaviour the older code had) and a trace path inside a checkout (compared from
-`benchmarks/traces/` on: the same file read from two copies of the repository).
+`benchmarks/traces/` on: the same file read from two copies of the repository). The
+`policy_file` path is not compared at all: the policy's content, its dump, is.
 
 The merged run dict is what a single run with all those planners would have written, plus
 `sources`: one `{"folder", "command", "planners", "wall_s"}` per folder, so the report keeps
@@ -94,8 +95,9 @@ def _repo_relative(value: Any) -> Any:
 
 def comparable(settings: dict[str, Any]) -> dict[str, Any]:
     """The settings as the merge compares them (module docstring): no `planners`, no
-    `policy.planner`, trace paths from `benchmarks/traces/` on."""
-    out = {k: v for k, v in settings.items() if k != "planners"}
+    `policy.planner`, no `policy_file` (where the policy was read from: its content, the
+    `policy` dump, is what is compared), trace paths from `benchmarks/traces/` on."""
+    out = {k: v for k, v in settings.items() if k not in ("planners", "policy_file")}
     policy = out.get("policy")
     if isinstance(policy, dict):
         # a dump this code cannot read is compared as written

@@ -24,6 +24,10 @@ def test_pdorchs_own_options_and_the_checkout_of_a_trace_do_not_keep_folders_apa
     peers = run("llmd-slo", trace="/tmp/frozen/benchmarks/traces/x.csv")
     mine = run("pdorch", band=0.1, trace="/tmp/other/benchmarks/traces/x.csv")
     assert comparable(peers["settings"]) == comparable(mine["settings"])
+    # a policy read from another file with the same content (its dump) compares equal too
+    mine["settings"]["policy_file"] = "/tmp/sweep/policy-rt6.yaml"
+    peers["settings"]["policy_file"] = "deploy/examples/slo-policy.yaml"
+    assert comparable(peers["settings"]) == comparable(mine["settings"])
     merged = merge_runs([(Path("p"), peers), (Path("m"), mine)], "merge")
     assert list(merged["planners"]) == ["pdorch", "llmd-slo"]
     # the merged settings keep the options of the folder whose planner reads them

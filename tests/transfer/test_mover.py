@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
@@ -289,11 +289,11 @@ async def test_nixl_over_tcp_without_progress_thread() -> None:
         owner.close()
 
 
-def _true_when(predicate: Callable[[], bool]) -> Callable[[], asyncio.Future[bool]]:
+def _true_when(predicate: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return predicate()
 
-    return check  # type: ignore[return-value]
+    return check
 
 
 async def test_torch_tensor_pool_in_one_process(kind: KvTransport) -> None:

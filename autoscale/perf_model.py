@@ -164,11 +164,17 @@ class CurvePerfModel(PerfModel):
             wait = queued_prefill_tokens / m * self.prefill_time_s(m)
         return wait + self.prefill_time_s(n) + self.transfer_s(n)
 
+    def kv_usable_blocks(self) -> int:
+        """KV blocks decode may fill: `kv_usage_max` of the pool, the null block excluded."""
+        return int(self.kv_usage_max * (self.kv_capacity_tokens // self.block_size - 1))
+
+    def kv_usable_tokens(self) -> int:
+        return self.kv_usable_blocks() * self.block_size
+
     def kv_max_batch(self, context_tokens: int) -> int:
         """Sequences of `context_tokens` the KV pool holds (block-rounded, null block excluded)."""
         blocks_per_seq = max(1, math.ceil(context_tokens / self.block_size))
-        usable = int(self.kv_usage_max * (self.kv_capacity_tokens // self.block_size - 1))
-        return max(0, usable // blocks_per_seq)
+        return max(0, self.kv_usable_blocks() // blocks_per_seq)
 
     def decode_max_batch(self, context_tokens: int, itl_target_s: float) -> int:
         cap = min(self.max_num_seqs, self.kv_max_batch(context_tokens))

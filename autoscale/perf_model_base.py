@@ -35,6 +35,11 @@ class PerfModel(ABC):
     def decode_max_batch(self, context_tokens: int, itl_target_s: float) -> int:
         """Most sequences of `context_tokens` one replica holds with ITL ≤ target (KV-capped)."""
 
+    def kv_usable_tokens(self) -> int | None:
+        """KV tokens one decode replica may fill (None: the model does not say; the oracle's
+        KV-in-flight term is then skipped)."""
+        return None
+
     def decode_tokens_per_s(self, context_tokens: int, itl_target_s: float) -> float:
         """Output tokens/s per replica at the ITL target: batch / step time."""
         batch = self.decode_max_batch(context_tokens, itl_target_s)

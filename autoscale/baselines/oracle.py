@@ -28,7 +28,10 @@ interval `[t, t + interval_s)`:
 - with `perf_model.decode_burst_queue` (and the trace's requests), decode instead **counts the
   trace's sequences in flight** (`autoscale/baselines/oracle_decode.py`): the TTFT-percentile
   of the count at each of the interval's decode entries over the packed batch, residences at
-  the packed batch's step; not capped (the cap below is the model's estimate of that count);
+  the packed batch's step, and at least the TTFT-percentile of the **KV tokens** in flight
+  over one replica's usable KV pool (each sequence `ISL + OSL/2`: long prompts that arrive
+  together fill the KV before the count fills `B`); not capped (the cap below is the model's
+  estimate of that count);
 - decode (and prefill in `mean_need`) **capped at the static-peak count** (`StaticPlanner`'s
   rule: the same model on the trace's 60 s windows, each pool's busiest): that fixed fleet is
   a plan the oracle knows to meet the SLO per the same model, so the fewest replicas that do
@@ -79,7 +82,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from autoscale.baselines.common import POOLS, clamp
-from autoscale.baselines.oracle_decode import DecodeJob, decode_in_flight_quantile
+from autoscale.baselines.oracle_decode import (
+    DecodeJob,
+    decode_in_flight_quantile,
+    decode_kv_in_flight_quantile,
+)
 from autoscale.budget import split_budget
 from autoscale.decision import ScaleDecision
 from autoscale.load_window import (
@@ -124,12 +131,15 @@ class OraclePlanner(Planner):
         self._prefill: list[tuple[float, float, float, bool]] | None = None
         self._arrivals: list[float] = []
         self._decode_jobs: list[DecodeJob] | None = None
+        self._decode_kv: list[float] = []  # KV tokens each job holds while it decodes
         if requests is not None and policy.perf_model.decode_burst_queue:
             ttft = ttft_target_s(policy)
+            ordered = sorted(requests, key=lambda r: r[0])
             self._decode_jobs = [
                 (a, min(perf_model.prefill_time_s(uncached_tokens(isl, hit)), ttft), osl)
-                for a, isl, osl, hit in sorted(requests, key=lambda r: r[0])
+                for a, isl, osl, hit in ordered
             ]
+            self._decode_kv = [isl + osl / 2.0 for _a, isl, osl, _hit in ordered]
         if requests is not None:
             ttft = ttft_target_s(policy)
             jobs = []
@@ -215,16 +225,20 @@ class OraclePlanner(Planner):
         batch = self.perf.decode_max_batch(ctx, itl)
         if batch <= 0:
             return replicas_for(math.inf)
+        step = packed_step_s(self.perf, batch, ctx, itl, 1.0)
+        q = self.policy.slo.ttft_ms.percentile / 100.0
         count = decode_in_flight_quantile(
-            self._decode_jobs,
-            self._arrivals,
-            start_s,
-            end_s,
-            packed_step_s(self.perf, batch, ctx, itl, 1.0),
-            self.policy.slo.ttft_ms.percentile / 100.0,
-            self.lookback_s,
+            self._decode_jobs, self._arrivals, start_s, end_s, step, q, self.lookback_s
         )
-        return replicas_for(count / batch)
+        need = count / batch
+        usable = self.perf.kv_usable_tokens()
+        if usable is not None:  # and the KV those sequences hold
+            kv = decode_kv_in_flight_quantile(
+                self._decode_jobs, self._decode_kv, self._arrivals, start_s, end_s, step, q,
+                self.lookback_s,
+            )  # fmt: skip
+            need = max(need, kv / usable) if usable > 0 else math.inf
+        return replicas_for(need)
 
     def _decode_at(self, tau: float) -> int:
         """Decode replicas for the sequences in flight at `tau`: those that arrived within one

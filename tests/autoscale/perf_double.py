@@ -2,7 +2,8 @@
 
 prefill: `t(u) = u / prefill_tps`; capacity at a TTFT target = `prefill_tps · prefill_util`
 while `t(u) ≤ target`, else 0. decode: `step(b) = step_base_s + step_per_seq_s · b`;
-max batch at an ITL target = `floor((target - base) / per_seq)`, capped by `kv_tokens / ctx`.
+max batch at an ITL target = `floor((target - base) / per_seq)`, capped by `kv_tokens / ctx`;
+`kv_usable_tokens` = `kv_tokens`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class LinearPerfModel(PerfModel):
         if self.prefill_time_s(isl_uncached_tokens) > ttft_target_s:
             return 0.0
         return self.prefill_tps * self.prefill_util
+
+    def kv_usable_tokens(self) -> int:
+        return self.kv_tokens
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         return self.step_base_s + self.step_per_seq_s * batch

@@ -17,14 +17,16 @@ from router.replica_state import ReplicaSnapshot, RoutingRequest
 BS = 16
 
 
-def request(prompt: int = 1600, **kw: object) -> RoutingRequest:
-    blocks = prompt // BS
+def request(
+    prompt: int = 1600, *, session_key: str | None = None, max_tokens: int | None = None
+) -> RoutingRequest:
     return RoutingRequest(
         request_id="req",
         prompt_tokens=prompt,
         block_size=BS,
-        block_keys=tuple(range(blocks)),
-        **kw,  # type: ignore[arg-type]
+        block_keys=tuple(range(prompt // BS)),
+        session_key=session_key,
+        max_tokens=max_tokens,
     )
 
 
@@ -44,8 +46,8 @@ def part(profile: Profile, name: str) -> Any:
     return next(p for p in parts if p.name == name)
 
 
-def rep(rid: str, **kw: object) -> ReplicaSnapshot:
-    return ReplicaSnapshot(replica_id=rid, **kw)  # type: ignore[arg-type]
+# A replica state: its id, then any field by keyword (the snapshot's own typed signature).
+rep = ReplicaSnapshot
 
 
 # ---- round_robin / least_request -------------------------------------------------------------

@@ -147,10 +147,13 @@ def ipc(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
     return make
 
 
+Connected = tuple[FakeEnginePublisher, KvEventSubscriber, KvIndex]
+
+
 @pytest.fixture
 async def connected(
     ctx: zmq.asyncio.Context, ipc: Callable[[str], str]
-) -> AsyncIterator[tuple[FakeEnginePublisher, KvEventSubscriber, KvIndex]]:
+) -> AsyncIterator[Connected]:
     """One engine that binds (connect mode), with a replay socket, and a running subscriber."""
     pub = FakeEnginePublisher(ctx, bind=ipc("ev"), replay_bind=ipc("replay"))
     idx = KvIndex("m", BS)
@@ -169,7 +172,7 @@ def cached(idx: KvIndex, replica: str, n: int, blocks: int = 2) -> int:
     return idx.match(idx.keys_for(prompt(n, blocks))).get(replica, 0)
 
 
-async def test_in_order_events_reach_the_index(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_in_order_events_reach_the_index(connected: Connected) -> None:
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])
     await pub.publish([store(2, 20), BlockRemoved([11], "GPU")])
@@ -182,7 +185,7 @@ async def test_in_order_events_reach_the_index(connected) -> None:  # type: igno
     assert m["index_blocks_stored"] == 4
 
 
-async def test_gap_is_filled_from_the_replay_socket(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_gap_is_filled_from_the_replay_socket(connected: Connected) -> None:
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])
     await pub.publish([store(2, 20)], drop=True)  # lost on the wire (e.g. high-water mark)
@@ -231,7 +234,7 @@ async def test_a_replay_longer_than_the_timeout_that_makes_progress_completes(
         await pub.close()
 
 
-async def test_restart_drops_the_replica_and_rebuilds(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_restart_drops_the_replica_and_rebuilds(connected: Connected) -> None:
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])
     await pub.publish([store(2, 20)])
@@ -244,7 +247,7 @@ async def test_restart_drops_the_replica_and_rebuilds(connected) -> None:  # typ
     assert sub.metrics()["resets"] == 1
 
 
-async def test_garbage_is_counted_and_skipped(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_garbage_is_counted_and_skipped(connected: Connected) -> None:
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])
     await pub.send_raw([pub.topic, b"\x00\x01"])  # two frames
@@ -257,7 +260,7 @@ async def test_garbage_is_counted_and_skipped(connected) -> None:  # type: ignor
     assert m["garbage"] == 3 and m["gaps"] == 0 and m["resets"] == 0
 
 
-async def test_duplicate_stores_are_idempotent(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_duplicate_stores_are_idempotent(connected: Connected) -> None:
     pub, _sub, idx = connected
     await pub.publish([store(1, 10)])
     await pub.publish([store(1, 10), AllBlocksCleared(), store(1, 10), store(1, 10)])
@@ -265,7 +268,7 @@ async def test_duplicate_stores_are_idempotent(connected) -> None:  # type: igno
     assert idx.blocks("e1") == 2 and idx.counters.duplicate_blocks == 4
 
 
-async def test_removed_engine_loses_its_entries_and_is_ignored(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_removed_engine_loses_its_entries_and_is_ignored(connected: Connected) -> None:
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])
     await until(lambda: cached(idx, "e1", 1) == 2)
@@ -535,7 +538,7 @@ async def test_vllm_publisher_connects_to_a_bound_subscriber(ipc: Callable[[str]
         publisher.shutdown()
 
 
-async def test_reset_engine_drops_entries_and_rejoins(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_reset_engine_drops_entries_and_rejoins(connected: Connected) -> None:
     """A restart noticed elsewhere: the next message (seq > old expected) rebuilds by replay."""
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])

@@ -21,6 +21,7 @@ from benchmarks.fidelity_measure import (
     ServerMeans,
     pct,
 )
+from benchmarks.nnls import nnls_exact
 from pools.sim.config import EngineConfig
 from pools.sim.driver import EngineDriver
 from pools.sim.engine_core import EngineCore, StepResult
@@ -214,26 +215,6 @@ def _metric_weights(runs: dict[int, VirtualRun]) -> tuple[list[str], list[tuple[
     return names, rows
 
 
-def _nnls(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
-    """min ||a·x - b||² subject to x ≥ 0, exactly, by trying every set of free variables
-    (2^4 = 16 here): the optimum is the unconstrained optimum on its own support."""
-    best: tuple[np.ndarray, float] | None = None
-    cols = a.shape[1]
-    for mask in range(1 << cols):
-        free = [i for i in range(cols) if mask >> i & 1]
-        x = np.zeros(cols)
-        if free:
-            sol, *_ = np.linalg.lstsq(a[:, free], b, rcond=None)
-            if (sol < 0).any():
-                continue
-            x[free] = sol
-        sse = float(np.sum((a @ x - b) ** 2))
-        if best is None or sse < best[1]:
-            best = (x, sse)
-    assert best is not None
-    return best
-
-
 def fit_cpu_constants(
     timings: list[RequestTiming],
     means: dict[str, ServerMeans],
@@ -277,7 +258,7 @@ def fit_cpu_constants(
             }
             base = np.array([w @ roof[c] for c, w in rows])
             x = np.zeros(len(FIT_CONSTANTS))
-            x[free], sse = _nnls(design[:, free] * scale[:, None], (y - base) * scale)
+            x[free], sse = nnls_exact(design[:, free] * scale[:, None], (y - base) * scale)
             if best is None or sse < best[0]:
                 best = (sse, mfu, x)
         assert best is not None

@@ -14,6 +14,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import zmq
@@ -31,6 +32,9 @@ from router.kv_events import (
 )
 from router.kv_index import KvIndex
 from tests.waiting import async_wait_until
+
+if TYPE_CHECKING:
+    from vllm.distributed.kv_events import KVEventBatch
 
 BS = 4
 
@@ -411,10 +415,25 @@ async def test_gap_without_replay_socket_is_counted(
         await pub.close()
 
 
+def vllm_stored_batch(n: int) -> KVEventBatch:
+    """vLLM's own event batch storing prompt `n`'s two blocks (engine hashes n*10+1, n*10+2)."""
+    from vllm.distributed.kv_events import BlockStored, KVEventBatch
+
+    stored = BlockStored(
+        block_hashes=[n * 10 + 1, n * 10 + 2],
+        parent_block_hash=None,
+        token_ids=prompt(n),
+        block_size=BS,
+        lora_id=None,
+        medium="GPU",
+        lora_name=None,
+    )
+    return KVEventBatch(ts=time.time(), events=[stored])
+
+
 async def test_vllm_publisher_late_join_and_replay(ipc: Callable[[str], str]) -> None:
     """vLLM's own ZmqEventPublisher (binds on ipc) and its ROUTER replay socket."""
-    from vllm.distributed.kv_events import BlockStored as VllmBlockStored
-    from vllm.distributed.kv_events import KVEventBatch, ZmqEventPublisher
+    from vllm.distributed.kv_events import ZmqEventPublisher
 
     publisher = ZmqEventPublisher(
         data_parallel_rank=0, endpoint=ipc("vev"), replay_endpoint=ipc("vrep"), topic="kv"
@@ -423,22 +442,7 @@ async def test_vllm_publisher_late_join_and_replay(ipc: Callable[[str], str]) ->
     sub = KvEventSubscriber(idx)
     try:
         for n in range(3):  # published before anyone subscribes: only replay can bring them
-            publisher.publish(
-                KVEventBatch(
-                    ts=time.time(),
-                    events=[
-                        VllmBlockStored(
-                            block_hashes=[n * 10 + 1, n * 10 + 2],
-                            parent_block_hash=None,
-                            token_ids=prompt(n),
-                            block_size=BS,
-                            lora_id=None,
-                            medium="GPU",
-                            lora_name=None,
-                        )
-                    ],
-                )
-            )
+            publisher.publish(vllm_stored_batch(n))
         # Sent (into the void) and buffered for replay before the subscriber exists.
         await until(lambda: len(publisher._buffer) == 3, what="vLLM publisher sent 3 batches")
         sub.add_engine(
@@ -454,22 +458,7 @@ async def test_vllm_publisher_late_join_and_replay(ipc: Callable[[str], str]) ->
                 return True
             if sub.metrics()["messages"]:
                 return False  # live stream reached us; the replay is bringing the rest
-            publisher.publish(
-                KVEventBatch(
-                    ts=time.time(),
-                    events=[
-                        VllmBlockStored(
-                            block_hashes=[n * 10 + 1, n * 10 + 2],
-                            parent_block_hash=None,
-                            token_ids=prompt(n),
-                            block_size=BS,
-                            lora_id=None,
-                            medium="GPU",
-                            lora_name=None,
-                        )
-                    ],
-                )
-            )
+            publisher.publish(vllm_stored_batch(n))
             n += 1
             return False
 
@@ -489,8 +478,7 @@ async def test_vllm_publisher_late_join_and_replay(ipc: Callable[[str], str]) ->
 
 async def test_vllm_publisher_connects_to_a_bound_subscriber(ipc: Callable[[str], str]) -> None:
     """Bind mode with vLLM's own publisher: endpoint ``tcp://127.0.0.1:P`` makes it connect."""
-    from vllm.distributed.kv_events import BlockStored as VllmBlockStored
-    from vllm.distributed.kv_events import KVEventBatch, ZmqEventPublisher
+    from vllm.distributed.kv_events import ZmqEventPublisher
 
     idx = KvIndex("m", BS)
     sub = KvEventSubscriber(idx, bind_endpoint="tcp://127.0.0.1:0")
@@ -511,22 +499,7 @@ async def test_vllm_publisher_connects_to_a_bound_subscriber(ipc: Callable[[str]
             return True
         if sent and sub.metrics()["messages"]:
             return False  # connected; replay or the live stream brings the rest
-        publisher.publish(
-            KVEventBatch(
-                ts=time.time(),
-                events=[
-                    VllmBlockStored(
-                        block_hashes=[sent * 10 + 1, sent * 10 + 2],
-                        parent_block_hash=None,
-                        token_ids=prompt(sent),
-                        block_size=BS,
-                        lora_id=None,
-                        medium="GPU",
-                        lora_name=None,
-                    )
-                ],
-            )
-        )
+        publisher.publish(vllm_stored_batch(sent))
         sent += 1
         return False
 

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from autoscale.perf_sweep import Sweep
+from benchmarks.nnls import nnls_exact
 from pools.sim.profiles import GpuProfile, get_gpu, get_model
 from pools.sim.timing import TimingModel
 
@@ -88,26 +89,6 @@ def _predict(timing: TimingModel, kind: str, key: tuple[int, int]) -> float:
     )
 
 
-def _nnls(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
-    """min ||a·x - b||² with x ≥ 0, exactly: the optimum is the unconstrained optimum on its
-    own support, so every support (2^4 here) is tried."""
-    best: tuple[np.ndarray, float] | None = None
-    cols = a.shape[1]
-    for mask in range(1 << cols):
-        free = [i for i in range(cols) if mask >> i & 1]
-        x = np.zeros(cols)
-        if free:
-            sol, *_ = np.linalg.lstsq(a[:, free], b, rcond=None)
-            if (sol < 0).any():
-                continue
-            x[free] = sol
-        sse = float(np.sum((a @ x - b) ** 2))
-        if best is None or sse < best[1]:
-            best = (x, sse)
-    assert best is not None
-    return best
-
-
 def fit_sweep(sweep: Sweep, source: str = "client") -> dict[str, Any]:
     """Fitted constants, per-point errors and their summary (module docstring)."""
     points = _points(sweep, source)
@@ -125,7 +106,7 @@ def fit_sweep(sweep: Sweep, source: str = "client") -> dict[str, Any]:
             unit = timing_with(sweep, {"mfu": mfu, **zero, name: 1.0})
             cols.append([_predict(unit, k, key) for k, key, _ in points])
         design = np.array(cols).T - base[:, None]
-        x, sse = _nnls(design * scale[:, None], (y - base) * scale)
+        x, sse = nnls_exact(design * scale[:, None], (y - base) * scale)
         if best is None or sse < best[0]:
             best = (sse, mfu, x)
     assert best is not None

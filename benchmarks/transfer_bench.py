@@ -34,7 +34,6 @@ import socket
 import statistics
 import struct
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from transfer.pattern import block_digest, expected_digest, fill_pool
+from transfer.peer import command as peer_command
 from transfer.pool import KvBlockPool
 
 METHODS = ("memcpy", "tcp_socket", "nixl_shm", "nixl_tcp", "tcp_mover")
@@ -269,21 +269,7 @@ class _OwnerPeer:
     def __init__(self, spec: CaseSpec, kind: str, transport: str) -> None:
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "transfer.peer",
-                "--kind",
-                kind,
-                "--transport",
-                transport,
-                "--num-blocks",
-                str(2 * spec.blocks),
-                "--block-bytes",
-                str(spec.block_bytes),
-                "--seed",
-                str(spec.seed),
-            ],
+            peer_command(kind, transport, 2 * spec.blocks, spec.block_bytes, spec.seed),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -5,13 +5,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
 
+# A condition answers the value it waited for, or a falsy "not yet" (None or False). Typing
+# "not yet" as exactly `None | Literal[False]` lets the truthiness check narrow it away, so the
+# value returned is the condition's `T` (a `bool` condition gives `True`).
+Pending = None | Literal[False]
+
 
 def wait_until(
-    condition: Callable[[], T | bool | None],
+    condition: Callable[[], T | Pending],
     timeout: float,
     interval: float = 0.02,
     message: str = "condition",
@@ -24,14 +29,14 @@ def wait_until(
     while True:
         value = condition()
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {message}")
         time.sleep(interval)
 
 
 async def async_wait_until(
-    condition: Callable[[], Awaitable[T | bool | None]],
+    condition: Callable[[], Awaitable[T | Pending]],
     timeout: float,  # noqa: ASYNC109  (a polling deadline, not a cancellation scope)
     interval: float = 0.02,
     message: str = "condition",
@@ -41,7 +46,7 @@ async def async_wait_until(
     while True:
         value = await condition()
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {message}")
         await asyncio.sleep(interval)

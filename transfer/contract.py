@@ -1,8 +1,8 @@
 """The block mover contract: what `pools/` codes against (`BlockMover`), and the records it
 returns (`Released`, `PullResult`, `MoverStats`) with the lease and deadline defaults.
 
-`transfer/mover.py` holds the logic both movers share; `NixlBlockMover` and `TcpBlockMover`
-implement this protocol through it.
+`transfer/mover.py` (owner half) and `transfer/puller.py` (puller half) hold the logic both
+movers share; `NixlBlockMover` and `TcpBlockMover` implement this protocol through them.
 """
 
 from __future__ import annotations

@@ -99,6 +99,15 @@ async def serve(args: argparse.Namespace) -> None:
     _emit({"event": "closed"})
 
 
+def command(kind: str, transport: str, num_blocks: int, block_bytes: int, seed: int) -> list[str]:
+    """The command line that starts this peer with this interpreter (for the tests and the
+    transfer benchmark, so its flags are spelled in one place)."""
+    return [
+        sys.executable, "-m", "transfer.peer", "--kind", kind, "--transport", transport,
+        "--num-blocks", str(num_blocks), "--block-bytes", str(block_bytes), "--seed", str(seed),
+    ]  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m transfer.peer", description=__doc__)
     kinds = [k for k in KvTransport if k is not KvTransport.NONE]

@@ -10,16 +10,14 @@ chunk k+1 while the puller copies chunk k. Every `Read` re-checks the lease like
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from transfer.contract import PULL_HOLD_MARGIN_S
 from transfer.errors import TransferFailed
-from transfer.mover import MoverBase, _raise_fail
-from transfer.side_channel import Fail, Notify, PeerLink, Read, ReadReply, Reply
+from transfer.mover import MoverBase
+from transfer.side_channel import Notify, PeerLink, Read, ReadReply, Reply
 from transfer.transports import KvTransport
 
 CHUNK_BYTES = 16 << 20
@@ -82,11 +80,7 @@ class TcpBlockMover(MoverBase):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         if notify:
-            reply, _ = await link.request(
-                Notify(seq=0, request_id=request_id), deadline, request_id
-            )
-            if isinstance(reply, Fail):
-                _raise_fail(reply, link.peer, request_id)
+            await self._ask(link, Notify(seq=0, request_id=request_id), deadline, request_id)
 
     async def _read_chunk(
         self,
@@ -96,14 +90,9 @@ class TcpBlockMover(MoverBase):
         request_id: str,
         deadline: float,
     ) -> None:
-        hold_s = max(0.0, deadline - time.monotonic()) + PULL_HOLD_MARGIN_S
-        reply, frames = await link.request(
-            Read(seq=0, request_id=request_id, block_ids=remote, hold_s=hold_s),
-            deadline,
-            request_id,
-        )
-        if isinstance(reply, Fail):
-            _raise_fail(reply, link.peer, request_id)
+        hold_s = self._pull_hold_s(deadline)
+        message = Read(seq=0, request_id=request_id, block_ids=remote, hold_s=hold_s)
+        reply, frames = await self._ask(link, message, deadline, request_id)
         block_bytes = self.pool.block_bytes
         size = sum(len(frame.buffer) for frame in frames)
         if not isinstance(reply, ReadReply) or size != len(local) * block_bytes:

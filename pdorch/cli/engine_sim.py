@@ -6,7 +6,16 @@ to stderr) and stops cleanly on SIGINT/SIGTERM.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import typer
+
+# The choices as Literals, so typer checks them on the command line and the function converts
+# them to `EngineRole` / `KvTransport` typed; the enums themselves are imported inside the
+# function (`transfer` costs ~0.2 s to import, and `pdorch --help` must stay fast).
+# tests/cli/test_engine_sim_choices.py keeps them equal to the enums.
+RoleName = Literal["prefill", "decode", "both"]
+KvTransportName = Literal["auto", "nixl", "tcp", "none"]
 
 RENAMED = {
     "--kv-memory-gb": "--kv-memory-gib",
@@ -17,7 +26,7 @@ RENAMED = {
 
 
 def engine_sim(
-    role: str = typer.Option(
+    role: RoleName = typer.Option(
         "both",
         help="prefill | decode | both. Like vLLM's kv_both, any engine still serves every kind "
         "of request; the role tells the pool what to route to it.",
@@ -82,7 +91,7 @@ def engine_sim(
         "as vLLM's); /v1/models lists them. Default: none.",
     ),
     engine_id: str | None = typer.Option(None, help="KV engine id (default: random uuid)."),
-    kv_transport: str = typer.Option(
+    kv_transport: KvTransportName = typer.Option(
         "auto", help="How KV blocks move between engines: auto | nixl | tcp | none."
     ),
     side_channel_host: str = typer.Option(
@@ -118,13 +127,15 @@ def engine_sim(
 
     from pdorch.cli.options import split_list
     from pools.launch_engines import SIM_FLAG_OF_FIELD
+    from pools.roles import EngineRole
     from pools.sim.server import SimServer
     from pools.sim.settings import SimEngineSettings
+    from transfer.transports import KvTransport
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr)
     try:
         settings = SimEngineSettings(
-            role=role,  # type: ignore[arg-type]
+            role=EngineRole(role),
             host=host,
             port=port,
             model_profile=model_profile,
@@ -146,7 +157,7 @@ def engine_sim(
             kv_events_topic=kv_events_topic,
             kv_events_buffer_steps=10_000,
             engine_id=engine_id,
-            kv_transport=kv_transport,  # type: ignore[arg-type]
+            kv_transport=KvTransport(kv_transport),
             kv_host=side_channel_host,
             kv_port=side_channel_port,
             kv_block_bytes=kv_block_bytes,

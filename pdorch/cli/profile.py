@@ -22,6 +22,9 @@ from autoscale.perf_sweep import (
 from pdorch.cli.options import split_ints
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from autoscale.perf_sweep import Sweep
     from pools.sim.timing import TimingModel
 
 RENAMED = {"--model": "--model-profile", "--kv-memory-gb": "--kv-memory-gib"}
@@ -261,41 +264,39 @@ def _sweep(
     if as_json:
         print(json.dumps(data))
         return
-    _print_sweep(data, Console())
+    _print_sweep(result, Console())
 
 
-def _print_sweep(data: dict[str, object], console: object) -> None:
-    from rich.console import Console
+def _print_sweep(result: Sweep, console: Console) -> None:
     from rich.table import Table
 
-    assert isinstance(console, Console)
-    cmp = data.get("compare")
+    cmp = result.compare
     errors: dict[tuple[str, int, int], float] = {}
-    if isinstance(cmp, dict):
+    if cmp is not None:
         for r in cmp["prefill"]:
             errors[("p", r["isl_tokens"], 0)] = r["error"]
         for r in cmp["decode"]:
             errors[("d", r["batch"], r["context_tokens"])] = r["error"]
-    table = Table(title=f"sweep ({data['source']}): {data['model_profile']} on {data['gpu']}")
+    table = Table(title=f"sweep ({result.source}): {result.model_profile} on {result.gpu}")
     table.add_column("point")
     table.add_column("time", justify="right")
     table.add_column("model error", justify="right")
-    for r in data["prefill"]:  # type: ignore[attr-defined]
-        e = errors.get(("p", r["isl_tokens"], 0))
+    for isl, time_s in sorted(result.prefill.items()):
+        e = errors.get(("p", isl, 0))
         table.add_row(
-            f"prefill {r['isl_tokens']:,} tokens",
-            f"{r['time_s'] * 1e3:,.2f} ms",
+            f"prefill {isl:,} tokens",
+            f"{time_s * 1e3:,.2f} ms",
             "" if e is None else f"{e:+.1%}",
         )
-    for r in data["decode"]:  # type: ignore[attr-defined]
-        e = errors.get(("d", r["batch"], r["context_tokens"]))
+    for (batch, context), step_s in sorted(result.decode.items()):
+        e = errors.get(("d", batch, context))
         table.add_row(
-            f"decode batch {r['batch']} x {r['context_tokens']:,} tokens",
-            f"{r['step_s'] * 1e3:,.2f} ms/step",
+            f"decode batch {batch} x {context:,} tokens",
+            f"{step_s * 1e3:,.2f} ms/step",
             "" if e is None else f"{e:+.1%}",
         )
     console.print(table)
-    if isinstance(cmp, dict):
+    if cmp is not None:
         for curve, st in cmp["summary"].items():
             if st:
                 console.print(

@@ -111,18 +111,19 @@ def prompt_tokens(
     prompt: str | list[int] | list[str] | list[list[int]], tokenizer: SimTokenizer
 ) -> list[int]:
     """One prompt (text or token ids) as token ids; a batch of one is unwrapped."""
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+    if isinstance(prompt, str):
+        return tokenizer.encode_prompt(prompt, add_special_tokens=True)
+    first = prompt[0] if prompt else None
+    if isinstance(first, (str, list)):  # a batch, of texts or of id lists
         if len(prompt) != 1:
             raise ApiError(
                 "The simulated engine serves one prompt per request.",
                 HTTPStatus.BAD_REQUEST,
                 param="prompt",
             )
-        first = prompt[0]
         return prompt_tokens(first, tokenizer)
-    if isinstance(prompt, str):
-        return tokenizer.encode_prompt(prompt, add_special_tokens=True)
-    return [int(t) for t in prompt]  # type: ignore[arg-type]
+    # token ids: the schema validated the list as one of its list types, so all are ints here
+    return [int(t) for t in prompt if isinstance(t, int)]
 
 
 def check_token_ids(tokens: list[int], max_token_id: int) -> None:

@@ -24,7 +24,7 @@ Clock-agnostic: `now` is whatever the caller's clock says (real seconds scaled i
 server's runner, virtual seconds in the fleet simulator and the fidelity replay). The driver
 never sleeps and never reads a clock; it tells the caller when to come back (`Advance.wake`).
 Callers: `pools/sim/runner.py` (asyncio, real time), `benchmarks/fleet_sim/simulator.py` (one
-event heap over many replicas), `benchmarks/fidelity.py` (closed-loop replay).
+event heap over many replicas), `benchmarks/fidelity_fit.py` (closed-loop replay).
 """
 
 from __future__ import annotations

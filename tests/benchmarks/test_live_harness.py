@@ -8,11 +8,9 @@ processes, real HTTP streaming, the real CLI with `--json`.
 from __future__ import annotations
 
 import json
-import queue
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,60 +20,20 @@ import httpx
 import pytest
 
 from benchmarks.live.url_guard import RemoteUrlError, check_target_url
-from tests.waiting import wait_until
+from tests.sim_process import SimProcess
 
 MAX_MODEL_LEN = 32768
 
 
-class SimEngineProcess:
-    """`pdorch engine sim` in a subprocess; `url` from its one `ready <url>` stdout line."""
-
-    def __init__(self, log_path: Path) -> None:
-        self._log = log_path.open("wb")
-        args = [
-            "engine", "sim", "--port", "0", "--time-scale", "0.01", "--kv-transport", "none",
-            "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", "sim-model",
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from pdorch.cli import main; main()", *args],
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-        )
-        self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            self._lines.put(raw.decode().rstrip("\n"))
-
-    def wait_ready(self, timeout: float) -> str:
-        def ready() -> str | None:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"engine sim exited with {self.proc.returncode}")
-            try:
-                return self._lines.get_nowait()
-            except queue.Empty:
-                return None
-
-        line = wait_until(ready, timeout, message="`ready <url>` from pdorch engine sim")
-        assert line.startswith("ready http://"), line
-        return line.split(" ", 1)[1]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+SIM_ARGS = [
+    "--port", "0", "--time-scale", "0.01", "--kv-transport", "none",
+    "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", "sim-model",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    engine = SimEngineProcess(tmp_path_factory.mktemp("sim") / "engine.log")
+    engine = SimProcess(SIM_ARGS, tmp_path_factory.mktemp("sim") / "engine.log")
     try:
         yield engine.wait_ready(120.0)
     finally:

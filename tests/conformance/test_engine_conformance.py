@@ -17,13 +17,9 @@ prompts made unique by a uuid.
 from __future__ import annotations
 
 import json
-import queue
 import random
 import re
-import subprocess
-import sys
 import tempfile
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +33,7 @@ import zmq
 
 from pools.sim.hashing import request_block_hashes, to_external_hash
 from pools.sim.kv_events import KVCacheEvent
+from tests.sim_process import SimProcess
 from tests.waiting import wait_until
 from transfer.params import KvTransferParams
 
@@ -62,52 +59,6 @@ class Pair:
     prefill: Engine
     decode: Engine
     tokenizer_dir: Path
-
-
-class SimProcess:
-    """One `pdorch engine sim` subprocess; `url` comes from its `ready <url>` line."""
-
-    def __init__(self, args: list[str], log_path: Path) -> None:
-        self._log = log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from pdorch.cli import main; main()", "engine", "sim", *args],
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-        )
-        self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.url = ""
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            self._lines.put(raw.decode().rstrip("\n"))
-
-    def wait_ready(self, timeout: float) -> str:
-        def ready() -> str | None:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"engine sim exited with {self.proc.returncode}")
-            try:
-                return self._lines.get_nowait()
-            except queue.Empty:
-                return None
-
-        line = wait_until(ready, timeout, message="`ready <url>` from pdorch engine sim")
-        assert line.startswith("ready http://"), line
-        assert self._lines.empty(), "exactly one line on stdout"
-        self.url = line.split(" ", 1)[1]
-        return self.url
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
 
 
 def _start_sim_pair(tokenizer_dir: Path, tmp: Path) -> Iterator[Pair]:

@@ -210,7 +210,9 @@ async def test_client_disconnect_mid_stream_cancels_the_decode_leg(leg_client: s
         run_coordinator(config) as pd,
         http_client(base_url=pd.url, timeout=30.0) as client,
     ):
-        decode_url = pd.coordinator.fleet.get("decode-0").url  # type: ignore[union-attr]
+        decode = pd.coordinator.fleet.get("decode-0")
+        assert decode is not None
+        decode_url = decode.url
         body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 3000, "stream": True}
         async with client.stream("POST", "/v1/completions", json=body) as response:
             assert response.status_code == 200

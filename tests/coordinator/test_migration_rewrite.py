@@ -17,14 +17,14 @@ from pdorch.app.migration import (
     not_migratable,
     with_token_ids,
 )
-from pdorch.app.openai_schema import ParsedRequest, parse_request
+from pdorch.app.openai_schema import ParsedRequest, RequestKind, parse_request
 
 pytestmark = pytest.mark.unit
 MODEL = "m"
 
 
-def parsed(body: dict[str, Any], kind: str = "completion") -> ParsedRequest:
-    return parse_request(json.dumps({"model": MODEL, **body}).encode(), kind, MODEL)  # type: ignore[arg-type]
+def parsed(body: dict[str, Any], kind: RequestKind = "completion") -> ParsedRequest:
+    return parse_request(json.dumps({"model": MODEL, **body}).encode(), kind, MODEL)
 
 
 def event(obj: dict[str, Any]) -> bytes:
@@ -77,7 +77,7 @@ def test_continuation_body_is_prompt_plus_output_with_the_budget_left() -> None:
         "stream": True, "temperature": 0.0, "logprobs": 2, "user": "u", "return_token_ids": True,
     }  # fmt: skip
     # completions' default max_tokens is vLLM's 16; chat's none (the engine's context)
-    assert continuation_body(parsed({"prompt": "hi"}), trail)["max_tokens"] == 13  # type: ignore[index]
+    assert (continuation_body(parsed({"prompt": "hi"}), trail) or {})["max_tokens"] == 13
     chat = parsed({"messages": [{"role": "user", "content": "x"}], "logprobs": False}, "chat")
     chat_body = continuation_body(chat, trail)
     assert chat_body is not None and chat_body["max_tokens"] is None and "messages" not in chat_body

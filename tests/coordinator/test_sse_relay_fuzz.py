@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from pdorch.app.legs import _is_error_event
 from pdorch.app.migration import Continuation, StreamTrail
-from pdorch.app.openai_schema import parse_request
+from pdorch.app.openai_schema import RequestKind, parse_request
 
 pytestmark = pytest.mark.unit
 LONG = os.environ.get("PDORCH_FUZZ") == "1"
@@ -193,11 +193,11 @@ def test_garbage_from_an_engine_never_raises_out_of_the_relay(
     chunks: list[bytes], keep: bool, chat: bool
 ) -> None:
     trail = StreamTrail(keep_ids=keep)
-    kind = "chat" if chat else "completion"
+    kind: RequestKind = "chat" if chat else "completion"
     request = (
         {"model": MODEL, "messages": [{"role": "u"}]} if chat else {"model": MODEL, "prompt": "x"}
     )
-    parsed = parse_request(json.dumps(request).encode(), kind, MODEL)  # type: ignore[arg-type]
+    parsed = parse_request(json.dumps(request).encode(), kind, MODEL)
     for chunk in chunks:
         _is_error_event(chunk)
         out = trail.feed(chunk)

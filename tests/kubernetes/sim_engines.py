@@ -8,13 +8,13 @@ are what the pod carries so discovery maps it to these ports (`pools.kubernetes.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 
 from pools.kubernetes.pods import PORT_ANNOTATIONS
 from tests.ports import free_ports
+from tests.sim_process import PDORCH, stop_process
 from tests.waiting import wait_until
 
 TOPIC = "kv-events"
@@ -34,7 +34,7 @@ class SimPodEngine:
             "--kv-events-topic", TOPIC, "--served-model-name", model,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from pdorch.cli import main; main()", *args],
+            [*PDORCH, *args],
             stdout=subprocess.DEVNULL,
             stderr=self._log,
         )
@@ -62,11 +62,5 @@ class SimPodEngine:
         wait_until(up, timeout, interval=0.1, message=f"sim engine on {self.url}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self._log.close()

@@ -57,13 +57,14 @@ def test_engine_vllm_prints_ready_and_stops_on_sigterm(
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
+    assert process.stdout is not None and process.stderr is not None  # both piped
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as reader:
-            pending = reader.submit(process.stdout.readline)  # type: ignore[union-attr]
+            pending = reader.submit(process.stdout.readline)
             line = pending.result(timeout=START_TIMEOUT_S + 60)
         if not line.startswith("ready http://127.0.0.1:"):
             process.wait(timeout=60)
-            pytest.fail(f"no ready line; stderr:\n{process.stderr.read()}")  # type: ignore[union-attr]
+            pytest.fail(f"no ready line; stderr:\n{process.stderr.read()}")
         url = line.split()[1]
         assert httpx.get(f"{url}/health", timeout=10).status_code == 200
         models = httpx.get(f"{url}/v1/models", timeout=10).json()
@@ -73,7 +74,7 @@ def test_engine_vllm_prints_ready_and_stops_on_sigterm(
 
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
-        rest = process.stdout.read()  # type: ignore[union-attr]
+        rest = process.stdout.read()
         assert rest == ""  # exactly one line on stdout
         wait_until(
             lambda: all(gone(pid) for pid in group),

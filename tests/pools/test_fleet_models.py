@@ -13,6 +13,7 @@ from pdorch.config.fleet import (
     load_fleet_config,
     parse_fleet_config,
 )
+from pools.launch_spec import SimLaunchSpec
 
 SIM = "{kind: sim, count: 1}"
 TWO_MODELS = f"""\
@@ -61,7 +62,10 @@ def test_two_models_give_one_model_views_and_the_top_level_reads_as_the_first(
     # the copies the tests make keep every model
     fast = config.with_sim_time_scale(0.01)
     assert fast.model_names() == ["a", "b"]
-    assert fast.model_configs()[1].pools.colocated.launch[0].time_scale == 0.01  # type: ignore[union-attr]
+    colocated = fast.model_configs()[1].pools.colocated
+    assert colocated is not None
+    launch = colocated.launch[0]
+    assert isinstance(launch, SimLaunchSpec) and launch.time_scale == 0.01
 
 
 def test_one_model_file_is_one_model() -> None:

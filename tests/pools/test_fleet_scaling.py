@@ -16,7 +16,8 @@ def _endpoint(rid: str, pool: str, switchable: bool = True) -> ReplicaEndpoint:
 def test_pending_replica_is_not_routable_until_admitted() -> None:
     fleet = Fleet()
     fleet.add_replica(_endpoint("d-0", "decode"), 0.0, pending=True)
-    assert fleet.get("d-0").state is ReplicaState.PENDING  # type: ignore[union-attr]
+    pending = fleet.get("d-0")
+    assert pending is not None and pending.state is ReplicaState.PENDING
     assert fleet.routable("decode") == []
     fleet.admit("d-0", 1.0)
     assert [r.replica_id for r in fleet.routable("decode")] == ["d-0"]

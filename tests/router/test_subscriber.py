@@ -14,6 +14,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import zmq
@@ -31,6 +32,9 @@ from router.kv_events import (
 )
 from router.kv_index import KvIndex
 from tests.waiting import async_wait_until
+
+if TYPE_CHECKING:
+    from vllm.distributed.kv_events import KVEventBatch
 
 BS = 4
 
@@ -147,10 +151,13 @@ def ipc(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
     return make
 
 
+Connected = tuple[FakeEnginePublisher, KvEventSubscriber, KvIndex]
+
+
 @pytest.fixture
 async def connected(
     ctx: zmq.asyncio.Context, ipc: Callable[[str], str]
-) -> AsyncIterator[tuple[FakeEnginePublisher, KvEventSubscriber, KvIndex]]:
+) -> AsyncIterator[Connected]:
     """One engine that binds (connect mode), with a replay socket, and a running subscriber."""
     pub = FakeEnginePublisher(ctx, bind=ipc("ev"), replay_bind=ipc("replay"))
     idx = KvIndex("m", BS)
@@ -169,7 +176,7 @@ def cached(idx: KvIndex, replica: str, n: int, blocks: int = 2) -> int:
     return idx.match(idx.keys_for(prompt(n, blocks))).get(replica, 0)
 
 
-async def test_in_order_events_reach_the_index(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_in_order_events_reach_the_index(connected: Connected) -> None:
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])
     await pub.publish([store(2, 20), BlockRemoved([11], "GPU")])
@@ -182,7 +189,7 @@ async def test_in_order_events_reach_the_index(connected) -> None:  # type: igno
     assert m["index_blocks_stored"] == 4
 
 
-async def test_gap_is_filled_from_the_replay_socket(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_gap_is_filled_from_the_replay_socket(connected: Connected) -> None:
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])
     await pub.publish([store(2, 20)], drop=True)  # lost on the wire (e.g. high-water mark)
@@ -231,7 +238,7 @@ async def test_a_replay_longer_than_the_timeout_that_makes_progress_completes(
         await pub.close()
 
 
-async def test_restart_drops_the_replica_and_rebuilds(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_restart_drops_the_replica_and_rebuilds(connected: Connected) -> None:
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])
     await pub.publish([store(2, 20)])
@@ -244,7 +251,7 @@ async def test_restart_drops_the_replica_and_rebuilds(connected) -> None:  # typ
     assert sub.metrics()["resets"] == 1
 
 
-async def test_garbage_is_counted_and_skipped(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_garbage_is_counted_and_skipped(connected: Connected) -> None:
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])
     await pub.send_raw([pub.topic, b"\x00\x01"])  # two frames
@@ -257,7 +264,7 @@ async def test_garbage_is_counted_and_skipped(connected) -> None:  # type: ignor
     assert m["garbage"] == 3 and m["gaps"] == 0 and m["resets"] == 0
 
 
-async def test_duplicate_stores_are_idempotent(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_duplicate_stores_are_idempotent(connected: Connected) -> None:
     pub, _sub, idx = connected
     await pub.publish([store(1, 10)])
     await pub.publish([store(1, 10), AllBlocksCleared(), store(1, 10), store(1, 10)])
@@ -265,7 +272,7 @@ async def test_duplicate_stores_are_idempotent(connected) -> None:  # type: igno
     assert idx.blocks("e1") == 2 and idx.counters.duplicate_blocks == 4
 
 
-async def test_removed_engine_loses_its_entries_and_is_ignored(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_removed_engine_loses_its_entries_and_is_ignored(connected: Connected) -> None:
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])
     await until(lambda: cached(idx, "e1", 1) == 2)
@@ -408,10 +415,25 @@ async def test_gap_without_replay_socket_is_counted(
         await pub.close()
 
 
+def vllm_stored_batch(n: int) -> KVEventBatch:
+    """vLLM's own event batch storing prompt `n`'s two blocks (engine hashes n*10+1, n*10+2)."""
+    from vllm.distributed.kv_events import BlockStored, KVEventBatch
+
+    stored = BlockStored(
+        block_hashes=[n * 10 + 1, n * 10 + 2],
+        parent_block_hash=None,
+        token_ids=prompt(n),
+        block_size=BS,
+        lora_id=None,
+        medium="GPU",
+        lora_name=None,
+    )
+    return KVEventBatch(ts=time.time(), events=[stored])
+
+
 async def test_vllm_publisher_late_join_and_replay(ipc: Callable[[str], str]) -> None:
     """vLLM's own ZmqEventPublisher (binds on ipc) and its ROUTER replay socket."""
-    from vllm.distributed.kv_events import BlockStored as VllmBlockStored
-    from vllm.distributed.kv_events import KVEventBatch, ZmqEventPublisher
+    from vllm.distributed.kv_events import ZmqEventPublisher
 
     publisher = ZmqEventPublisher(
         data_parallel_rank=0, endpoint=ipc("vev"), replay_endpoint=ipc("vrep"), topic="kv"
@@ -420,22 +442,7 @@ async def test_vllm_publisher_late_join_and_replay(ipc: Callable[[str], str]) ->
     sub = KvEventSubscriber(idx)
     try:
         for n in range(3):  # published before anyone subscribes: only replay can bring them
-            publisher.publish(
-                KVEventBatch(
-                    ts=time.time(),
-                    events=[
-                        VllmBlockStored(
-                            block_hashes=[n * 10 + 1, n * 10 + 2],
-                            parent_block_hash=None,
-                            token_ids=prompt(n),
-                            block_size=BS,
-                            lora_id=None,
-                            medium="GPU",
-                            lora_name=None,
-                        )
-                    ],
-                )
-            )
+            publisher.publish(vllm_stored_batch(n))
         # Sent (into the void) and buffered for replay before the subscriber exists.
         await until(lambda: len(publisher._buffer) == 3, what="vLLM publisher sent 3 batches")
         sub.add_engine(
@@ -451,22 +458,7 @@ async def test_vllm_publisher_late_join_and_replay(ipc: Callable[[str], str]) ->
                 return True
             if sub.metrics()["messages"]:
                 return False  # live stream reached us; the replay is bringing the rest
-            publisher.publish(
-                KVEventBatch(
-                    ts=time.time(),
-                    events=[
-                        VllmBlockStored(
-                            block_hashes=[n * 10 + 1, n * 10 + 2],
-                            parent_block_hash=None,
-                            token_ids=prompt(n),
-                            block_size=BS,
-                            lora_id=None,
-                            medium="GPU",
-                            lora_name=None,
-                        )
-                    ],
-                )
-            )
+            publisher.publish(vllm_stored_batch(n))
             n += 1
             return False
 
@@ -486,8 +478,7 @@ async def test_vllm_publisher_late_join_and_replay(ipc: Callable[[str], str]) ->
 
 async def test_vllm_publisher_connects_to_a_bound_subscriber(ipc: Callable[[str], str]) -> None:
     """Bind mode with vLLM's own publisher: endpoint ``tcp://127.0.0.1:P`` makes it connect."""
-    from vllm.distributed.kv_events import BlockStored as VllmBlockStored
-    from vllm.distributed.kv_events import KVEventBatch, ZmqEventPublisher
+    from vllm.distributed.kv_events import ZmqEventPublisher
 
     idx = KvIndex("m", BS)
     sub = KvEventSubscriber(idx, bind_endpoint="tcp://127.0.0.1:0")
@@ -508,22 +499,7 @@ async def test_vllm_publisher_connects_to_a_bound_subscriber(ipc: Callable[[str]
             return True
         if sent and sub.metrics()["messages"]:
             return False  # connected; replay or the live stream brings the rest
-        publisher.publish(
-            KVEventBatch(
-                ts=time.time(),
-                events=[
-                    VllmBlockStored(
-                        block_hashes=[sent * 10 + 1, sent * 10 + 2],
-                        parent_block_hash=None,
-                        token_ids=prompt(sent),
-                        block_size=BS,
-                        lora_id=None,
-                        medium="GPU",
-                        lora_name=None,
-                    )
-                ],
-            )
-        )
+        publisher.publish(vllm_stored_batch(sent))
         sent += 1
         return False
 
@@ -535,7 +511,7 @@ async def test_vllm_publisher_connects_to_a_bound_subscriber(ipc: Callable[[str]
         publisher.shutdown()
 
 
-async def test_reset_engine_drops_entries_and_rejoins(connected) -> None:  # type: ignore[no-untyped-def]
+async def test_reset_engine_drops_entries_and_rejoins(connected: Connected) -> None:
     """A restart noticed elsewhere: the next message (seq > old expected) rebuilds by replay."""
     pub, sub, idx = connected
     await pub.publish([store(1, 10)])

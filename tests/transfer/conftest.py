@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Protocol
 
 import pytest
 
 from tests.transfer.owner_process import OwnerProcess
-from transfer import BlockMover, KvBlockPool, KvTransport, make_block_mover
+from transfer import BlockMover, KvBlockPool, KvTransport, UcxTransport, make_block_mover
 
 BLOCK_BYTES = 64 * 1024
 OWNER_BLOCKS = 64
@@ -24,8 +25,22 @@ def kind(request: pytest.FixtureRequest) -> KvTransport:
     return KvTransport(request.param)
 
 
+class StartOwner(Protocol):
+    """The `start_owner` fixture: an owner process of the test's kind, `OwnerProcess`'s options."""
+
+    def __call__(
+        self,
+        seed: int = SEED,
+        num_blocks: int = OWNER_BLOCKS,
+        block_bytes: int = BLOCK_BYTES,
+        *,
+        transport: UcxTransport = UcxTransport.AUTO,
+        wait: bool = True,
+    ) -> OwnerProcess: ...
+
+
 @pytest.fixture
-def start_owner(kind: KvTransport) -> Iterator[Callable[..., OwnerProcess]]:
+def start_owner(kind: KvTransport) -> Iterator[StartOwner]:
     """Start owners of `kind` (each a real process); all are stopped at teardown."""
     owners: list[OwnerProcess] = []
 
@@ -33,9 +48,11 @@ def start_owner(kind: KvTransport) -> Iterator[Callable[..., OwnerProcess]]:
         seed: int = SEED,
         num_blocks: int = OWNER_BLOCKS,
         block_bytes: int = BLOCK_BYTES,
-        **kw: object,
+        *,
+        transport: UcxTransport = UcxTransport.AUTO,
+        wait: bool = True,
     ) -> OwnerProcess:
-        owner = OwnerProcess(kind, num_blocks, block_bytes, seed, **kw)  # type: ignore[arg-type]
+        owner = OwnerProcess(kind, num_blocks, block_bytes, seed, transport=transport, wait=wait)
         owners.append(owner)
         return owner
 

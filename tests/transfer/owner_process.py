@@ -7,13 +7,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from tests.waiting import wait_until
 from transfer import KvTransport, PeerAddress, UcxTransport
+from transfer.peer import command as peer_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,21 +38,7 @@ class OwnerProcess:
         self.stderr_lines: list[str] = []
         self._lock = threading.Lock()
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "transfer.peer",
-                "--kind",
-                kind,
-                "--transport",
-                transport,
-                "--num-blocks",
-                str(num_blocks),
-                "--block-bytes",
-                str(block_bytes),
-                "--seed",
-                str(seed),
-            ],
+            peer_command(kind, transport, num_blocks, block_bytes, seed),
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 import pytest
 
-from tests.transfer.conftest import BLOCK_BYTES, OWNER_BLOCKS, SEED
+from tests.transfer.conftest import BLOCK_BYTES, OWNER_BLOCKS, SEED, StartOwner
 from tests.transfer.owner_process import OwnerProcess
 from tests.waiting import async_wait_until
 from transfer import (
@@ -29,8 +29,6 @@ from transfer import (
     make_block_mover,
 )
 from transfer.pattern import block_pattern, fill_pool
-
-StartOwner = Callable[..., OwnerProcess]
 
 
 def assert_blocks(mover: BlockMover, remote: list[int], local: list[int], seed: int) -> None:

@@ -17,7 +17,8 @@ def test_lease_table_expires_in_order_and_extends() -> None:
     assert table.pop_expired(4.9) == []
     assert [lease.request_id for lease in table.pop_expired(5.0)] == ["b"]
     assert table.extend("a", 20.0) is not None
-    assert table.extend("a", 15.0).expires_at == 20.0  # type: ignore[union-attr]  # never shortens
+    extended = table.extend("a", 15.0)
+    assert extended is not None and extended.expires_at == 20.0  # never shortens
     assert table.pop_expired(10.0) == []  # the stale heap entry is skipped
     assert table.next_expiry() == 20.0
     assert table.extend("missing", 30.0) is None

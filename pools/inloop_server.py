@@ -146,6 +146,9 @@ class InLoopHttpServer:
             self.app,
             # http="auto" (the default): httptools' C parser when installed, else h11
             http=self.http,
+            # asyncio's (and uvloop's) create_server calls listen() again on the socket it is
+            # given, with this backlog: without it uvicorn's 2048 replaced `backlog` silently
+            backlog=self.backlog,
             log_level="warning",
             access_log=False,
             lifespan="off",

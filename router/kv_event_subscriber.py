@@ -33,6 +33,14 @@ the rest of the index is whole then. ``join_deadline_s`` (default 10 s) after ``
 10,000-batch buffers could otherwise stay not ready for minutes (chaos `kill-coordinator` at
 load 15: over 90 s); a cache-blind coordinator that serves is better than none.
 
+Each replay that ends (completed, failed: silent for ``replay_timeout_s`` or a socket error,
+or cancelled: replaced by a newer one) logs one INFO line -- replica, start seq, outcome,
+messages replayed, events and blocks they stored, seconds from the request to the end --
+and becomes a :class:`ReplayRecord`: the last per replica in
+:attr:`KvEventSubscriber.last_replays`, and passed to ``on_replay_end`` when set (the
+coordinator's ``pdorch_kv_replay_*`` metrics). A join replay's duration is what keeps a
+restarted coordinator's ``/health`` at ``replaying``.
+
 Counters (:meth:`KvEventSubscriber.metrics`): ``messages``, ``events``, ``blocks_stored``,
 ``blocks_removed``, ``gaps``, ``replays_requested``/``_completed``/``_failed``, ``resets``,
 ``duplicates``, ``missed``, ``garbage``, ``unknown_topic`` (and the sink's own counters when it
@@ -42,9 +50,10 @@ Everything runs on the caller's asyncio loop; the sink is called from that loop 
 
 Public API (stable): :class:`KvEventSubscriber` (``start``, ``stop``, ``async with``,
 ``add_engine``, ``remove_engine``, ``reset_engine``, ``bound_endpoint``, ``metrics``,
-``counters``, ``on_frames``, ``replaying``),
-:class:`EngineEventSource`, :class:`KvEventSink` (protocol: ``apply_batch``, ``clear_replica``,
-``remove_replica`` -- what :class:`~router.kv_index.KvIndex` offers).
+``counters``, ``on_frames``, ``replaying``, ``last_replays``, ``on_replay_end``),
+:class:`EngineEventSource`, :class:`ReplayRecord`, :class:`KvEventSink` (protocol:
+``apply_batch``, ``clear_replica``, ``remove_replica`` -- what
+:class:`~router.kv_index.KvIndex` offers).
 """
 
 from __future__ import annotations
@@ -55,7 +64,7 @@ import logging
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import zmq
 import zmq.asyncio
@@ -98,6 +107,27 @@ class EngineEventSource:
     endpoint: str | None = None
     replay_endpoint: str | None = None
     topic: str = ""
+
+
+ReplayOutcome = Literal["completed", "failed", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRecord:
+    """One ended replay (module doc): ``seconds`` from asking the engine's replay socket to
+    the end marker, the give-up or the cancel; ``messages`` replayed batches received,
+    ``events``/``blocks`` the events and stored blocks of the ones applied (duplicates of
+    what the live stream already gave are skipped, so not counted); ``join``: a join replay
+    of :meth:`KvEventSubscriber.start` (one that ``replaying`` waits for)."""
+
+    replica_id: str
+    start_seq: int
+    outcome: ReplayOutcome
+    messages: int
+    events: int
+    blocks: int
+    seconds: float
+    join: bool
 
 
 @dataclass(slots=True)
@@ -146,6 +176,8 @@ class KvEventSubscriber:
         self.join_deadline_s = join_deadline_s
         self._started_at = 0.0
         self._started = False
+        self.last_replays: dict[str, ReplayRecord] = {}  # the last ended replay per replica
+        self.on_replay_end: Callable[[ReplayRecord], None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -320,22 +352,26 @@ class KvEventSubscriber:
         step = self.tracker.on_live(replica_id, seq, frames[2], self._clock())
         self._do(replica_id, step)
 
-    def _do(self, replica_id: Hashable, step: SeqStep) -> None:
+    def _do(self, replica_id: Hashable, step: SeqStep) -> tuple[int, int]:
+        """Carry out `step`; (events, blocks stored) it applied."""
         assert isinstance(replica_id, str)
         if step.reset:
             self.sink.clear_replica(replica_id)
+        events = blocks = 0
         for _seq, payload in step.apply:
             try:
                 batch = self._decoder.decode(payload)
             except KvEventDecodeError:
                 self.counters.garbage += 1
                 continue
-            self._count(batch)
+            e, b = self._count(batch)
+            events, blocks = events + e, blocks + b
             self.sink.apply_batch(replica_id, batch)
         if step.replay_from is not None:
             source = self._sources.get(replica_id)
             if source is None or source.replay_endpoint is None or self._ctx is None:
-                self._do(replica_id, self.tracker.on_replay_failed(replica_id))
+                e, b = self._do(replica_id, self.tracker.on_replay_failed(replica_id))
+                events, blocks = events + e, blocks + b
             else:
                 old = self._replays.pop(replica_id, None)
                 if old is not None:
@@ -343,15 +379,20 @@ class KvEventSubscriber:
                 self._replays[replica_id] = asyncio.create_task(
                     self._replay(source, step.replay_from)
                 )
+        return events, blocks
 
-    def _count(self, batch: KvEventBatch) -> None:
+    def _count(self, batch: KvEventBatch) -> tuple[int, int]:
+        """Count `batch` in; (its events, the blocks it stored)."""
         c = self.counters
         c.events += len(batch.events)
+        stored = 0
         for event in batch.events:
             if isinstance(event, BlockStored):
-                c.blocks_stored += len(event.block_hashes)
+                stored += len(event.block_hashes)
             elif isinstance(event, BlockRemoved):
                 c.blocks_removed += len(event.block_hashes)
+        c.blocks_stored += stored
+        return len(batch.events), stored
 
     async def _replay(self, source: EngineEventSource, start_seq: int) -> None:
         rid = source.replica_id
@@ -360,6 +401,9 @@ class KvEventSubscriber:
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         ok = False
+        started = self._clock()
+        messages = events = blocks = 0
+        outcome: ReplayOutcome = "cancelled"
         try:
             sock.connect(source.replay_endpoint)
             await sock.send_multipart([b"", start_seq.to_bytes(8, "big")])
@@ -381,21 +425,53 @@ class KvEventSubscriber:
                     ok = True
                     break
                 seq = int.from_bytes(frames[2], "big")
-                self._do(rid, self.tracker.on_replay(rid, seq, frames[3]))
+                messages += 1
+                e, b = self._do(rid, self.tracker.on_replay(rid, seq, frames[3]))
+                events, blocks = events + e, blocks + b
+            outcome = "completed" if ok else "failed"
         except asyncio.CancelledError:
             raise
         except Exception:
+            outcome = "failed"
             log.exception("replay from %s failed", source.replay_endpoint)
         finally:
             sock.close(linger=0)
             if self._replays.get(rid) is asyncio.current_task():
                 del self._replays[rid]
+            self._replay_ended(
+                ReplayRecord(
+                    rid,
+                    start_seq,
+                    outcome,
+                    messages,
+                    events,
+                    blocks,
+                    self._clock() - started,
+                    rid in self._joining,
+                )
+            )
         # ended (or given up): the join, if this or the replay it replaced was one, is over;
         # a replay cancelled for a newer one (a gap seen meanwhile) leaves it to that one
         self._joining.discard(rid)
         if rid in self._sources:
             step = self.tracker.on_replay_end(rid) if ok else self.tracker.on_replay_failed(rid)
             self._do(rid, step)
+
+    def _replay_ended(self, record: ReplayRecord) -> None:
+        log.info(
+            "KV replay of %s from seq %d %s: %d messages, %d events, %d blocks stored, %.3f s%s",
+            record.replica_id,
+            record.start_seq,
+            record.outcome,
+            record.messages,
+            record.events,
+            record.blocks,
+            record.seconds,
+            " (join)" if record.join else "",
+        )
+        self.last_replays[record.replica_id] = record
+        if self.on_replay_end is not None:
+            self.on_replay_end(record)
 
     # -- metrics -------------------------------------------------------------------------
 

@@ -20,7 +20,12 @@ down: refused; after ready: must all succeed); `restart.ready_s` (process start 
 replica: 0 when the replay was done at ready);
 `kv_index_at_ready` (the restarted coordinator's `indexed_blocks` per replica at its
 first `/admin/pools`, beside the survivor's and the engines' `cached_blocks`);
-`kv_index_after` per coordinator once the load stopped (must `match`); `token_load` convergence
+`kv_index_after` per coordinator once the load stopped (must `match`); `restart.replays`: the
+restarted coordinator's last KV-event replay per replica as its `/metrics` tells them
+(`pdorch_kv_replay_last_seconds` / `_blocks`: seconds from asking the engine to the replay's
+end, outcome, whether it was a join replay, blocks stored), read at its ready (`at_ready`: a
+replica missing there had not ended its replay, `join_deadline_s` made it ready) and after
+the load (`after_load`); `token_load` convergence
 before the kill (steady state) and after the ready, and both coordinators' load after the drain
 (exactly 0 everywhere); the survivor's replica states (no replica may leave its routing).
 """
@@ -30,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -149,6 +155,38 @@ def _quantiles(values: list[float]) -> dict[str, float] | None:
     return {"p50": pick(0.5), "p90": pick(0.9), "max": round(ordered[-1], 3)}
 
 
+_REPLAY_SECONDS = re.compile(
+    r'^pdorch_kv_replay_last_seconds\{join="(\w+)",outcome="(\w+)",replica="([^"]+)"\} (\S+)$',
+    re.MULTILINE,
+)
+_REPLAY_BLOCKS = re.compile(
+    r'^pdorch_kv_replay_last_blocks\{replica="([^"]+)"\} (\S+)$', re.MULTILINE
+)
+
+
+def replay_records(metrics: str) -> dict[str, dict[str, Any]]:
+    """Each replica's last KV-event replay from a coordinator's `/metrics` text:
+    `{replica: {"seconds", "outcome", "join", "blocks"}}` (module doc)."""
+    records: dict[str, dict[str, Any]] = {}
+    for join, outcome, replica, value in _REPLAY_SECONDS.findall(metrics):
+        records[replica] = {
+            "seconds": round(float(value), 3),
+            "outcome": outcome,
+            "join": join == "true",
+        }
+    for replica, value in _REPLAY_BLOCKS.findall(metrics):
+        if replica in records:
+            records[replica]["blocks"] = int(float(value))
+    return records
+
+
+async def _replays(client: httpx.AsyncClient, url: str) -> dict[str, dict[str, Any]] | None:
+    try:
+        return replay_records((await client.get(f"{url}/metrics", timeout=2.0)).text)
+    except httpx.HTTPError:
+        return None
+
+
 def _blocks(view: dict[str, Any]) -> dict[str, int]:
     return {k: v for k, v in _indexed(view).items() if v is not None}
 
@@ -226,6 +264,7 @@ async def run_kill_coordinator(
             await fleet.restart_coordinator(KILLED)
             ready_at = time.perf_counter() - origin
             first_view = await _view(client, fleet.coordinators[KILLED].url)
+            replays_at_ready = await _replays(client, fleet.coordinators[KILLED].url)
             at_ready = {
                 "after_ready_s": round(time.perf_counter() - origin - ready_at, 3),
                 "restarted": _indexed(first_view),
@@ -250,6 +289,7 @@ async def run_kill_coordinator(
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
+            replays_after = await _replays(client, fleet.coordinators[KILLED].url)
             kv_after: dict[str, Any] = {}
             counters: dict[str, Any] = {}
             for i, c in enumerate(fleet.coordinators):
@@ -307,6 +347,7 @@ async def run_kill_coordinator(
             "first_success_s": first_success_after(per[KILLED], restart_at),
             # ready -> its index holds >= 95 % of the survivor's blocks on every replica
             "kv_index_rebuilt_s": index_rebuilt_after(index_samples, ready_at),
+            "replays": {"at_ready": replays_at_ready, "after_load": replays_after},
         },
         "kv_index_at_ready": at_ready,
         # (t, survivor's blocks, restarted's blocks) summed over replicas, from the ready on

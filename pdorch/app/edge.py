@@ -37,7 +37,7 @@ typical `ulimit -n` raised for a server.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from uvicorn._types import ASGI3Application
@@ -215,12 +215,16 @@ def edge_protocol(
             self.transport.write(bad)
             self.transport.close()
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            # asyncio's own (wider) parameter type, so no override ignore; uvicorn narrows it
+            # to `Transport` under an ignore of its own. A cast, not an isinstance: uvloop's
+            # TCP transports are no `asyncio.Transport` subclass, yet have its methods
+            tcp = cast(asyncio.Transport, transport)
+            super().connection_made(tcp)
             # `connections` holds this one already: over the limit means more than it
             if len(self.connections) > max_connections:
-                transport.write(busy)
-                transport.close()
+                tcp.write(busy)
+                tcp.close()
                 return
             self._edge_arm(header_timeout_s)
 

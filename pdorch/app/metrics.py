@@ -21,6 +21,11 @@ Metrics (type; labels):
   event loop ran past `head_shed.max_lag_s` late), pending (`head_shed.max_pending_requests`
   heads waited for their handler))
 - `pdorch_event_loop_lag_seconds` (gauge): how late the loop ran its last lag probe
+- KV-event replays (`router/kv_event_subscriber.py`; a restarted coordinator's join replays
+  are what `/health` `replaying` waits for): `pdorch_kv_replay_duration_seconds` (histogram;
+  `outcome` completed|failed|cancelled), and of each replica's last one
+  `pdorch_kv_replay_last_seconds` (gauge; `replica`, `outcome`, `join` true|false) and
+  `pdorch_kv_replay_last_blocks` (gauge; `replica`: the blocks it stored)
 - `pdorch_migrations_total` (counter; `reason`: `connection` reset/refused/timed out, `eof`
   the answer ended before `[DONE]`, `stall` no byte for `stall_timeout_s`, `error_event` the
   engine ended the stream with an in-band error event, e.g. on SIGTERM): requests continued
@@ -86,6 +91,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from pdorch.app.recent_latency import RecentLatency
+from router.kv_event_subscriber import ReplayRecord
 
 if TYPE_CHECKING:
     from pdorch.app.state import Coordinator
@@ -154,9 +160,27 @@ class _StateCollector(Collector):
             if r.metrics is not None:
                 kv.add_metric(key, r.metrics.kv_usage)
         yield from (healthy, prefill, decode, requests, kv)
+        yield from _replay_metrics(c)
         if c.sync is not None:
             yield from _sync_metrics(c.sync)
         yield from _scaling_metrics(c)
+
+
+def _replay_metrics(c: Coordinator) -> Iterator[Metric]:
+    seconds = GaugeMetricFamily(
+        "pdorch_kv_replay_last_seconds",
+        "Seconds the replica's last KV-event replay took (request to end).",
+        labels=["replica", "outcome", "join"],
+    )
+    blocks = GaugeMetricFamily(
+        "pdorch_kv_replay_last_blocks",
+        "Blocks stored by the replica's last KV-event replay.",
+        labels=["replica"],
+    )
+    for rid, record in sorted(c.subscriber.last_replays.items()):
+        seconds.add_metric([rid, record.outcome, str(record.join).lower()], record.seconds)
+        blocks.add_metric([rid], record.blocks)
+    yield from (seconds, blocks)
 
 
 _SCALE_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -317,6 +341,17 @@ class CoordinatorMetrics:
         self._rejected = Counter(
             "pdorch_rejected", "Requests refused at admission.", ["reason"], registry=r
         )
+        self.replay_duration = Histogram(
+            "pdorch_kv_replay_duration_seconds",
+            "KV-event replays by outcome: seconds from the request to the end.",
+            ["outcome"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        for outcome in ("completed", "failed", "cancelled"):
+            self.replay_duration.labels(outcome)
+        # the subscriber exists before the metrics (state.py) and tells each ended replay
+        coordinator.subscriber.on_replay_end = self.replay_ended
         self.loop_lag = Gauge(
             "pdorch_event_loop_lag_seconds",
             "How late the coordinator's event loop ran its last lag probe (head_shed.py).",
@@ -439,6 +474,9 @@ class CoordinatorMetrics:
     def stream_itl(self, pool: str, replica_id: str, mean_gap_s: float) -> None:
         self._replica(pool, replica_id)[1].observe(mean_gap_s)
         self.recent.stream_itl(pool, mean_gap_s)
+
+    def replay_ended(self, record: ReplayRecord) -> None:
+        self.replay_duration.labels(record.outcome).observe(record.seconds)
 
     def rejected(self, reason: str) -> None:
         self._rejected.labels(reason).inc()

@@ -47,7 +47,13 @@ def bench_chaos(
         "while the steady --concurrency clients run at x-pdorch-priority 10, the burst half at "
         "0 and half at -10, max_concurrent_requests 1.5 x --concurrency: per priority class "
         "sent / admitted / ok / shed / other errors, shed latency, admitted TTFT, the steady "
-        "clients' TTFT before / during / after the burst, queue and token load after).",
+        "clients' TTFT before / during / after the burst, queue and token load after), "
+        "connect-storm (not in the default set: --storm-connections connects at once, each one "
+        "streamed request at priority 0, against listen_backlog --storm-backlog while the "
+        "steady clients run at priority 10, admission as overload-mixed: connections "
+        "refused / reset / timed out / answered, served / shed / other statuses, time to "
+        "the storm's last answer, the steady clients' TTFT before / during / after, the "
+        "coordinator's RSS, fds and accept queue, the host's TCP listen-overflow counters).",
     ),
     concurrency: int = typer.Option(
         32, min=2, help="Concurrent clients (even ones stream, odd ones do not)."
@@ -94,6 +100,34 @@ def bench_chaos(
         "request heads waiting for their handler, new requests below x-pdorch-priority 1 get "
         "429 pending. Default: the coordinator's default.",
     ),
+    storm_connections: int = typer.Option(
+        1280,
+        min=1,
+        help="connect-storm: connections opened at once (each sends one request; the bench "
+        "raises its own fd limit to the hard limit).",
+    ),
+    storm_backlog: int = typer.Option(
+        128,
+        min=1,
+        max=65535,
+        help="connect-storm: the coordinator's coordinator.listen_backlog (its default is "
+        "1024; Linux caps it at net.core.somaxconn).",
+    ),
+    storm_connect_timeout_s: float = typer.Option(
+        60.0,
+        min=0.1,
+        help="connect-storm: seconds a connect may take before it counts as timed out (a "
+        "dropped SYN is sent again after 1, 3, 7, 15, 31 s).",
+    ),
+    storm_max_tokens: int = typer.Option(
+        16, min=1, help="connect-storm: output tokens of each storm request."
+    ),
+    max_connections: int | None = typer.Option(
+        None,
+        min=1,
+        help="connect-storm: the coordinator's coordinator.max_connections (past it a new "
+        "connection gets 503 too_many_connections). Default: the coordinator's default, 4096.",
+    ),
     model_profile: str = typer.Option(
         "llama-3.1-8b", help="Simulated engines' model profile (timing model; `pdorch profile`)."
     ),
@@ -136,6 +170,7 @@ def bench_chaos(
     from rich.progress import BarColumn, Progress, TextColumn
     from rich.table import Table
 
+    from benchmarks.chaos.connect_storm import StormSettings
     from benchmarks.chaos.fleet import FleetSettings
     from benchmarks.chaos.load import LoadSettings
     from benchmarks.chaos.runner import ChaosConfig, run_chaos, scenario_names
@@ -167,6 +202,7 @@ def bench_chaos(
             "slow-decode",
             "kv-events-lost",
             "kill-coordinator",
+            "connect-storm",
         )
         chosen = tuple(n for n in chosen if n not in skipped)
         fleet = FleetSettings(
@@ -185,6 +221,13 @@ def bench_chaos(
         log_dir=log_dir,
         engine=engine,
         model_dir=model_dir,
+        storm=StormSettings(
+            connections=storm_connections,
+            backlog=storm_backlog,
+            connect_timeout_s=storm_connect_timeout_s,
+            max_tokens=storm_max_tokens,
+            max_connections=max_connections,
+        ),
     )
 
     err = Console(stderr=True)
@@ -246,6 +289,21 @@ def bench_chaos(
             for window, w in row["steady"].items():
                 err.print(f"overload-mixed: steady {window}: streamed TTFT {w['ttft_s']}")
             err.print(f"overload-mixed: queue {row['queue']}; RSS {row['coordinator_rss_mib']}")
+        if row["scenario"] == "connect-storm":
+            st, co = row["storm"], row["coordinator"]
+            err.print(
+                f"connect-storm: {st['attempted']} attempted, {st['connected']} connected "
+                f"(connect s {st['connect_s']}), outcomes {st['outcomes']}; {st['ok']} ok, "
+                f"{st['shed']} shed {st['shed_reasons']}, other {st['other_status']}; last "
+                f"answer {st['last_answer_s']} s"
+            )
+            for window, w in row["steady"].items():
+                err.print(f"connect-storm: steady {window}: streamed TTFT {w['ttft_s']}")
+            err.print(
+                f"connect-storm: coordinator RSS {co['rss_mib']} MiB, fds {co['fds']}, accept "
+                f"queue max {co['listen_queue_max']} (backlog {co['listen_backlog_kernel']}); "
+                f"kernel {row['kernel']['tcp_ext_delta']}"
+            )
         if row["scenario"] == "kill-coordinator":
             for index, c in row["coordinators"].items():
                 err.print(

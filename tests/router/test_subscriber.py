@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from router.kv_event_subscriber import EngineEventSource, KvEventSubscriber
+from router.kv_event_subscriber import EngineEventSource, KvEventSubscriber, ReplayRecord
 from router.kv_events import (
     END_OF_REPLAY_SEQ,
     AllBlocksCleared,
@@ -524,3 +525,52 @@ async def test_reset_engine_drops_entries_and_rejoins(connected: Connected) -> N
     await until(lambda: all(cached(idx, "e1", n) == 2 for n in range(2, 5)))
     assert cached(idx, "e1", 1) == 0
     assert pub.replay_requests == [0, 0]  # the join at start, then the rejoin
+
+
+async def test_each_ended_replay_logs_one_info_line_and_keeps_its_record(
+    ctx: zmq.asyncio.Context, ipc: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A join replay of 3 buffered batches (2 blocks each) and one from a replay socket that
+    never answers: one INFO line each (messages, events, blocks, seconds, outcome), the
+    last record per replica kept and handed to `on_replay_end`."""
+    silent = ctx.socket(zmq.ROUTER)
+    silent.setsockopt(zmq.LINGER, 0)
+    silent.bind(ipc("silent"))
+    pub = FakeEnginePublisher(ctx, bind=ipc("ev"), replay_bind=ipc("replay"))
+    for n in range(3):
+        await pub.publish([store(n, 10 * (n + 1))])  # buffered before the subscriber starts
+    sub = KvEventSubscriber(KvIndex("m", BS), context=ctx, replay_timeout_s=0.3)
+    ended: list[ReplayRecord] = []
+    sub.on_replay_end = ended.append
+    sub.add_engine(EngineEventSource("e1", endpoint=ipc("ev"), replay_endpoint=ipc("replay")))
+    sub.add_engine(EngineEventSource("held", replay_endpoint=ipc("silent"), topic="h"))
+    caplog.set_level(logging.INFO, logger="router.kv_event_subscriber")
+    started = time.monotonic()
+    await sub.start()
+    try:
+        await until(lambda: len(ended) == 2, what="both replays ended")
+        elapsed = time.monotonic() - started
+        done, failed = sub.last_replays["e1"], sub.last_replays["held"]
+        assert sorted(ended, key=lambda r: r.replica_id) == [done, failed]
+        assert (done.outcome, done.start_seq, done.join) == ("completed", 0, True)
+        assert (done.messages, done.events, done.blocks) == (3, 3, 6)
+        assert 0 <= done.seconds <= elapsed
+        assert (failed.outcome, failed.messages, failed.blocks, failed.join) == (
+            "failed",
+            0,
+            0,
+            True,
+        )
+        assert 0.3 <= failed.seconds <= elapsed  # the idle timeout, then given up
+        lines = [r for r in caplog.records if r.getMessage().startswith("KV replay of ")]
+        assert [r.levelno for r in lines] == [logging.INFO, logging.INFO]
+        text = sorted(r.getMessage() for r in lines)
+        assert text[0].startswith(
+            "KV replay of e1 from seq 0 completed: 3 messages, 3 events, 6 blocks stored, "
+        )
+        assert text[0].endswith(" s (join)")
+        assert text[1].startswith("KV replay of held from seq 0 failed: 0 messages, ")
+    finally:
+        await sub.stop()
+        await pub.close()
+        silent.close(linger=0)

@@ -194,8 +194,10 @@ class PredictiveFloor:
                 rate = min(projected, self.trend_cap * level.rate_rps)
                 if h > 0:
                     rate = self._sustained(pool, obs.now, rate, level.rate_rps)
-                    # at least the growth a cold start must absorb (module docstring)
-                    rate = max(rate, self.growth[pool] * level.rate_rps)
+                    # at least the growth a cold start must absorb (module docstring); off
+                    # at 1, so a falling projection (`trend_hold_s` 0) still falls
+                    if self.growth[pool] > 1.0:
+                        rate = max(rate, self.growth[pool] * level.rate_rps)
                     if self._release is not None:
                         self.projection[pool] = self._release.track(
                             Projection(obs.now, level.rate_rps, rate, h)

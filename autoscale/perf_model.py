@@ -332,6 +332,7 @@ class OnlinePerfModel(CurvePerfModel):
         min_correction: float = 0.25,
         max_correction: float = 4.0,
         skip_decode_outliers: bool = False,
+        skip_decode_wait: bool = False,
     ) -> None:
         super().__init__(
             kv_capacity_tokens=prior.kv_capacity_tokens,
@@ -347,6 +348,7 @@ class OnlinePerfModel(CurvePerfModel):
         self.min_correction = min_correction
         self.max_correction = max_correction
         self.skip_decode_outliers = skip_decode_outliers
+        self.skip_decode_wait = skip_decode_wait
         self._fits = {p: _WeightedRatio(half_life_s) for p in Pool}
 
     def correction(self, pool: Pool) -> float:
@@ -374,10 +376,10 @@ class OnlinePerfModel(CurvePerfModel):
         """Decode: every decode replica with a step time and running sequences (context =
         its decode KV tokens / running), with `skip_decode_outliers` only one whose mean step
         is within `max_correction` x the prior's (else it is not decode work: module
-        docstring). Prefill: the window's median
-        TTFT against the mean uncached ISL, only when no prefill replica has a queue (then
-        TTFT ≈ service time) and the median is within `max_correction` x the prior's (else it
-        is queueing)."""
+        docstring). Prefill: the window's median TTFT against the mean uncached ISL, only when
+        no prefill replica has a queue (with `skip_decode_wait`, and no sequence waits for a
+        decode slot; then TTFT ≈ service time) and the median is within `max_correction` x
+        the prior's (else it is queueing)."""
         o = observation
         for r in o.replicas_of(Pool.DECODE):
             if r.mean_step_s is not None and r.num_running > 0:
@@ -386,7 +388,12 @@ class OnlinePerfModel(CurvePerfModel):
                 if not self.skip_decode_outliers or r.mean_step_s <= self.max_correction * expected:
                     self.observe_decode(o.now, r.num_running, context, r.mean_step_s)
         prefill = o.replicas_of(Pool.PREFILL)
+        # a sequence waiting for a decode slot waits for its first token too (the decode
+        # replica emits it): such a window's TTFT is not prefill service (on the 600 s day
+        # with the decode burst queue it taught the fit a 3x slower prefill: 8 replicas)
         idle_queues = all(r.num_waiting == 0 for r in prefill)
+        if self.skip_decode_wait:
+            idle_queues = idle_queues and o.decode_waiting() == 0
         if o.ttft.p50_s is not None and o.num_requests > 0 and idle_queues:
             uncached = int(o.mean_isl_tokens * (1.0 - o.prefix_hit_rate))
             n = max(1, uncached)
@@ -427,5 +434,6 @@ def build_perf_model(policy: SloPolicy) -> CurvePerfModel:
             min_correction=cfg.online_min_correction,
             max_correction=cfg.online_max_correction,
             skip_decode_outliers=cfg.online_skip_decode_outliers,
+            skip_decode_wait=cfg.online_skip_decode_wait,
         )
     return prior

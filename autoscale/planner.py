@@ -31,14 +31,17 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    `N_p = ceil(rate·ISL·(1-hit) / (C_p(ISL_u, TTFT)·h/k_p))`,
    `N_d = ceil(rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k_d))`, `T_own` = the model's
    prefill time of the uncached prompt capped at the TTFT target (prefill queueing is not
-   decode residence).
+   decode residence). With `cold_start_growth` g (per pool, off by default) the floor for the
+   load `startup_s` ahead is sized for at least g x the level (Round 10).
 2. **Correction** `k` = EWMA (`correction_alpha` 0.2) of observed/predicted mean latency
    (`planner_terms.prefill_correction` / `decode_correction`), clamped to
    `correction_bounds` (0.5, 2.0), updated only from windows with ≥ `min_samples` (20) requests
    whose pool neither breached its target nor had replicas pending (a short pool's latency
    measures its shortage, not the model).
 3. **Reactive term** (`planner_terms.reactive_term`): queue / concurrency / KV needs of the
-   observed load (step 0), and +1 on an observed percentile breach unless replicas are pending. The
+   observed load (step 0), and +1 on an observed percentile breach unless replicas are pending
+   (with `decode_wait_attribution`, off by default, a TTFT breach while sequences wait for a
+   decode slot goes to decode when prefill's own queue would serve in time: Round 10). The
    prefill queue term projects the backlog to when a cold start ordered now would serve
    (`startup_s`; step 7 sizes moved replicas on `switch_s`).
 4. `raw = max(floor, reactive)` clamped to the pool's [min, max].
@@ -161,9 +164,13 @@ class PdorchPlanner(Planner):
         hysteresis_window_s: float = 600.0,
         budget_margin: float = 0.2,
         reversal_ticks: int = 6,
+        decode_wait_attribution: bool = False,
+        cold_start_growth: dict[Pool, float] | None = None,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
+        # a TTFT breach while sequences wait for a decode slot is decode's (`planner_terms`)
+        self.decode_wait_attribution = decode_wait_attribution
         self.headroom = headroom
         self.margin = margin
         self.kv_high = kv_high
@@ -234,6 +241,7 @@ class PdorchPlanner(Planner):
             release=self._release,
             residence=ResidenceMean() if decode_residence_mean else None,
             decode_correction_on_target=decode_correction_on_target,
+            growth={Pool(p): g for p, g in (cold_start_growth or {}).items()},
         )
         self.correction: dict[Pool, float] = {p: 1.0 for p in POOLS}
         self._floor: dict[Pool, Term] = {}
@@ -251,7 +259,10 @@ class PdorchPlanner(Planner):
     def _update_corrections(self, obs: Observation) -> None:
         lo, hi = self.correction_bounds
         for pool, raw in (
-            (Pool.PREFILL, prefill_correction(self.perf, obs, self.min_samples)),
+            (
+                Pool.PREFILL,
+                prefill_correction(self.perf, obs, self.min_samples, self.decode_wait_attribution),
+            ),
             (Pool.DECODE, decode_correction(self.perf, obs, self.min_samples)),
         ):
             # a window whose tail breaches the target is explained by a queue (often one
@@ -334,6 +345,7 @@ class PdorchPlanner(Planner):
                 kv_high=self.kv_high,
                 start_s=self._arrival_s(obs, pool),
                 decode_on_target=self.decode_correction_on_target,
+                decode_wait=self.decode_wait_attribution,
             )
             term = react if react.replicas > floor.replicas else floor
             stabilizer = self._stabilizers[pool]
@@ -435,6 +447,7 @@ class PdorchPlanner(Planner):
                 kv_high=self.kv_high,
                 start_s=start,
                 decode_on_target=self.decode_correction_on_target,
+                decode_wait=self.decode_wait_attribution,
             ).replicas
             for start in (limits.startup_s, self.policy.switch_s)
         ]

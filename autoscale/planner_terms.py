@@ -47,16 +47,21 @@ def _enough(obs_count: int, min_samples: int) -> bool:
     return obs_count >= min_samples
 
 
-def prefill_correction(perf: PerfModel, obs: Observation, min_samples: int) -> float | None:
+def prefill_correction(
+    perf: PerfModel, obs: Observation, min_samples: int, decode_wait: bool = False
+) -> float | None:
     """Observed mean TTFT / the model's mean TTFT at the observed load (None: not measurable).
 
     The model's mean is an M/D/1 response time per ready replica: prefill is close to a
     deterministic service of `t_own`, utilisation `rho = rate·t_own / N_ready`, so
     `TTFT ≈ t_own·(1 + rho / (2(1 - rho)))`. Skipped at `rho ≥ 0.9` (saturated: the queue, not the
-    model, explains TTFT, and the reactive queue term handles it).
+    model, explains TTFT, and the reactive queue term handles it) and while sequences wait for
+    a decode slot with `decode_wait` (`Observation.decode_waiting`: their TTFT holds that wait).
     """
     ready = obs.pool(Pool.PREFILL).ready
     if ready <= 0 or not _enough(obs.ttft.count, min_samples) or not obs.ttft.mean_s:
+        return None
+    if decode_wait and obs.decode_waiting() > 0:  # TTFT then holds a decode slot's wait
         return None
     t_own = perf.prefill_time_s(uncached_tokens(obs.mean_isl_tokens, obs.prefix_hit_rate))
     rho = obs.arrival_rps * t_own / ready
@@ -166,6 +171,7 @@ def reactive_term(
     kv_high: float,
     start_s: float | None = None,
     decode_on_target: bool = False,
+    decode_wait: bool = False,
 ) -> Term:
     """What the observed window needs now, whatever the forecast said.
 
@@ -179,7 +185,10 @@ def reactive_term(
     While replicas are pending, the backlog part (`Q`, waiting sequences) cannot raise the
     count above the provisioned replicas (`_with_backlog`).
     Both: an observed percentile over target adds one replica above the provisioned ones,
-    unless some are pending (they are the coming capacity: no cascade).
+    unless some are pending (they are the coming capacity: no cascade). With `decode_wait`
+    (the planner's `decode_wait_attribution`) a TTFT breach while sequences wait for a
+    decode slot (`ttft_breach_is_decode`) adds it to decode (reason `ttft-decode-wait`), not
+    to prefill, when prefill's own queue would serve in time.
     """
     status = obs.pool(pool)
     inputs: dict[str, Any]
@@ -212,14 +221,47 @@ def reactive_term(
             best = Term(n_kv, "kv-usage")
     best = Term(best.replicas, best.reason, inputs)
     seen = observed_breach(obs, pool, policy, min_samples)
+    name = "ttft-breach" if pool is Pool.PREFILL else "itl-breach"
+    waiting = obs.decode_waiting() if decode_wait else 0
+    ttft_seen = observed_breach(obs, Pool.PREFILL, policy, min_samples)
+    if pool is Pool.PREFILL and seen is not None and waiting > 0:
+        # the breach is decode's when sequences wait for a decode slot and the prefill
+        # replicas' own queue would serve within the target (`ttft_breach_is_decode`)
+        if ttft_breach_is_decode(perf, policy, obs, correction):
+            best.inputs["breach_from"] = "decode"
+            seen = None
+    elif pool is Pool.DECODE and seen is None and ttft_seen is not None and waiting > 0:
+        seen, name = ttft_seen, "ttft-decode-wait"  # decode grows for the TTFT it delays
     if seen is not None:
         step = 1 if status.pending == 0 else 0
-        name = "ttft-breach" if pool is Pool.PREFILL else "itl-breach"
         breach = Term(status.provisioned + step, name if step else name + "-pending", inputs)
         if breach.replicas > best.replicas:
             best = breach
     best.inputs["observed_breach_s"] = seen
+    best.inputs["decode_waiting"] = waiting
     return best
+
+
+def ttft_breach_is_decode(
+    perf: PerfModel, policy: SloPolicy, obs: Observation, correction: float
+) -> bool:
+    """Is an observed TTFT breach the decode pool's? True when sequences wait for a decode
+    slot (`Observation.decode_waiting` > 0: the decode replica emits the first token, so they
+    wait for it) and the prefill pool's own wait, `t_own + (Q / N_ready) / (μ / k_p)` (its
+    queued uncached tokens spread over its ready replicas, at the corrected raw rate), is
+    within the TTFT target: prefill would have served in time, the decode slots did not.
+    Why: on the 600 s day with `perf_model.decode_burst_queue`, one decode replica full
+    through the ramp breached TTFT for two minutes and every breach added a prefill
+    replica (8 where the oracle runs 2-4) while decode waited on its floor."""
+    if obs.decode_waiting() <= 0:
+        return False
+    ready = obs.pool(Pool.PREFILL).ready
+    x = _prefill_load(perf, policy, obs)
+    mu = x["mu_tok_s"] / correction
+    if ready <= 0 or mu <= 0:
+        return False
+    own = x["t_own_s"] + (x["queued_tokens"] / ready) / mu
+    return own <= ttft_target_s(policy)
 
 
 def decode_floor_need(

@@ -153,7 +153,9 @@ class PerfModelConfig(_Strict):
     an observation of the online correction weighs half; the correction stays within
     [`online_min_correction`, `online_max_correction`] of the prior; with
     `online_skip_decode_outliers` a decode replica-window past `online_max_correction` x the
-    prior's step is not learnt (`OnlinePerfModel`). `rho_max` caps a prefill
+    prior's step is not learnt, with `online_skip_decode_wait` no prefill TTFT of a window that
+    ended with sequences waiting for a decode slot (their TTFT holds that wait; Round 10)
+    (`OnlinePerfModel`). `rho_max` caps a prefill
     replica's utilisation whatever the queueing bound allows (headroom for bursts). With
     `decode_residence_at_batch_step` the decode sizing counts a sequence's residence at the
     step time of the batch it packs, not at the ITL target (`autoscale/sizing.py`; off by
@@ -168,6 +170,7 @@ class PerfModelConfig(_Strict):
     online_min_correction: float = Field(default=0.25, gt=0)
     online_max_correction: float = Field(default=4.0, gt=0)
     online_skip_decode_outliers: StrictBool = False
+    online_skip_decode_wait: StrictBool = False
     decode_residence_at_batch_step: StrictBool = False
     rho_max: float = Field(default=0.9, gt=0, lt=1)
     decode_burst_queue: StrictBool = False
@@ -232,6 +235,12 @@ class PlannerOptions(_Strict):
     - `reversal_ticks` (6; 1: off): within `hysteresis_window_s` after a pool went
       down, an up the predictive floor alone orders (not the reactive terms) happens only
       once its up count has been above the current count this many ticks in a row.
+    - `decode_wait_attribution` (false): a TTFT breach while sequences wait for a decode slot
+      grows decode, not prefill, when prefill's own queue would serve in time; no prefill
+      correction from such a window (`autoscale/planner_terms.py`, Round 10).
+    - `cold_start_growth` (null: off; per pool, in [1, 10]): the floor for the load `startup_s`
+      ahead is sized for at least this x the level, the growth the pool must absorb while a
+      replica ordered now starts (`autoscale/predictive_floor.py`, Round 10).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -256,6 +265,16 @@ class PlannerOptions(_Strict):
     hysteresis_window_s: float = Field(default=600.0, ge=0)
     budget_margin: float = Field(default=0.2, ge=0, le=1)
     reversal_ticks: StrictInt = Field(default=6, ge=1)
+    decode_wait_attribution: StrictBool = False
+    cold_start_growth: dict[Pool, float] | None = None
+
+    @field_validator("cold_start_growth")
+    @classmethod
+    def _growth_at_least_one(cls, value: dict[Pool, float] | None) -> dict[Pool, float] | None:
+        for pool, g in (value or {}).items():
+            if not 1.0 <= g <= 10.0:
+                raise ValueError(f"{pool.value}: growth {g} must be in [1, 10]")
+        return value
 
 
 class SloPolicy(_Strict):

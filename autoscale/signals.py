@@ -99,3 +99,10 @@ class Observation:
 
     def replicas_of(self, pool: Pool) -> list[ReplicaSignals]:
         return [r for r in self.replicas if r.pool is pool]
+
+    def decode_waiting(self) -> int:
+        """Sequences waiting for a decode slot at the window's end (Σ `num_waiting` of the
+        decode replicas: the simulator's engine cores, `vllm:num_requests_waiting` live). The
+        decode replica emits the first token, so a sequence waiting here waits for its TTFT:
+        a TTFT the prefill pool did not cause (`autoscale.planner_terms`)."""
+        return sum(r.num_waiting for r in self.replicas if r.pool is Pool.DECODE)

@@ -9,6 +9,7 @@ LinearPerfModel numbers: decode step `10 ms + 0.4 ms·b`, so `b ≤ (ITL - 0.01)
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -16,11 +17,16 @@ from autoscale.baselines.oracle_decode import decode_in_flight_quantile
 from autoscale.forecast_seam import EwmaForecaster
 from autoscale.perf_model import OnlinePerfModel, TimingPerfModel
 from autoscale.planner import PdorchPlanner
-from autoscale.planner_terms import fits, reactive_term
+from autoscale.planner_terms import (
+    fits,
+    prefill_correction,
+    reactive_term,
+    ttft_breach_is_decode,
+)
 from autoscale.signals import Observation, Pool, ReplicaSignals
 from autoscale.sizing import burst_quantile, decode_burst, decode_need
 from pools.sim.timing import make_timing
-from tests.autoscale.obs import observation, policy, replicas
+from tests.autoscale.obs import latency, observation, policy, replicas
 from tests.autoscale.perf_double import LinearPerfModel
 
 D = Pool.DECODE
@@ -213,3 +219,75 @@ def test_the_oracle_with_the_burst_queue_sizes_a_spike_the_window_mean_hides() -
     on = policy(perf_model={"decode_burst_queue": True})
     assert OraclePlanner(on, KV_32, requests=reqs).need(0.0, 30.0)[D] == 2
     assert OraclePlanner(policy(), KV_32, requests=reqs).need(0.0, 30.0)[D] == 1
+
+
+# -- Round 10: a TTFT breach while sequences wait for a decode slot is decode's ------------
+# LinearPerfModel: 1000-token prompts prefill in 0.1 s at 10k tok/s (mu); 10 rps = 10k tok/s
+# of prompts = 1.0 prefill replica steady; decode batch at the 50 ms target 100 per replica.
+
+
+def _waiting_obs(queued_per_prefill: int, waiting: int = 5) -> Observation:
+    reps = (
+        *replicas(Pool.PREFILL, 2, queued_prefill_tokens=queued_per_prefill),
+        ReplicaSignals("decode-0", D, num_running=90, num_waiting=waiting),
+    )
+    return observation(rate=10.0, p=(2, 0), d=(1, 0), ttft=latency(3.0), reps=reps)
+
+
+def _react(obs: Observation, pool: Pool, decode_wait: bool) -> Any:
+    perf = LinearPerfModel()
+    return reactive_term(
+        perf, policy(), obs, pool, 1.0, min_samples=20, kv_high=0.9, decode_wait=decode_wait
+    )
+
+
+def test_a_ttft_breach_with_decode_waiting_grows_decode_not_prefill() -> None:
+    # prefill's own wait: 0.1 s + (2,000 tokens / 10k tok/s) = 0.3 s <= 2 s: decode's breach
+    obs = _waiting_obs(2000)
+    assert obs.decode_waiting() == 5
+    assert ttft_breach_is_decode(LinearPerfModel(), policy(), obs, 1.0)
+    # without the attribution: prefill +1 over its 2 provisioned; decode ceil(0.9 + 0.05) = 1
+    assert _react(obs, Pool.PREFILL, False).replicas == 3
+    assert _react(obs, D, False).replicas == 1
+    # with it: prefill its steady need, ceil(10k / 10k) = 1 (no backlog: 2 x 10k - 10k > 0);
+    # decode +1 over its 1 provisioned
+    pre = _react(obs, Pool.PREFILL, True)
+    assert pre.replicas == 1 and pre.inputs["breach_from"] == "decode"
+    dec = _react(obs, D, True)
+    assert dec.replicas == 2 and dec.reason == "ttft-decode-wait"
+
+
+def test_a_ttft_breach_stays_prefills_when_its_own_queue_misses_the_target() -> None:
+    # 30,000 queued per prefill replica: 0.1 + 3.0 s > 2 s: prefill +1 as before (decode also
+    # grows: its waiting sequences delay first tokens whoever else does)
+    obs = _waiting_obs(30_000)
+    assert not ttft_breach_is_decode(LinearPerfModel(), policy(), obs, 1.0)
+    assert _react(obs, Pool.PREFILL, True).replicas == 3
+    assert _react(obs, D, True).replicas == 2
+    # no sequence waiting: nothing is decode's
+    idle = _waiting_obs(2000, waiting=0)
+    assert not ttft_breach_is_decode(LinearPerfModel(), policy(), idle, 1.0)
+    assert _react(idle, D, True).replicas == 1
+
+
+def test_no_prefill_correction_from_a_window_with_decode_waiting() -> None:
+    # observed mean 0.3 s over the M/D/1 0.1 * (1 + 0.5 / (2 * 0.5)) = 0.15 s (rho 0.5): k 2.0
+    reps = (ReplicaSignals("decode-0", D, num_running=90, num_waiting=5),)
+    obs = observation(rate=10.0, p=(2, 0), d=(1, 0), ttft=latency(0.3), reps=reps)
+    assert prefill_correction(LinearPerfModel(), obs, 20) == pytest.approx(2.0)
+    assert prefill_correction(LinearPerfModel(), obs, 20, decode_wait=True) is None
+
+
+def test_the_online_fit_learns_no_prefill_from_a_window_with_decode_waiting() -> None:
+    timing = make_timing("llama-3.1-8b", "h100")
+    reps = (ReplicaSignals("decode-0", D, num_running=90, num_waiting=5),)
+    obs = observation(rate=10.0, p=(2, 0), d=(1, 0), ttft=latency(0.05), reps=reps)
+    learns = OnlinePerfModel(TimingPerfModel(timing))
+    learns.observe(obs)
+    assert learns.samples(Pool.PREFILL) == 1
+    skips = OnlinePerfModel(TimingPerfModel(timing), skip_decode_wait=True)
+    skips.observe(obs)
+    assert skips.samples(Pool.PREFILL) == 0
+    calm = observation(rate=10.0, p=(2, 0), d=(1, 0), ttft=latency(0.05))
+    skips.observe(calm)
+    assert skips.samples(Pool.PREFILL) == 1

@@ -101,3 +101,40 @@ def test_an_unmet_projection_stops_holding_the_pool_and_does_not_reorder() -> No
     # `ahead_hold_s` 0 (Round 5) releases it too, but re-orders at t = 100: the flap
     short = _released(ahead_hold_s=0.0)
     assert short[95] == 2 and short[100] == 3
+
+
+def test_cold_start_growth_sizes_the_floor_ahead_for_the_growth_a_cold_start_must_absorb() -> None:
+    # a flat forecast (EWMA, alpha 1): 9 rps, 1000 + 200 tokens. Decode by Little's law at the
+    # target: 9 * (0.1 + 200 * 0.05) = 90.9 sequences over 100 per replica -> 1. With growth
+    # 2.5 the floor for the load 120 s ahead is sized for 22.5 rps: 227.25 / 100 -> 3; prefill
+    # (9k tok/s over 8k -> 2) keeps its level: the growth is per pool
+    flat = planner().plan(observation(rate=9.0, p=(2, 0), d=(1, 0)))
+    assert flat.desired[Pool.DECODE] == 1 and flat.desired[P] == 2
+    grown = planner(cold_start_growth={Pool.DECODE: 2.5}).plan(
+        observation(rate=9.0, p=(2, 0), d=(1, 0))
+    )
+    assert grown.desired[Pool.DECODE] == 3 and grown.reasons[Pool.DECODE] == "itl-concurrency"
+    inputs = grown.details["decode"]["floor_inputs"]
+    assert inputs["horizon_s"] == 120.0 and inputs["rate_rps"] == pytest.approx(22.5)
+    assert grown.desired[P] == 2
+
+
+def test_cold_start_growth_is_a_minimum_a_larger_projection_still_wins() -> None:
+    # the forecast ahead is 24 rps (3x the 8 rps level, under trend_cap 3): growth 1.5 (12 rps)
+    # does not bind; decode for 24 rps: 24 * 10.1 = 242.4 / 100 -> 3
+    fc = AheadForecaster(alpha=1.0)
+    fc.ahead = 24.0
+    pl = planner(forecaster=fc, trend_cap=3.0, trend_hold_s=0.0, cold_start_growth={"decode": 1.5})
+    d = pl.plan(observation(rate=8.0, p=(4, 0), d=(1, 0)))
+    assert d.details["decode"]["floor_inputs"]["rate_rps"] == pytest.approx(24.0)
+    assert d.desired[Pool.DECODE] == 3
+
+
+def test_cold_start_growth_is_checked_in_the_policy() -> None:
+    assert policy().planner.cold_start_growth is None
+    on = policy(planner={"cold_start_growth": {"decode": 2.5}})
+    assert on.planner.cold_start_growth == {Pool.DECODE: 2.5}
+    with pytest.raises(ValueError, match="cold_start_growth"):
+        policy(planner={"cold_start_growth": {"decode": 0.5}})
+    with pytest.raises(ValueError, match="cold_start_growth"):
+        policy(planner={"cold_start_growth": {"gpu": 2.0}})

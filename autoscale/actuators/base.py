@@ -9,6 +9,11 @@ role-agnostic replica (vLLM `kv_both`, a simulated engine in role `both`) to the
 after draining its current-role work. `apply(decision, now)` is the control loop's one call:
 role moves first, then counts. Every call takes `now`, so the fleet simulator's actuator runs
 in virtual time and the live ones in real time with the same loop.
+
+A scale-up should take back draining replicas before it cold-starts (the recall rule,
+`autoscale/README.md` "Recall": the pool's own draining replicas first, then with role
+switching the other pool's, then cold starts). The simulator's actuator follows it; the
+Kubernetes actuator undrains late (`settle_s`); the local one does not yet.
 """
 
 from __future__ import annotations

@@ -1,7 +1,16 @@
 """`SimActuator`: the `Actuator` interface over the dynamic fleet simulator, in virtual time.
 
-- `scale(pool, n, now)` up: `n - provisioned` new replicas, pending for the pool's
-  `startup_s` (0 with `instant=True`: the oracle's replicas start instantly, its definition).
+- `scale(pool, n, now)` up: `k = n - provisioned` replicas, taken in this order (the rule
+  every actuator follows, `autoscale/README.md` "Recall"):
+  1. **recall** the pool's own draining replicas (`recall=True`, the default): back in routing
+     at once, their in-flight work continues. Most in-flight work first (ties: the latest to
+     start draining): the others leave soonest, so the least drain time stays paid for, and
+     its prefix cache is the warmest;
+  2. with role switching on and `drain_moves=True` (the default), **move** the other pool's
+     draining replicas that would land before a cold start (estimated remaining drain, the
+     longest running output x the ITL target, + `switch_s` < `startup_s`), soonest first;
+  3. **cold start** the rest, pending for the pool's `startup_s` (0 with `instant=True`: the
+     oracle's replicas start instantly, its definition).
 - `scale(pool, n, now)` down: cancel pending cold starts first (the latest to be ready
   first: nothing routed to them yet), then drain ready replicas, least loaded first (fewest
   running + waiting sequences; ties: the newest), each out of routing at once and gone when
@@ -16,7 +25,8 @@
 
 Every `apply` is logged: one `ScaleEvent` per pool whose desired count changed (`kind`
 `scale`, with the planner's reason) and one per role move (`kind` `move`, reason
-`role-move from POOL`, or `role-return from POOL` for a loan given back).
+`role-move from POOL`, or `role-return from POOL` for a loan given back). `recalls` and
+`drain_moves` count what step 1 and 2 of a scale-up did.
 """
 
 from __future__ import annotations
@@ -27,7 +37,14 @@ from autoscale.actuators.base import Actuator, ActuatorError, PoolKey
 from autoscale.decision import ScaleDecision
 from autoscale.policy import SloPolicy
 from autoscale.signals import Pool, PoolStatus
-from benchmarks.fleet_sim.membership import PENDING, READY, DynamicFleetSimulator
+from autoscale.sizing import itl_target_s
+from benchmarks.fleet_sim.membership import (
+    DRAINING,
+    PENDING,
+    READY,
+    DynamicFleetSimulator,
+    other_pool,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +77,19 @@ class SimActuator(Actuator):
         *,
         instant: bool = False,
         role_switching: bool | None = None,
+        recall: bool = True,
+        drain_moves: bool = True,
     ) -> None:
         self.sim = sim
         self.policy = policy
         self.instant = instant
         self.role_switching = policy.role_switching if role_switching is None else role_switching
+        self.recall = recall
+        self.drain_moves = drain_moves
         self.events: list[ScaleEvent] = []
         self.desired: dict[Pool, list[int]] = {p: [] for p in Pool}
+        self.recalls = {p: 0 for p in Pool}
+        self.drain_move_count = {p: 0 for p in Pool}  # per receiving pool
 
     def current(self) -> dict[PoolKey, PoolStatus]:
         return {p: PoolStatus(*self.sim.status(p.value)) for p in Pool}
@@ -81,8 +104,19 @@ class SimActuator(Actuator):
         ready, pending, _ = sim.status(pool.value)
         provisioned = ready + pending
         if replicas > provisioned:
+            want = replicas - provisioned
             startup = 0.0 if self.instant else limits.startup_s
-            for _ in range(replicas - provisioned):
+            if self.recall and not self.instant:
+                for rid in self._recallable(pool)[:want]:
+                    sim.recall_replica(rid, now)
+                    self.recalls[pool] += 1
+                    want -= 1
+            if self.role_switching and self.drain_moves and not self.instant:
+                for rid in self._movable_draining(pool, startup)[:want]:
+                    sim.move_draining(rid, now, self.policy.switch_s)
+                    self.drain_move_count[pool] += 1
+                    want -= 1
+            for _ in range(want):
                 sim.add_replica(pool.value, now, startup)
             return
         excess = provisioned - replicas
@@ -95,6 +129,33 @@ class SimActuator(Actuator):
         while excess > 0 and len(ready_ids) > 1:
             sim.drain_replica(ready_ids.pop(0), now, limits.drain_timeout_s)
             excess -= 1
+
+    def _draining(self, pool: Pool) -> list[tuple[float, str]]:
+        """(estimated remaining drain s, id) of `pool`'s draining replicas: the longest
+        running output at the ITL target (an upper bound while the SLO holds)."""
+        itl = itl_target_s(self.policy)
+        out = []
+        for rid in self.sim.pool_members(pool.value, DRAINING):
+            reqs = self.sim.by_id[rid].core.requests.values()
+            left = max((r.max_tokens - r.num_output_tokens for r in reqs), default=0)
+            out.append((max(0, left) * itl, rid))
+        return out
+
+    def _recallable(self, pool: Pool) -> list[str]:
+        """Step 1's order: most in-flight work first, ties the latest drain (docstring)."""
+        members = self.sim.members
+        # one pool's drains share a timeout: the latest deadline is the latest drain
+        rows = sorted(
+            self._draining(pool),
+            key=lambda x: (x[0], members[x[1]].drain_deadline or 0.0),
+            reverse=True,
+        )
+        return [rid for _, rid in rows]
+
+    def _movable_draining(self, pool: Pool, startup_s: float) -> list[str]:
+        """Step 2: the other pool's draining replicas landing before a cold start, soonest."""
+        rows = sorted(self._draining(Pool(other_pool(pool.value))))
+        return [rid for left, rid in rows if left + self.policy.switch_s < startup_s]
 
     def switchable(self, pool: Pool) -> list[str]:
         if not self.role_switching:

@@ -11,10 +11,13 @@ The input is the run dict (the contract with the simulator, one entry per planne
         "timeline": [{"t_s", "arrival_rps", "ttft_p90_s", "itl_p90_s",
                       "prefill": {"ready", "pending", "draining"}, "decode": {...}}],
         "time_to_capacity_s": [float, ...],
-        "capacity_episodes": [{"pool", "breach_s", "capacity_s", "seconds", "kind", "by"}],
+        "capacity_episodes": [{"pool", "breach_s", "capacity_s", "seconds", "kind", "by",
+                               "ordered_s"}],
+        "recalls": {"prefill": int, "decode": int}, "drain_moves": {...},
         "role_moves": [{"replica", "from", "to", "asked_s", "ready_s", "seconds"}]}}}
 
-`capacity_episodes` and `role_moves` (optional) give the "Breach → added capacity" and
+`capacity_episodes` and `role_moves` (optional) give the "Breach → added capacity" (with
+the distribution over every breach by kind, `capacity.py`, and the recalls when present) and
 "Role moves" sections. A merged run (`merge.py`) has `sources`, one `{"folder", "command",
 "planners", "wall_s"}` per folder: the report lists each folder's command under the merge's.
 
@@ -35,6 +38,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks.autoscale_sim.capacity import CAPACITY_GOAL_S, capacity_distribution
 from benchmarks.autoscale_sim.flaps import worst_window_direction_changes
 from benchmarks.autoscale_sim.report_plots import Plots, plot_all, slo_targets
 
@@ -101,6 +105,10 @@ def summary_table(run: dict[str, Any]) -> list[dict[str, Any]]:
 
 # --------------------------------------------------------------------------------------------
 # Markdown
+
+
+RECALL_KEYS = ("recalls", "drain_moves")
+POOLS = ("prefill", "decode")
 
 
 def _pct(x: float | None) -> str:
@@ -208,6 +216,46 @@ def _capacity_rows(run: dict[str, Any]) -> list[list[str]]:
     return out
 
 
+def _distribution_rows(run: dict[str, Any]) -> list[list[str]]:
+    """Per planner, pool and kind: the breach -> capacity distribution (`capacity.py`)."""
+    out = []
+    for name, p in run["planners"].items():
+        eps = p.get("capacity_episodes")
+        if eps is None:
+            continue
+        dist = capacity_distribution(eps)
+        for pool in ("prefill", "decode"):
+            d = dist[pool]
+            parts = [("all", d["all"])]
+            parts += [(k, v) for k, v in d["by_kind"].items() if v["count"]]
+            parts += [("breach → order", d["breach_to_order"])]
+            for kind, v in parts:
+                out.append(
+                    [
+                        f"`{name}`",
+                        pool,
+                        kind,
+                        str(v["count"]),
+                        _num(v["median_s"], "{:.1f}"),
+                        _num(v["p90_s"], "{:.1f}"),
+                        _num(v["max_s"], "{:.1f}"),
+                        _pct(v["share_within_goal"]),
+                    ]
+                )
+    return out
+
+
+_DISTRIBUTION_HEADER = (
+    "planner",
+    "pool",
+    "kind",
+    "episodes",
+    "median s",
+    "p90 s",
+    "max s",
+    f"≤ {CAPACITY_GOAL_S:g} s %",
+)
+
 _CAPACITY_HEADER = (
     "planner",
     "pool",
@@ -279,11 +327,40 @@ def _markdown(run: dict[str, Any], rows: list[dict[str, Any]], plots: Plots) -> 
             "Breach: the first planner tick whose observed p90 TTFT (prefill) / ITL (decode) "
             "is over target (`p90`) or whose reactive term asks for more than the floor and the "
             "ready replicas (`reactive`). Added capacity: the next replica joining that pool, "
-            "a cold start (`ready`) or a role move (`moved`).",
+            "a cold start (`ready`), a role move (`moved`) or a recalled draining replica "
+            "(`recall`).",
             "",
             *_table(_CAPACITY_HEADER, cap),
             "",
+            "Over every breach, per kind of capacity (`breach → order`: from the breach to "
+            "the planner's first scale-up or move into the pool; the rest is delivery):",
+            "",
+            *_table(_DISTRIBUTION_HEADER, _distribution_rows(run)),
+            "",
         ]
+        recalls = [
+            [f"`{name}`", *(str(p[k].get(pool, 0)) for k in RECALL_KEYS for pool in POOLS)]
+            for name, p in run["planners"].items()
+            if all(k in p for k in RECALL_KEYS)
+        ]
+        if recalls:
+            lines += [
+                "Draining replicas a scale-up took back (recall: its own pool's, serving at "
+                "once; drain move: the other pool's, landing after its drain + `switch_s`) "
+                "instead of a cold start:",
+                "",
+                *_table(
+                    [
+                        "planner",
+                        "recalls P",
+                        "recalls D",
+                        "drain moves into P",
+                        "drain moves into D",
+                    ],
+                    recalls,
+                ),
+                "",
+            ]
     landed = [
         [
             f"`{name}`",

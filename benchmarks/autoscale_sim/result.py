@@ -34,10 +34,20 @@
   `details[pool]` shows `reactive` above both `floor` and the ready count: the observed
   window asks for capacity now; pdorch's planner reports these, other planners only the
   first criterion). *Added capacity* is a replica joining the pool: a cold start becoming
-  ready (`ready`) or a role move landing (`moved`), at that tick or later. The next breach
-  is looked for after the join. `capacity_episodes` lists each as `{pool, breach_s,
-  capacity_s, seconds, kind, by}` (`by`: `p90` or `reactive`); `breaches_unresolved` counts
-  breaches no capacity followed.
+  ready (`ready`), a role move landing (`moved`, a ready or a draining replica of the other
+  pool) or a draining replica recalled (`recall`: it serves at once), at that tick or later.
+  The next breach is looked for after the join. `capacity_episodes` lists each as `{pool,
+  breach_s, capacity_s, seconds, kind, by, ordered_s}` (`by`: `p90` or `reactive`;
+  `ordered_s`: the first scale-up or move into the pool at or after the breach and not after
+  the join, None when the capacity was ordered before the breach); `breaches_unresolved`
+  counts breaches no capacity followed.
+- **capacity_distribution**: per pool, over every episode (not only the first): `all` and
+  `by_kind` (`cold_start`, `move`, `recall`), each `{count, median_s, p90_s, max_s,
+  share_within_goal}` (the share of episodes with capacity within `CAPACITY_GOAL_S`, 10 s:
+  issue 11's goal), plus `breach_to_order` (the same over `ordered_s - breach_s`: how long the
+  planner took to ask; the rest is the actuator's delivery).
+- **recalls** / **drain_moves**: per pool, the draining replicas a scale-up recalled / moved
+  in from the other pool (`benchmarks/autoscale_sim/actuator.py`).
 - **role_moves**: each moved replica as `{replica, from, to, asked_s, ready_s, seconds}`:
   from the move being asked for to the replica serving its new pool (its drain of the old
   role's in-flight work + `switch_s`; `ready_s` None if it had not landed by the end).
@@ -53,6 +63,7 @@ from autoscale.decision import ScaleDecision
 from autoscale.policy import SloPolicy
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import itl_target_s, ttft_target_s
+from benchmarks.autoscale_sim.capacity import KIND_NAMES, capacity_distribution
 from benchmarks.autoscale_sim.flaps import worst_window_direction_changes
 from benchmarks.autoscale_sim.observe import mean_itl_s, percentile, ttft_s
 from benchmarks.fleet_sim.membership import (
@@ -202,13 +213,20 @@ def _per_minute(records: list[RequestRecord], ttft_t: float, itl_t: float) -> li
 
 
 def time_to_capacity(
-    tracker: BreachTracker, events: list[MembershipEvent]
+    tracker: BreachTracker,
+    events: list[MembershipEvent],
+    orders: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, list[float]], list[dict[str, Any]], int]:
-    """Per pool breach -> added capacity seconds, the episodes, and the unresolved count."""
+    """Per pool breach -> added capacity seconds, the episodes, and the unresolved count.
+    `orders`: the actuator's events (`ScaleEvent.as_dict`), for each episode's `ordered_s`."""
     joins: dict[str, list[tuple[float, str]]] = {p: [] for p in POOLS}
     for e in events:
-        if e.kind in ("ready", "moved") and e.t_s > 0:
+        if e.kind in KIND_NAMES and e.t_s > 0:
             joins[e.pool].append((e.t_s, e.kind))
+    ups: dict[str, list[float]] = {p: [] for p in POOLS}
+    for o in orders or []:
+        if o["to"] > o["from"] and o["pool"] in ups:
+            ups[o["pool"]].append(float(o["t_s"]))
     out: dict[str, list[float]] = {p: [] for p in POOLS}
     episodes: list[dict[str, Any]] = []
     unresolved = 0
@@ -225,6 +243,7 @@ def time_to_capacity(
                 continue
             at, kind = later[0]
             out[pool].append(at - t)
+            asked = [u for u in ups[pool] if t - 1e-9 <= u <= at + 1e-9]
             episodes.append(
                 {
                     "pool": pool,
@@ -233,6 +252,7 @@ def time_to_capacity(
                     "seconds": at - t,
                     "kind": kind,
                     "by": by,
+                    "ordered_s": min(asked) if asked else None,
                 }
             )
             resolved_until = at
@@ -293,8 +313,8 @@ def planner_result(
     q_ttft = policy.slo.ttft_ms.percentile / 100
     gpus = {p.value: policy.pools[p].gpus_per_replica for p in Pool}
     gpu_s = sim.gpu_seconds(dyn.end_s, gpus)
-    ttc, episodes, unresolved = time_to_capacity(tracker, dyn.events)
     events = [e.as_dict() for e in actuator.events]
+    ttc, episodes, unresolved = time_to_capacity(tracker, dyn.events, events)
     return {
         "planner": name,
         "attainment": _attainment(records, tt, it, q_ttft),
@@ -316,6 +336,9 @@ def planner_result(
         "time_to_capacity_s": ttc["prefill"] + ttc["decode"],
         "time_to_capacity_by_pool_s": ttc,
         "capacity_episodes": episodes,
+        "capacity_distribution": capacity_distribution(episodes),
+        "recalls": {p.value: n for p, n in actuator.recalls.items()},
+        "drain_moves": {p.value: n for p, n in actuator.drain_move_count.items()},
         "role_moves": role_move_landings(dyn.events),
         "breaches_unresolved": unresolved,
         "lifecycle_s": lifecycle_s(dyn),

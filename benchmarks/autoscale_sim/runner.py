@@ -47,9 +47,19 @@ from benchmarks.workloads.model import Segment, Workload, output_content_id
 CLAIRVOYANT = ("oracle", "oracle-cold", "static-peak", "static-mean")  # planners handed the trace
 # `NAME+VARIANT` runs planner NAME with role switching forced on (and options), so one run
 # can hold a planner with and without it side by side: `pdorch,pdorch+role-switching`
-VARIANTS: dict[str, tuple[bool, dict[str, Any]]] = {
+VARIANTS: dict[str, tuple[bool | None, dict[str, Any]]] = {
     "role-switching": (True, {}),
     "role-switching-bridge": (True, {"stand_in": False}),  # pdorch: bridge a shortage only
+    # the actuator's scale-up order (`SimActuator`: recall, move a draining replica, cold
+    # start), each step turned off to measure what it gains (ACTUATOR_OPTIONS)
+    "role-switching-no-drain-moves": (True, {}),
+    "role-switching-no-recall": (True, {}),
+    "no-recall": (None, {}),
+}
+ACTUATOR_OPTIONS: dict[str, dict[str, bool]] = {
+    "role-switching-no-drain-moves": {"drain_moves": False},
+    "role-switching-no-recall": {"recall": False, "drain_moves": False},
+    "no-recall": {"recall": False, "drain_moves": False},
 }
 INSTANT = ("oracle",)  # planners whose replicas start instantly
 STATIC = ("static-peak", "static-mean")
@@ -194,7 +204,11 @@ def run_planner(
             state["builder"] = ObservationBuilder(sim, ttft_target_s(policy), itl_target_s(policy))
             state["record"] = ObservationBuilder(sim, ttft_target_s(policy), itl_target_s(policy))
             state["actuator"] = SimActuator(
-                sim, policy, instant=name in INSTANT, role_switching=role_switching
+                sim,
+                policy,
+                instant=name in INSTANT,
+                role_switching=role_switching,
+                **ACTUATOR_OPTIONS.get(label.partition("+")[2], {}),
             )
             state["recorder"] = Recorder(policy)
             state["breaches"] = BreachTracker(policy)

@@ -14,7 +14,11 @@ untouched) with a membership state per replica and a `controller` called at metr
               and counted in `lost` (never expected: the default timeout is 300 s)
     moving    a role switch: drains like `draining` (counted as *pending in the new pool*
               from the start, no longer in the old one), then `switch_s` later it is relabelled
-              into the other pool (same engine core and prefix cache, same id) and is ready
+              into the other pool (same engine core and prefix cache, same id) and is ready.
+              A draining replica may also move (`move_draining`): it goes on draining under
+              its deadline, then switches
+    recalled  a draining replica taken back by its pool (`recall_replica`): ready again at
+              once, back in routing; its in-flight work was never interrupted
     removed   gone (`left_at`); its step events are stale and skipped
 
 Every replica is paid for from the moment it is asked for (`asked_at`) until it leaves
@@ -50,6 +54,10 @@ _EPS = 1e-9
 Controller = Callable[["DynamicFleetSimulator", float], None]
 
 
+def other_pool(pool: str) -> str:
+    return "decode" if pool == "prefill" else "prefill"
+
+
 @dataclass(slots=True)
 class Member:
     """One replica's membership (module docstring)."""
@@ -69,7 +77,7 @@ class Member:
 @dataclass(slots=True)
 class MembershipEvent:
     """One membership change, for the accounting (`kind`: add, ready, drain, removed, move,
-    moved, cancel, abort)."""
+    moved, cancel, abort, recall)."""
 
     t_s: float
     replica_id: str
@@ -209,6 +217,33 @@ class DynamicFleetSimulator(FleetSimulator):
         m.drain_deadline = now + timeout_s
         self._unroute(rid)
         self._leaving.append(rid)
+        self._due.append(rid)
+        self.mevents.append(MembershipEvent(now, rid, m.pool, "move"))
+        self._check_leaving(now)
+
+    def recall_replica(self, rid: str, now: float) -> None:
+        """A draining `rid` serves its pool again at once (a scale-up took it back): back in
+        routing, no longer leaving; its in-flight work simply continues (nothing was cut)."""
+        m = self.members[rid]
+        if m.state != DRAINING:
+            raise ValueError(f"{rid} is {m.state}, not draining")
+        m.state = READY
+        m.drain_deadline = None
+        self._leaving.remove(rid)
+        self.routing.lifecycle.set_static(rid, ReplicaStatic(prefill_tokens_per_s=self.tps))
+        self.mevents.append(MembershipEvent(now, rid, m.pool, "recall"))
+
+    def move_draining(self, rid: str, now: float, switch_s: float) -> None:
+        """A draining `rid` moves to the other pool instead of leaving: it keeps draining its
+        current-role work (same deadline), then `switch_s` later serves the other pool."""
+        m = self.members[rid]
+        if m.state != DRAINING:
+            raise ValueError(f"{rid} is {m.state}, not draining")
+        m.from_pool = m.pool
+        m.pool = other_pool(m.pool)
+        m.state = MOVING
+        m.switch_s = switch_s
+        m.ready_at = None
         self._due.append(rid)
         self.mevents.append(MembershipEvent(now, rid, m.pool, "move"))
         self._check_leaving(now)

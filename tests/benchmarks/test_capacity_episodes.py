@@ -43,7 +43,13 @@ def test_breaches_by_p90_and_by_the_reactive_term_and_their_capacity() -> None:
         MembershipEvent(130.0, "p2", "prefill", "ready"),
         MembershipEvent(140.0, "d2", "decode", "ready"),  # 120 s after decode's breach
     ]
-    secs, episodes, unresolved = time_to_capacity(t, events)
+    # the actuator's orders: the move into prefill at 12 s; decode's start at 20 s
+    orders = [
+        {"t_s": 12.0, "pool": "prefill", "from": 1, "to": 2, "kind": "move"},
+        {"t_s": 12.0, "pool": "decode", "from": 2, "to": 1, "kind": "scale"},  # not up
+        {"t_s": 20.0, "pool": "decode", "from": 1, "to": 2, "kind": "scale"},
+    ]
+    secs, episodes, unresolved = time_to_capacity(t, events, orders)
     assert secs == {"prefill": [9.0], "decode": [120.0]}
     assert episodes[0] == {
         "pool": "prefill",
@@ -52,8 +58,10 @@ def test_breaches_by_p90_and_by_the_reactive_term_and_their_capacity() -> None:
         "seconds": 9.0,
         "kind": "moved",
         "by": "p90",
+        "ordered_s": 12.0,
     }
     assert episodes[1]["kind"] == "ready" and episodes[1]["by"] == "reactive"
+    assert episodes[1]["ordered_s"] == 20.0
     assert unresolved == 1  # prefill at 200 s
 
 
@@ -74,3 +82,17 @@ def test_role_move_landings_pair_each_move_with_its_landing() -> None:
         "seconds": 6.5,
     }
     assert rows[1]["ready_s"] is None and rows[2]["from"] == "prefill"
+
+
+def test_a_recalled_draining_replica_is_capacity_at_once() -> None:
+    t = BreachTracker(policy())
+    calm = {"reactive": 1, "floor": 2}
+    t.see(observation(30.0, ttft=latency(3.0)), decision(30.0, prefill=calm, decode=calm))
+    events = [
+        MembershipEvent(28.0, "p1", "prefill", "drain"),
+        MembershipEvent(30.0, "p1", "prefill", "recall"),
+    ]
+    orders = [{"t_s": 30.0, "pool": "prefill", "from": 1, "to": 2, "kind": "scale"}]
+    secs, episodes, unresolved = time_to_capacity(t, events, orders)
+    assert secs["prefill"] == [0.0] and unresolved == 0
+    assert episodes[0]["kind"] == "recall" and episodes[0]["ordered_s"] == 30.0

@@ -77,10 +77,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from router.plugins.base import ColumnScores, Scorer, ScorerOutput
 from router.plugins.registry import register
-from router.replica_columns import IntArray, ReplicaColumns
+from router.replica_columns import SCALAR_ROWS, IntArray, ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
-SCALAR_ROWS = 8  # at most this many rows: Python arithmetic, not numpy (module docstring)
 _TERM_NAMES = (
     "uncached_tokens",
     "queued_tokens",

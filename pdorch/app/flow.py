@@ -85,6 +85,7 @@ _encode = msgspec.json.Encoder().encode
 PATHS: dict[RequestKind, str] = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
 ENDPOINTS: dict[RequestKind, str] = {"completion": "completions", "chat": "chat"}
 SESSION_HEADER = "x-session-id"
+_SERVING = ("decode", "colocated")  # the pools a stream can continue in (migration.py)
 _T = TypeVar("_T")
 
 
@@ -367,13 +368,21 @@ class RequestFlow:
         )
         return None
 
-    def _plan_migration(self, parsed: ParsedRequest) -> dict[str, Any]:
-        """The decode legs' base body: with `return_token_ids` when the stream may migrate."""
+    def _plan_migration(self, parsed: ParsedRequest, decode: str) -> dict[str, Any]:
+        """The decode legs' base body: with `return_token_ids` when the stream may migrate.
+
+        Only while a migration is possible: with no other routable replica to serve it (a fleet
+        of one decode replica) the stream keeps no trail and asks for no token ids, so the
+        relay passes the engine's chunks on as they are (the trail cost ~2.9 µs per event,
+        proxy.md). A replica that joins later does not make such a stream migratable."""
         if not parsed.stream or self.c.settings.migration_limit == 0:
             self.not_migratable = "migration_limit=0" if parsed.stream else None
             return parsed.body
         self.not_migratable = not_migratable(parsed)
         if self.not_migratable is not None:
+            return parsed.body
+        if not self._other_server(decode):
+            self.not_migratable = "no other replica could continue it when it started"
             return parsed.body
         self.trail = StreamTrail(keep_ids=parsed.body.get("return_token_ids") is True)
         return with_token_ids(parsed.body)
@@ -390,7 +399,7 @@ class RequestFlow:
         lifecycle = c.lifecycle
         tried = retries = migrations = 0
         last = "no decode replica"
-        base = self._plan_migration(parsed)
+        base = self._plan_migration(parsed, leg.replica)
         next_leg: DecodeLeg | None = leg
         tried_replicas: set[str] = set()
         while True:
@@ -481,6 +490,11 @@ class RequestFlow:
         raise ApiError(
             502, f"Every decode attempt failed ({tried}); last: {last}", code="decode_failed"
         )
+
+    def _other_server(self, decode: str) -> bool:
+        """Some routable decode or colocated replica other than `decode` exists."""
+        fleet = self.c.fleet
+        return any(r.replica_id != decode for pool in _SERVING for r in fleet.routable(pool))
 
     def _can_move(self, budget: bool, pool: str, tried: frozenset[str]) -> bool:
         """Another try is allowed and another replica is routable: only then is a leg waiting

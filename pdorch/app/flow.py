@@ -85,6 +85,9 @@ from router.pd_router import NoReplicaError
 from router.replica_state import RoutingRequest
 from router.vocabulary import RouteKind
 
+# the body reader and ClientGone stay importable from here (api.py, admin*.py, passthrough.py)
+__all__ = ["ClientGone", "RequestFlow", "read_body"]
+
 log = logging.getLogger(__name__)
 
 _encode = msgspec.json.Encoder().encode

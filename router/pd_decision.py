@@ -33,10 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from router.replica_columns import ReplicaColumns
+from router.replica_columns import SCALAR_ROWS, ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
-
-SCALAR_ROWS = 8  # at most this many replicas: Python arithmetic, not numpy (module docstring)
 
 
 class PdDecisionParams(BaseModel):

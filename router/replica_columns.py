@@ -62,6 +62,12 @@ _DEFAULT_STATIC = ReplicaStatic()
 _UNREAD_LOAD = ReplicaLoad()
 _UNREAD_STATIC = ReplicaStatic()
 
+SCALAR_ROWS = 8
+"""At most this many candidates, the routing parts run Python arithmetic on the columns'
+values (or on the snapshots) instead of numpy: a numpy call costs 1-3 µs whatever its length,
+more than the loop over a handful of rows (`Profile.pick`, `TokenLoadScorer.score_columns`,
+`decide_pd`; proxy.md, proxy-cpu-4). One constant for every part."""
+
 
 @runtime_checkable
 class ChangeLog(Protocol):
@@ -75,6 +81,12 @@ class ChangeLog(Protocol):
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+
+
+# an empty pool's columns: zero-length arrays, nothing can be written into them, so shared
+_EMPTY_INTS: IntArray = np.zeros((len(INT_FIELDS), 0), dtype=np.int64)
+_EMPTY_FLOATS: FloatArray = np.zeros(0)
+_EMPTY_BOOLS: BoolArray = np.zeros(0, dtype=np.bool_)
 
 
 class ReplicaColumns(Sequence[ReplicaSnapshot]):
@@ -292,6 +304,10 @@ class ColumnBuilder:
     ) -> ReplicaColumns:
         """`build_snapshots(...)` as columns (same arguments, same meaning)."""
         ids = replica_ids if isinstance(replica_ids, list) else list(replica_ids)
+        if not ids:  # an empty pool (the colocated one of a P/D fleet): nothing to build
+            return ReplicaColumns(
+                [], _EMPTY_INTS, _EMPTY_FLOATS, _EMPTY_FLOATS, _EMPTY_BOOLS, [], []
+            )
         if ids != self._ids or loads is not self._source:
             self._reset(list(ids), loads)
         ids = self._ids  # our copy: the caller's list may change after this call

@@ -57,75 +57,17 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from router.replica_state import ReplicaLoad
+from router.token_load_entries import EngineMetrics as _Metrics
+from router.token_load_entries import Entry as _Entry
+from router.token_load_entries import Key as _Key
+from router.token_load_entries import TokenLoadDelta
+from router.token_load_entries import Totals as _Totals
+from router.token_load_entries import blocks as _blocks
 
-_Key = tuple[str, str]  # (request_id, replica_id)
+__all__ = ["CHANGE_WINDOW", "TokenLoad", "TokenLoadDelta"]
 CHANGE_WINDOW = 4096  # load changes `changes_since` can always answer for
-
-
-class TokenLoadDelta(BaseModel):
-    """One entry's absolute state, as shared between coordinator replicas.
-
-    `origin` names the coordinator that owns the request; `version` is that coordinator's
-    monotonic change counter. `removed` marks a finished/aborted entry (a tombstone).
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    origin: str
-    version: int = Field(ge=0)
-    request_id: str
-    replica_id: str
-    removed: bool = False
-    reserved: bool = False  # decode blocks promised to a leg the engine has not seen yet
-    prefill_tokens: int = Field(default=0, ge=0)
-    decode_blocks: int = Field(default=0, ge=0)
-    updated_at: float = 0.0
-    # The remaining-decode signal (`ReplicaLoad.decoding`); absent from older peers' records.
-    prompt_tokens: int = Field(default=0, ge=0)
-    generated: int = Field(default=0, ge=0)
-    max_tokens: int | None = Field(default=None, ge=0)
-
-
-@dataclass(slots=True)
-class _Entry:
-    prompt_tokens: int
-    block_size: int
-    prefill_tokens: int
-    decodes: bool
-    generated: int
-    decode_blocks: int
-    updated_at: float
-    origin: str
-    version: int
-    reserved: bool = False
-    max_tokens: int | None = None  # the request's output bound (None: not given)
-
-
-@dataclass(slots=True)
-class _Totals:
-    prefill_tokens: int = 0
-    decode_blocks: int = 0
-    reserved_blocks: int = 0  # the part of decode_blocks held by no engine yet
-    requests: int = 0
-    last_change: float = float("-inf")
-
-
-@dataclass(slots=True)
-class _Metrics:
-    num_running: int
-    num_waiting: int
-    kv_usage: float
-    kv_capacity_blocks: int
-    sampled_at: float
-
-
-def _blocks(tokens: int, block_size: int) -> int:
-    return -(-tokens // block_size) if block_size > 0 else 0
 
 
 class TokenLoad:
@@ -428,21 +370,7 @@ class TokenLoad:
             if entry is not None:
                 if entry.origin != self.origin:
                     continue
-                deltas.append(
-                    TokenLoadDelta(
-                        origin=entry.origin,
-                        version=entry.version,
-                        request_id=request_id,
-                        replica_id=replica_id,
-                        reserved=entry.reserved,
-                        prefill_tokens=entry.prefill_tokens,
-                        decode_blocks=entry.decode_blocks,
-                        updated_at=entry.updated_at,
-                        prompt_tokens=entry.prompt_tokens,
-                        generated=entry.generated,
-                        max_tokens=entry.max_tokens,
-                    )
-                )
+                deltas.append(entry.delta(request_id, replica_id))
                 continue
             tomb = self._tombstones.get(key)
             if tomb is not None and tomb[1] == self.origin:
@@ -480,19 +408,7 @@ class TokenLoad:
             self._tombstones[key] = (delta.updated_at, delta.origin, delta.version)
             heapq.heappush(self._tombstone_heap, (delta.updated_at, key))
             return True
-        new = _Entry(
-            prompt_tokens=delta.prompt_tokens,
-            block_size=0,
-            prefill_tokens=delta.prefill_tokens,
-            decodes=True,
-            generated=delta.generated,
-            decode_blocks=delta.decode_blocks,
-            updated_at=max(delta.updated_at, now),
-            origin=delta.origin,
-            version=delta.version,
-            reserved=delta.reserved,
-            max_tokens=delta.max_tokens,
-        )
+        new = _Entry.of_delta(delta, now)
         if entry is not None:
             self._drop(key, now)
         self._insert(key, new, now)

@@ -11,7 +11,7 @@ admit (429) → read body (413) → validate (400/404) → tokenize → block ke
       the retry reuses kv_transfer_params only when the failed engine never got the request;
       a hung engine is a failure too: a stream with no first byte within first_byte_timeout_s
       (default 2 x stall_timeout_s; only while another decode replica could take it), or any
-      leg whose replica the health checker ejects while it waits (`_first_byte`)
+      leg whose replica the health checker ejects while it waits (`leg_wait.until_first_byte`)
 → stream the decode engine's events (`proxy_stream.py`); a failure after the first byte (dead,
   ended early, or no byte for `stall_timeout_s`) continues the request on another decode replica
   from prompt + the tokens streamed (`migration.py`, up to `migration_limit` times), else ends the
@@ -47,20 +47,26 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive
 
 from pdorch.app.admission import PRIORITY_HEADER, parse_priority
 from pdorch.app.errors import ApiError
 from pdorch.app.fanout import fan_out
 from pdorch.app.faults import RequestFaults
 from pdorch.app.leg_bytes import decode_leg_bytes
+from pdorch.app.leg_wait import (
+    ClientGone,
+    completion_tokens,
+    read_body,
+    until_first_byte,
+    wait_disconnect,
+)
 from pdorch.app.legs import (
     LegFailure,
     UpstreamAnswer,
@@ -79,42 +85,16 @@ from router.pd_router import NoReplicaError
 from router.replica_state import RoutingRequest
 from router.vocabulary import RouteKind
 
+# the body reader and ClientGone stay importable from here (api.py, admin*.py, passthrough.py)
+__all__ = ["ClientGone", "RequestFlow", "read_body"]
+
 log = logging.getLogger(__name__)
 
 _encode = msgspec.json.Encoder().encode
 PATHS: dict[RequestKind, str] = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
 ENDPOINTS: dict[RequestKind, str] = {"completion": "completions", "chat": "chat"}
 SESSION_HEADER = "x-session-id"
-_T = TypeVar("_T")
-
-
-class ClientGone(Exception):
-    """The client disconnected while the legs ran."""
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, 413 past `limit` bytes (checked on Content-Length and while reading)."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
-            chunks.append(chunk)
-    except ClientDisconnect:  # left (or cut at body_timeout_s, edge.py) mid-body: not a bug
-        raise ClientGone() from None
-    return b"".join(chunks)
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
+_SERVING = ("decode", "colocated")  # the pools a stream can continue in (migration.py)
 
 
 class RequestFlow:
@@ -209,7 +189,7 @@ class RequestFlow:
                 left = True
                 task.cancel()  # lands in `work`: this task is suspended inside it
 
-        watcher = asyncio.ensure_future(_wait_disconnect(self.http.receive))
+        watcher = asyncio.ensure_future(wait_disconnect(self.http.receive))
         watcher.add_done_callback(client_left)
         deadline = asyncio.timeout(self.c.settings.request_timeout_s)
         try:
@@ -367,13 +347,21 @@ class RequestFlow:
         )
         return None
 
-    def _plan_migration(self, parsed: ParsedRequest) -> dict[str, Any]:
-        """The decode legs' base body: with `return_token_ids` when the stream may migrate."""
+    def _plan_migration(self, parsed: ParsedRequest, decode: str) -> dict[str, Any]:
+        """The decode legs' base body: with `return_token_ids` when the stream may migrate.
+
+        Only while a migration is possible: with no other routable replica to serve it (a fleet
+        of one decode replica) the stream keeps no trail and asks for no token ids, so the
+        relay passes the engine's chunks on as they are (the trail cost ~2.9 µs per event,
+        proxy.md). A replica that joins later does not make such a stream migratable."""
         if not parsed.stream or self.c.settings.migration_limit == 0:
             self.not_migratable = "migration_limit=0" if parsed.stream else None
             return parsed.body
         self.not_migratable = not_migratable(parsed)
         if self.not_migratable is not None:
+            return parsed.body
+        if not self._other_server(decode):
+            self.not_migratable = "no other replica could continue it when it started"
             return parsed.body
         self.trail = StreamTrail(keep_ids=parsed.body.get("return_token_ids") is True)
         return with_token_ids(parsed.body)
@@ -390,7 +378,7 @@ class RequestFlow:
         lifecycle = c.lifecycle
         tried = retries = migrations = 0
         last = "no decode replica"
-        base = self._plan_migration(parsed)
+        base = self._plan_migration(parsed, leg.replica)
         next_leg: DecodeLeg | None = leg
         tried_replicas: set[str] = set()
         while True:
@@ -424,15 +412,22 @@ class RequestFlow:
             try:
                 if parsed.stream:
                     deadline = c.settings.first_byte_deadline_s()
-                    stream = await self._first_byte(
+                    stream = await until_first_byte(
+                        c,
+                        self.request_id,
                         decode,
                         open_decode_stream(c.legs, url, body, self.headers, c.stream_timeout),
                         deadline,
                         can_move,
                     )
                 else:
-                    content, ctype = await self._first_byte(
-                        decode, decode_whole(c.legs, url, body, self.headers), None, can_move
+                    content, ctype = await until_first_byte(
+                        c,
+                        self.request_id,
+                        decode,
+                        decode_whole(c.legs, url, body, self.headers),
+                        None,
+                        can_move,
                     )
             except UpstreamAnswer as answer:
                 return Response(
@@ -473,7 +468,7 @@ class RequestFlow:
                 if prefilled is not None:
                     c.metrics.first_token(prefilled.pool, prefilled.replica_id, first_byte)
                 return ProxyStream(self, stream, decode, replica.pool)
-            output = _completion_tokens(content)
+            output = completion_tokens(content)
             if output is not None:
                 c.metrics.completed(self.route_kind, output)
             headers = self._route_headers()
@@ -482,64 +477,15 @@ class RequestFlow:
             502, f"Every decode attempt failed ({tried}); last: {last}", code="decode_failed"
         )
 
+    def _other_server(self, decode: str) -> bool:
+        """Some routable decode or colocated replica other than `decode` exists."""
+        fleet = self.c.fleet
+        return any(r.replica_id != decode for pool in _SERVING for r in fleet.routable(pool))
+
     def _can_move(self, budget: bool, pool: str, tried: frozenset[str]) -> bool:
         """Another try is allowed and another replica is routable: only then is a leg waiting
-        on a slow or ejected replica given up (`_first_byte`)."""
+        on a slow or ejected replica given up (`leg_wait.until_first_byte`)."""
         return budget and any(r.replica_id not in tried for r in self.c.fleet.routable(pool))
-
-    async def _first_byte(
-        self,
-        replica_id: str,
-        leg: Awaitable[_T],
-        deadline_s: float | None,
-        can_move: Callable[[], bool],
-    ) -> _T:
-        """Run a decode leg up to its first byte (a stream's first chunk; a non-streamed
-        answer's whole body). The leg is given up, a `LegFailure` that `_decode` retries on
-        another replica, when the health checker finds the replica unhealthy meanwhile
-        (`Coordinator.waiting_legs`: a hung engine sends no byte, no reset; kind TIMEOUT) or,
-        for a stream, past `deadline_s` (`first_byte_timeout_s`; no health kind: a slow
-        engine is not a dead one, the probes judge it). Either only when `can_move()` (a
-        retry is allowed and another replica is routable): otherwise waiting is the better
-        bet (a starved box can eject a healthy replica on a late probe). A non-streamed
-        answer gets no deadline: its only byte comes at its end."""
-        c = self.c
-        why: list[str] = []
-        loop = asyncio.get_running_loop()
-
-        def give_up(reason: str) -> None:
-            if why or not can_move():
-                return
-            why.append(reason)
-            hung.reschedule(0)  # in the past: the block below is cancelled at once
-
-        def past_deadline() -> None:
-            give_up("")
-
-        timer = None if deadline_s is None else loop.call_later(deadline_s, past_deadline)
-        try:
-            async with asyncio.timeout(None) as hung:
-                c.waiting_legs.begin(replica_id, self.request_id, give_up)
-                try:
-                    return await leg
-                finally:
-                    c.waiting_legs.end(replica_id, self.request_id)
-        except TimeoutError:
-            if not why:
-                raise
-            if why[0]:
-                c.metrics.first_byte_failures.labels("unhealthy").inc()
-                raise LegFailure(
-                    FailureKind.TIMEOUT,
-                    f"the replica turned unhealthy while the leg waited ({why[0]})",
-                ) from None
-            c.metrics.first_byte_failures.labels("deadline").inc()
-            raise LegFailure(
-                None, f"no first byte within first_byte_timeout_s={deadline_s:g}"
-            ) from None
-        finally:
-            if timer is not None:
-                timer.cancel()
 
     # ---- bookkeeping -------------------------------------------------------------------------
 
@@ -570,18 +516,3 @@ class RequestFlow:
         if not self.counted:
             return
         self.c.metrics.answered(self.endpoint, status, time.monotonic() - self.started)
-
-
-_USAGE_KEY = b'"completion_tokens":'
-
-
-def _completion_tokens(content: bytes) -> int | None:
-    """`usage.completion_tokens` of a whole answer, found from the end (no JSON decode)."""
-    at = content.rfind(_USAGE_KEY)
-    if at < 0:
-        return None
-    digits = content[at + len(_USAGE_KEY) : at + len(_USAGE_KEY) + 12].lstrip()
-    end = 0
-    while end < len(digits) and 48 <= digits[end] <= 57:
-        end += 1
-    return int(digits[:end]) if end else None

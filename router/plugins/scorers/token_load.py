@@ -77,10 +77,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from router.plugins.base import ColumnScores, Scorer, ScorerOutput
 from router.plugins.registry import register
-from router.replica_columns import IntArray, ReplicaColumns
+from router.replica_columns import SCALAR_ROWS, IntArray, ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
-SCALAR_ROWS = 8  # at most this many rows: Python arithmetic, not numpy (module docstring)
 _TERM_NAMES = (
     "uncached_tokens",
     "queued_tokens",
@@ -137,15 +136,8 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
         self, request: RoutingRequest, candidates: Sequence[ReplicaSnapshot], now: float
     ) -> ScorerOutput:
         params = self.params
-        bs = request.block_size
-        prompt = request.prompt_tokens
-        default_tps = params.default_prefill_tokens_per_s
-        budget_tokens = params.max_num_batched_tokens
-        c = params.decode_s_per_kv_token
-        out = params.expected_output_tokens
+        bs, prompt, default_tps, budget_tokens, c, out = self._constants(request)
         remaining = params.remaining_decode
-        if request.max_tokens is not None and request.max_tokens < out:
-            out = request.max_tokens
         peer_read = params.peer_weight * c * prompt
         peer_weight = params.peer_weight
         scores: dict[str, float] = {}
@@ -185,6 +177,23 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
             }
         return ScorerOutput(scores, terms)
 
+    def _constants(self, request: RoutingRequest) -> tuple[int, int, float, int, float, int]:
+        """(block size, prompt tokens, default tokens/s, batch budget, s per KV token, output
+        tokens) of a request: every path's one preamble (the scalar, column and array paths
+        must read the same values to agree bit for bit)."""
+        params = self.params
+        out = params.expected_output_tokens
+        if request.max_tokens is not None and request.max_tokens < out:
+            out = request.max_tokens
+        return (
+            request.block_size,
+            request.prompt_tokens,
+            params.default_prefill_tokens_per_s,
+            params.max_num_batched_tokens,
+            params.decode_s_per_kv_token,
+            out,
+        )
+
     def supports_columns(self) -> bool:
         return not self.params.remaining_decode
 
@@ -195,15 +204,7 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
         arithmetic, more as array operations."""
         if len(rows) > SCALAR_ROWS:
             return self._score_arrays(request, candidates, rows)
-        params = self.params
-        bs = request.block_size
-        prompt = request.prompt_tokens
-        default_tps = params.default_prefill_tokens_per_s
-        budget_tokens = params.max_num_batched_tokens
-        c = params.decode_s_per_kv_token
-        out = params.expected_output_tokens
-        if request.max_tokens is not None and request.max_tokens < out:
-            out = request.max_tokens
+        bs, prompt, default_tps, budget_tokens, c, out = self._constants(request)
         picked = candidates.ints[:, rows]
         overlaps, queued, decode_blocks, in_flight = (
             picked[0].tolist(),
@@ -237,15 +238,7 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
         self, request: RoutingRequest, candidates: ReplicaColumns, rows: IntArray
     ) -> ColumnScores:
         """`score` as array operations (module docstring, "Columns")."""
-        params = self.params
-        bs = request.block_size
-        prompt = request.prompt_tokens
-        default_tps = params.default_prefill_tokens_per_s
-        budget_tokens = params.max_num_batched_tokens
-        c = params.decode_s_per_kv_token
-        out = params.expected_output_tokens
-        if request.max_tokens is not None and request.max_tokens < out:
-            out = request.max_tokens
+        bs, prompt, default_tps, budget_tokens, c, out = self._constants(request)
         everyone = len(rows) == len(candidates)
         ints = candidates.ints if everyone else candidates.ints[:, rows]
         given_tps = candidates.tps if everyone else candidates.tps[rows]

@@ -1,0 +1,124 @@
+"""The waiting parts of a request's flow (`flow.py`): its body from the client, the client's
+disconnect, a decode leg up to its first byte, and the output tokens of a whole answer.
+
+Split from `flow.py` (issue 15 code health: one module per job, below ~500 lines); the flow
+reads the same as before, these are its I/O waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive
+
+from pdorch.app.errors import ApiError
+from pdorch.app.legs import LegFailure
+from pools.fleet import FailureKind
+
+if TYPE_CHECKING:
+    from pdorch.app.state import Coordinator
+
+_T = TypeVar("_T")
+
+
+class ClientGone(Exception):
+    """The client disconnected while the legs ran."""
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, 413 past `limit` bytes (checked on Content-Length and while reading)."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
+            chunks.append(chunk)
+    except ClientDisconnect:  # left (or cut at body_timeout_s, edge.py) mid-body: not a bug
+        raise ClientGone() from None
+    return b"".join(chunks)
+
+
+async def wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def until_first_byte(
+    c: Coordinator,
+    request_id: str,
+    replica_id: str,
+    leg: Awaitable[_T],
+    deadline_s: float | None,
+    can_move: Callable[[], bool],
+) -> _T:
+    """Run a decode leg up to its first byte (a stream's first chunk; a non-streamed
+    answer's whole body). The leg is given up, a `LegFailure` that the flow retries on
+    another replica (`RequestFlow._decode`), when the health checker finds the replica
+    unhealthy meanwhile (`Coordinator.waiting_legs`: a hung engine sends no byte, no reset;
+    kind TIMEOUT) or,
+    for a stream, past `deadline_s` (`first_byte_timeout_s`; no health kind: a slow
+    engine is not a dead one, the probes judge it). Either only when `can_move()` (a
+    retry is allowed and another replica is routable): otherwise waiting is the better
+    bet (a starved box can eject a healthy replica on a late probe). A non-streamed
+    answer gets no deadline: its only byte comes at its end."""
+    why: list[str] = []
+    loop = asyncio.get_running_loop()
+
+    def give_up(reason: str) -> None:
+        if why or not can_move():
+            return
+        why.append(reason)
+        hung.reschedule(0)  # in the past: the block below is cancelled at once
+
+    def past_deadline() -> None:
+        give_up("")
+
+    timer = None if deadline_s is None else loop.call_later(deadline_s, past_deadline)
+    try:
+        async with asyncio.timeout(None) as hung:
+            c.waiting_legs.begin(replica_id, request_id, give_up)
+            try:
+                return await leg
+            finally:
+                c.waiting_legs.end(replica_id, request_id)
+    except TimeoutError:
+        if not why:
+            raise
+        if why[0]:
+            c.metrics.first_byte_failures.labels("unhealthy").inc()
+            raise LegFailure(
+                FailureKind.TIMEOUT,
+                f"the replica turned unhealthy while the leg waited ({why[0]})",
+            ) from None
+        c.metrics.first_byte_failures.labels("deadline").inc()
+        raise LegFailure(
+            None, f"no first byte within first_byte_timeout_s={deadline_s:g}"
+        ) from None
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+_USAGE_KEY = b'"completion_tokens":'
+
+
+def completion_tokens(content: bytes) -> int | None:
+    """`usage.completion_tokens` of a whole answer, found from the end (no JSON decode)."""
+    at = content.rfind(_USAGE_KEY)
+    if at < 0:
+        return None
+    digits = content[at + len(_USAGE_KEY) : at + len(_USAGE_KEY) + 12].lstrip()
+    end = 0
+    while end < len(digits) and 48 <= digits[end] <= 57:
+        end += 1
+    return int(digits[:end]) if end else None

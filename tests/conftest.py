@@ -168,6 +168,14 @@ _UNIT_GUARD = _UnitGuard()
 sys.addaudithook(_UNIT_GUARD.audit)  # audit hooks cannot be removed; idle unless watching
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # matplotlib builds its font cache on first import and runs `fc-list` to do it
+    # (subprocess.Popen). On a fresh machine (CI) that would fail whichever unit test imports
+    # matplotlib first, under the guard above; build the cache here, before any test runs.
+    with contextlib.suppress(ImportError):
+        import matplotlib.font_manager  # noqa: F401
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     with _UNIT_GUARD.watching(item):

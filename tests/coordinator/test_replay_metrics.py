@@ -14,8 +14,8 @@ import time
 
 from pdorch.app.server import run_coordinator
 from pools.http_client import http_client
-from tests.coordinator.helpers import MODEL, fleet, long_prompt
-from tests.coordinator.test_readiness import HeldReplay, health, indexed, static_copy
+from tests.coordinator.helpers import fleet
+from tests.coordinator.test_readiness import HeldReplay, fill_decode_cache, health, static_copy
 from tests.waiting import async_wait_until
 
 
@@ -26,17 +26,8 @@ def _sample(metrics: str, name: str, labels: str) -> float | None:
 
 async def test_the_join_replay_duration_and_blocks_are_in_metrics() -> None:
     async with run_coordinator(fleet(), port=0) as a, http_client(timeout=30.0) as http:
-        for _ in range(3):
-            body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 4}
-            assert (await http.post(f"{a.url}/v1/completions", json=body)).status_code == 200
-        (decode,) = a.fleet.by_pool("decode")
+        decode, cached = await fill_decode_cache(http, a)
         rid = decode.replica_id
-
-        async def a_has_all() -> int | None:
-            n = int((await http.get(f"{decode.url}/sim/info")).json()["cached_blocks"])
-            return n if n > 0 and await indexed(http, a.url, rid) == n else None
-
-        cached = await async_wait_until(a_has_all, 10.0, message="A's index = the engine's")
         assert decode.kv_events_replay_endpoint is not None
         held = HeldReplay(decode.kv_events_replay_endpoint)
         try:

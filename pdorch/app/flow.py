@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Awaitable
 from functools import partial
 from typing import Any
@@ -111,7 +110,7 @@ class RequestFlow:
         self.kind = kind
         self.http = request
         self.started = time.monotonic()
-        self.request_id = request_id or f"pdorch-{uuid.uuid4().hex}"
+        self.request_id = request_id or coordinator.new_request_id()
         self.counted = True  # counted in the request metrics (a batch's per-prompt flows: no)
         self.headers = {REQUEST_ID_HEADER: self.request_id, "content-type": "application/json"}
         self.path = PATHS[kind]

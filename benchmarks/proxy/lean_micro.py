@@ -11,6 +11,9 @@ uvloop, taking turns repeat by repeat):
 - `disconnect watch`: a task waiting in `receive()` for `http.disconnect` (started, stepped
   into its wait, cancelled and unwound) vs the edge's `DisconnectWatch` (`start` + `stop`,
   `pdorch/app/disconnect.py`), each around one request's worth of loop turns.
+- `metrics`: a whole answer's six updates (`answered`, `decode_first_byte`, `routed`,
+  `completed`: 2 counter increments, 4 histogram observations) on prometheus_client's
+  labelled children vs the loop's (`pdorch/app/loop_metrics.py`), same buckets.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import uvloop
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from pdorch.app.disconnect import DisconnectWatch, wait_disconnect
+from pdorch.app.loop_metrics import LoopCounter, LoopHistogram
 
 REPEATS = 5
 
@@ -100,6 +105,44 @@ async def _disconnect_rows(calls: int) -> tuple[float, float, float]:
     return base, task_us, watch_us
 
 
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def _metrics_rows(calls: int) -> tuple[float, float]:
+    r = CollectorRegistry(auto_describe=False)
+    answered = Counter("a", "a", ["endpoint", "status"], registry=r).labels("chat", "200")
+    routes = Counter("b", "b", ["route"], registry=r).labels("pd")
+    duration = Histogram("c", "c", ["e"], buckets=_SECONDS, registry=r).labels("chat")
+    first = Histogram("d", "d", ["e"], buckets=_SECONDS, registry=r).labels("chat")
+    prompt = Histogram("e", "e", ["r"], buckets=_TOKENS, registry=r).labels("pd")
+    output = Histogram("f", "f", ["r"], buckets=_TOKENS, registry=r).labels("pd")
+    l_answered = LoopCounter("a", "a", ["endpoint", "status"]).labels("chat", "200")
+    l_routes = LoopCounter("b", "b", ["route"]).labels("pd")
+    l_duration = LoopHistogram("c", "c", ["e"], _SECONDS).labels("chat")
+    l_first = LoopHistogram("d", "d", ["e"], _SECONDS).labels("chat")
+    l_prompt = LoopHistogram("e", "e", ["r"], _TOKENS).labels("pd")
+    l_output = LoopHistogram("f", "f", ["r"], _TOKENS).labels("pd")
+
+    def before() -> None:
+        routes.inc()
+        prompt.observe(200)
+        first.observe(0.004)
+        output.observe(4)
+        answered.inc()
+        duration.observe(0.0045)
+
+    def after() -> None:
+        l_routes.inc()
+        l_prompt.observe(200)
+        l_first.observe(0.004)
+        l_output.observe(4)
+        l_answered.inc()
+        l_duration.observe(0.0045)
+
+    return _min_us(before, calls), _min_us(after, calls)
+
+
 def main(argv: list[str]) -> None:
     calls = int(argv[1]) if len(argv) > 1 else 20_000
     prefix = f"pdorch-{uuid.uuid4().hex[:16]}"
@@ -112,6 +155,8 @@ def main(argv: list[str]) -> None:
         f"disconnect watch  before {task_us - base:7.2f} us  after {watch_us - base:7.2f} us"
         f"  (over {base:.2f} us of loop turns)"
     )
+    old_metrics, new_metrics = _metrics_rows(calls)
+    print(f"metrics           before {old_metrics:7.2f} us  after {new_metrics:7.2f} us")
 
 
 if __name__ == "__main__":

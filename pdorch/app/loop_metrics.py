@@ -3,7 +3,8 @@
 A whole answer updates six series (`metrics.py`: `answered`, `decode_first_byte`, `routed`,
 `completed`). prometheus_client's `Counter.inc` takes a lock per update and
 `Histogram.observe` two (its sum and one bucket, found by a linear scan of the bounds):
-1-2 µs each, ~2 % of a whole answer's proxy CPU (proxy-lean-5, `benchmarks/results/proxy.md`).
+5.4 µs for the six in the quiet-lane microbenchmark, 1.4 µs here (proxy-lean-5,
+`benchmarks/results/proxy.md`; ~1 % of a whole answer's proxy CPU on a calm box).
 These series are updated only on the coordinator's event loop and read when `/metrics` is
 rendered on the same loop, so an update needs no lock: a counter is an int add, a histogram
 observation a `bisect` for its bucket, an int add and a float add.

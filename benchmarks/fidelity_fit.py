@@ -5,6 +5,7 @@ docstring, "Fit")."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,10 @@ class VirtualRun:
     spans: list[tuple[int, int]]
 
 
+# `TimingModel.step_time`'s parameters: a call's arguments recorded however it passes them
+_STEP_TIME = inspect.signature(TimingModel.step_time)
+
+
 class _RecordingTiming(TimingModel):
     """The `cpu` timing model with `constants`, recording the arguments of every `step_time`
     call (a benchmark instrument: the step times are the model's own, only observed)."""
@@ -67,19 +72,14 @@ class _RecordingTiming(TimingModel):
         super().__init__(get_model("tiny"), _cpu_gpu(constants))
         self._log = log
 
-    def step_time(
-        self,
-        num_tokens: int,
-        num_seqs: int,
-        attn_ctx_tokens: float,
-        kv_read_tokens: int,
-        *,
-        num_new_seqs: int = 0,
-    ) -> float:
-        self._log.append((num_tokens, num_seqs, attn_ctx_tokens, kv_read_tokens, num_new_seqs))
-        return super().step_time(
-            num_tokens, num_seqs, attn_ctx_tokens, kv_read_tokens, num_new_seqs=num_new_seqs
+    def step_time(self, *args: Any, **kwargs: Any) -> float:
+        call = _STEP_TIME.bind(self, *args, **kwargs)
+        call.apply_defaults()
+        _, num_tokens, num_seqs, attn_ctx_tokens, kv_read_tokens, num_new_seqs = (
+            call.arguments.values()
         )
+        self._log.append((num_tokens, num_seqs, attn_ctx_tokens, kv_read_tokens, num_new_seqs))
+        return super().step_time(*args, **kwargs)
 
 
 def virtual_run(

@@ -178,18 +178,12 @@ Measured = tuple[list[RequestTiming], dict[str, ServerMeans]]
 
 
 def measure_vllm(model_dir: Path, log_dir: Path, prompts: list[list[int]]) -> Measured:
-    from pools.ports import free_ports
-    from pools.roles import EngineRole
     from pools.vllm_process import RunningVllm
-    from pools.vllm_spec import VllmEngineSpec
+    from pools.vllm_spec import local_engine_spec
 
-    port, side = free_ports(2)
-    spec = VllmEngineSpec(
-        role=EngineRole.BOTH,
-        model=model_dir,
+    spec = local_engine_spec(
+        model_dir,
         served_model_name=SERVED_NAME,
-        port=port,
-        side_channel_port=side,
         kv_transfer=False,
         block_size=BLOCK_SIZE,
         max_model_len=MAX_MODEL_LEN,

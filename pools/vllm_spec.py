@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pools.ports import free_ports
 from pools.roles import EngineRole
 from transfer.nixl_progress import ENV as NIXL_PROGRESS_DELAY_ENV
 from transfer.vllm_config import (
@@ -330,3 +331,12 @@ class VllmEngineSpec(BaseModel):
             and NIXL_PROGRESS_DELAY_ENV not in env
         ):
             env[NIXL_PROGRESS_DELAY_ENV] = str(NIXL_PROGRESS_DELAY_US_SMALL_HOST)
+
+
+def local_engine_spec(model: Path, **fields: Any) -> VllmEngineSpec:
+    """A `both` engine of `model` on this host, its HTTP and side-channel ports free ones
+    picked now (`pools.ports.free_ports`); `fields`: any other `VllmEngineSpec` field."""
+    port, side = free_ports(2)
+    return VllmEngineSpec(
+        role=EngineRole.BOTH, model=model, port=port, side_channel_port=side, **fields
+    )

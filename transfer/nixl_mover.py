@@ -43,6 +43,7 @@ from transfer.contract import Released
 from transfer.errors import BackendUnavailable, PeerGone, TransferFailed, TransferTimeout
 from transfer.mover import MoverBase
 from transfer.pool import KvBlockPool
+from transfer.puller import Pull
 from transfer.side_channel import HelloReply, PeerLink
 from transfer.transports import KvTransport, UcxTransport
 
@@ -366,19 +367,13 @@ class NixlBlockMover(MoverBase):
         return {"xfer_handles_live": len(self._live_handles), **self._n}
 
     # --- the data path ----------------------------------------------------------------------
-    async def _transfer(
-        self,
-        link: PeerLink,
-        remote: list[int],
-        local: list[int],
-        request_id: str,
-        deadline: float,
-        notify: bool,
-    ) -> None:
+    async def _transfer(self, pull: Pull) -> None:
+        link, remote, local = pull.link, pull.remote, pull.local
+        request_id, deadline = pull.request_id, pull.deadline
         await self._begin_pull(link, remote, request_id, deadline)
         state = link.backend_state
         assert isinstance(state, _RemoteAgent)
-        notif = request_id.encode() if notify else b""
+        notif = request_id.encode() if pull.notify else b""
         local_idx = np.asarray(local, dtype=np.int32)
         remote_idx = np.asarray(remote, dtype=np.int32)
 

@@ -12,6 +12,7 @@ import abc
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import zmq
 import zmq.asyncio
@@ -49,6 +50,20 @@ def _raise_fail(reply: Fail, peer: PeerAddress, request_id: str) -> None:
     if reply.code == "bad_block_ids":
         raise BadBlockIds(reply.message, peer=str(peer), request_id=request_id)
     raise TransferFailed(f"{reply.code}: {reply.message}", peer=str(peer), request_id=request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Pull:
+    """One validated pull, as a backend's `_transfer` gets it: the owner's `remote` block ids
+    into this pool's `local` ones (pairwise) over `link`, for `request_id`, by `deadline`
+    (`time.monotonic()`), then, with `notify`, the owner told to free them."""
+
+    link: PeerLink
+    remote: list[int]
+    local: list[int]
+    request_id: str
+    deadline: float
+    notify: bool
 
 
 class PullerBase(abc.ABC):
@@ -180,7 +195,7 @@ class PullerBase(abc.ABC):
                     peer=str(peer),
                     request_id=request_id,
                 )
-            await self._transfer(link, remote, local, request_id, deadline, notify)
+            await self._transfer(Pull(link, remote, local, request_id, deadline, notify))
         except TransferError as exc:
             self._counters["pulls_failed"] += 1
             if exc.request_id is None:
@@ -248,13 +263,5 @@ class PullerBase(abc.ABC):
         return None
 
     @abc.abstractmethod
-    async def _transfer(
-        self,
-        link: PeerLink,
-        remote: list[int],
-        local: list[int],
-        request_id: str,
-        deadline: float,
-        notify: bool,
-    ) -> None:
-        """Move the (validated) blocks and, with `notify`, tell the owner."""
+    async def _transfer(self, pull: Pull) -> None:
+        """Move the (validated) blocks and, with `pull.notify`, tell the owner."""

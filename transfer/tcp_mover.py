@@ -17,6 +17,7 @@ import numpy as np
 
 from transfer.errors import TransferFailed
 from transfer.mover import MoverBase
+from transfer.puller import Pull
 from transfer.side_channel import Notify, PeerLink, Read, ReadReply, Reply
 from transfer.transports import KvTransport
 
@@ -55,15 +56,9 @@ class TcpBlockMover(MoverBase):
     def _tick_interval(self) -> float:
         return 0.5
 
-    async def _transfer(
-        self,
-        link: PeerLink,
-        remote: list[int],
-        local: list[int],
-        request_id: str,
-        deadline: float,
-        notify: bool,
-    ) -> None:
+    async def _transfer(self, pull: Pull) -> None:
+        link, remote, local = pull.link, pull.remote, pull.local
+        request_id, deadline = pull.request_id, pull.deadline
         per_chunk = max(1, CHUNK_BYTES // self.pool.block_bytes)
         chunks = [
             (remote[i : i + per_chunk], local[i : i + per_chunk])
@@ -79,7 +74,7 @@ class TcpBlockMover(MoverBase):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        if notify:
+        if pull.notify:
             await self._ask(link, Notify(seq=0, request_id=request_id), deadline, request_id)
 
     async def _read_chunk(

@@ -24,7 +24,8 @@ limits from the fleet file's `coordinator:` section:
   handler) with `Retry-After` as soon as its head is parsed: no handler task, its body never
   buffered (what still comes is dropped, the connection closed after the answer).
 - Not a limit: every answer's head goes out with its first body bytes in one write
-  (`HeadCork`; uvicorn writes them apart).
+  (`HeadCork`; uvicorn writes them apart), and every request's disconnect is told to the app
+  from `connection_lost` (`disconnect.py`: no task per request waiting in `receive()`).
 
 Each answer is OpenAI-shaped (`errors.py`) with `connection: close`. The whole-request
 deadline (`request_timeout_s`, 504) starts after the body (`flow.py`); headers over
@@ -44,6 +45,7 @@ from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from pdorch.app.admission import PRIORITY_HEADER, parse_priority
+from pdorch.app.disconnect import DISCONNECT_EXTENSION, DisconnectWatch
 from pdorch.app.head_shed import SHED_PATHS, HeadShed
 from pdorch.config.coordinator import CoordinatorSettings
 
@@ -191,6 +193,7 @@ def edge_protocol(
         _edge_head_bytes = 0
         _edge_discard = False  # answered 431: drop what still comes, then close
         _edge_linger: asyncio.TimerHandle | None = None
+        _edge_watch: DisconnectWatch | None = None  # the current request's (disconnect.py)
 
         def data_received(self, data: bytes) -> None:
             if self._edge_discard:
@@ -235,6 +238,10 @@ def edge_protocol(
             if self._edge_linger is not None:
                 self._edge_linger.cancel()
             super().connection_lost(exc)
+            cycle: Any = self.cycle
+            watch = self._edge_watch
+            if watch is not None and cycle is not None and cycle.disconnected:
+                watch.lost()  # the moment uvicorn marks it disconnected (answer not complete)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -255,6 +262,9 @@ def edge_protocol(
                 shed.pending += 1  # (out in `_start_asgi_task`, or `connection_lost` if never)
             if cycle is not None:  # the answer's head and its first body bytes: one write
                 cycle.transport = HeadCork(self.transport, cycle, self.loop)
+            if cycle is not None and cycle is not before:  # its disconnect, told (disconnect.py)
+                watch = self._edge_watch = DisconnectWatch(cycle)
+                cycle.scope["extensions"] = {DISCONNECT_EXTENSION: watch}
             self._edge_in_head = False
             self._edge_head_bytes = 0
             self._edge_reading_body = True

@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Awaitable
 from functools import partial
 from typing import Any
@@ -56,6 +55,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from pdorch.app.admission import PRIORITY_HEADER, parse_priority
+from pdorch.app.disconnect import watch_disconnect
 from pdorch.app.errors import ApiError
 from pdorch.app.fanout import fan_out
 from pdorch.app.faults import RequestFaults
@@ -65,7 +65,6 @@ from pdorch.app.leg_wait import (
     completion_tokens,
     read_body,
     until_first_byte,
-    wait_disconnect,
 )
 from pdorch.app.legs import (
     LegFailure,
@@ -111,7 +110,7 @@ class RequestFlow:
         self.kind = kind
         self.http = request
         self.started = time.monotonic()
-        self.request_id = request_id or f"pdorch-{uuid.uuid4().hex}"
+        self.request_id = request_id or coordinator.new_request_id()
         self.counted = True  # counted in the request metrics (a batch's per-prompt flows: no)
         self.headers = {REQUEST_ID_HEADER: self.request_id, "content-type": "application/json"}
         self.path = PATHS[kind]
@@ -175,22 +174,21 @@ class RequestFlow:
         """Run `work` until done, the client leaves (ClientGone) or the deadline (504).
 
         `work` runs in this task (one task per request less than running it beside the
-        watcher: the hot path): the disconnect watcher cancels this task, the deadline is an
-        `asyncio.timeout`; either way `work` is cancelled and unwound before we answer.
+        watcher: the hot path): the client's disconnect (`disconnect.py`: told by the edge, no
+        task of its own there) cancels this task, the deadline is an `asyncio.timeout`; either
+        way `work` is cancelled and unwound before we answer.
         """
         task = asyncio.current_task()
         assert task is not None
         left = False
         self._work = task
 
-        def client_left(watcher: asyncio.Future[None]) -> None:
+        def client_left() -> None:
             nonlocal left
-            if not watcher.cancelled() and watcher.exception() is None:
-                left = True
-                task.cancel()  # lands in `work`: this task is suspended inside it
+            left = True
+            task.cancel()  # lands in `work`: this task is suspended inside it
 
-        watcher = asyncio.ensure_future(wait_disconnect(self.http.receive))
-        watcher.add_done_callback(client_left)
+        watch = watch_disconnect(self.http.scope, self.http.receive, client_left)
         deadline = asyncio.timeout(self.c.settings.request_timeout_s)
         try:
             async with deadline:
@@ -217,8 +215,7 @@ class RequestFlow:
             ) from None
         finally:
             self._work = None
-            watcher.remove_done_callback(client_left)
-            watcher.cancel()
+            watch.stop()
 
     # ---- the legs ----------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
-"""The waiting parts of a request's flow (`flow.py`): its body from the client, the client's
-disconnect, a decode leg up to its first byte, and the output tokens of a whole answer.
+"""The waiting parts of a request's flow (`flow.py`): its body from the client, a decode leg
+up to its first byte, and the output tokens of a whole answer (the client's disconnect:
+`disconnect.py`).
 
 Split from `flow.py` (issue 15 code health: one module per job, below ~500 lines); the flow
 reads the same as before, these are its I/O waits.
@@ -12,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
-from starlette.types import Receive
 
 from pdorch.app.errors import ApiError
 from pdorch.app.legs import LegFailure
@@ -44,13 +44,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     except ClientDisconnect:  # left (or cut at body_timeout_s, edge.py) mid-body: not a bug
         raise ClientGone() from None
     return b"".join(chunks)
-
-
-async def wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 async def until_first_byte(

@@ -1,6 +1,8 @@
 """The coordinator's own Prometheus metrics (`GET /metrics`), one registry per coordinator.
 
-Counters and histograms are updated on the request path (one labelled increment each);
+Counters and histograms are updated on the request path (one labelled increment each; the
+six series every answer updates, `pdorch_requests_total`, `pdorch_routes_total`, the duration,
+first-byte and token histograms, without prometheus_client's locks: `loop_metrics.py`);
 per-replica gauges (health, token load, KV usage) are read from the coordinator's state when
 `/metrics` is scraped, so they cost nothing per request.
 
@@ -90,6 +92,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from pdorch.app.loop_metrics import (
+    LoopCounter,
+    LoopCounterChild,
+    LoopHistogram,
+    LoopHistogramChild,
+)
 from pdorch.app.recent_latency import RecentLatency
 from router.kv_event_subscriber import ReplayRecord
 
@@ -291,10 +299,13 @@ class CoordinatorMetrics:
     def __init__(self, coordinator: Coordinator) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
-        self.requests = Counter(
-            "pdorch_requests", "Client requests answered.", ["endpoint", "status"], registry=r
+        # the request path's series: updated on the loop without locks (loop_metrics.py)
+        self.requests = LoopCounter(
+            "pdorch_requests", "Client requests answered.", ["endpoint", "status"]
         )
-        self.routes = Counter("pdorch_routes", "Requests by route taken.", ["route"], registry=r)
+        r.register(self.requests)
+        self.routes = LoopCounter("pdorch_routes", "Requests by route taken.", ["route"])
+        r.register(self.routes)
         self.prefill_failures = Counter(
             "pdorch_prefill_failures",
             "Prefill legs that failed (the decode replica then prefilled locally).",
@@ -357,20 +368,20 @@ class CoordinatorMetrics:
             "How late the coordinator's event loop ran its last lag probe (head_shed.py).",
             registry=r,
         )
-        self.duration = Histogram(
+        self.duration = LoopHistogram(
             "pdorch_request_duration_seconds",
             "Seconds from request to the last byte.",
             ["endpoint"],
             buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.first_byte = Histogram(
+        r.register(self.duration)
+        self.first_byte = LoopHistogram(
             "pdorch_first_byte_seconds",
             "Seconds from request to the decode leg's first byte.",
             ["endpoint"],
             buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
+        r.register(self.first_byte)
         replica_labels = ["pool", "replica"]
         self.ttft = Histogram(
             "pdorch_time_to_first_token_seconds",
@@ -387,25 +398,26 @@ class CoordinatorMetrics:
             buckets=_ITL_BUCKETS,
             registry=r,
         )
-        self.prompt_tokens = Histogram(
+        self.prompt_tokens = LoopHistogram(
             "pdorch_request_prompt_tokens",
             "Prompt tokens of each routed request.",
             ["route"],
             buckets=_TOKEN_BUCKETS,
-            registry=r,
         )
-        self.generation_tokens = Histogram(
+        r.register(self.prompt_tokens)
+        self.generation_tokens = LoopHistogram(
             "pdorch_request_generation_tokens",
             "Output tokens of each completed request.",
             ["route"],
             buckets=_TOKEN_BUCKETS,
-            registry=r,
         )
+        r.register(self.generation_tokens)
         # labelled children looked up once: `.labels()` costs as much as the observation
-        self._by_route: dict[str, tuple[Counter, Histogram, Histogram]] = {}
+        self._by_route: dict[str, tuple[LoopCounterChild, LoopHistogramChild, LoopHistogramChild]]
+        self._by_route = {}
         self._by_replica: dict[tuple[str, str], tuple[Histogram, Histogram]] = {}
-        self._answered: dict[tuple[str, int], Counter] = {}
-        self._by_endpoint: dict[str, tuple[Histogram, Histogram]] = {}
+        self._answered: dict[tuple[str, int], LoopCounterChild] = {}
+        self._by_endpoint: dict[str, tuple[LoopHistogramChild, LoopHistogramChild]] = {}
         for route in _ROUTES:
             self._route(route)
         for endpoint in _ENDPOINTS:
@@ -416,7 +428,7 @@ class CoordinatorMetrics:
         self.recent = RecentLatency(_TTFT_BUCKETS, _ITL_BUCKETS, coordinator.clock)
         r.register(_StateCollector(coordinator))
 
-    def _route(self, route: str) -> tuple[Counter, Histogram, Histogram]:
+    def _route(self, route: str) -> tuple[LoopCounterChild, LoopHistogramChild, LoopHistogramChild]:
         children = self._by_route.get(route)
         if children is None:
             children = (
@@ -435,14 +447,14 @@ class CoordinatorMetrics:
             self._by_replica[key] = children
         return children
 
-    def _endpoint(self, endpoint: str) -> tuple[Histogram, Histogram]:
+    def _endpoint(self, endpoint: str) -> tuple[LoopHistogramChild, LoopHistogramChild]:
         children = self._by_endpoint.get(endpoint)
         if children is None:
             children = (self.duration.labels(endpoint), self.first_byte.labels(endpoint))
             self._by_endpoint[endpoint] = children
         return children
 
-    def _answered_child(self, endpoint: str, status: int) -> Counter:
+    def _answered_child(self, endpoint: str, status: int) -> LoopCounterChild:
         key = (endpoint, status)
         child = self._answered.get(key)
         if child is None:

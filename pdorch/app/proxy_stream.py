@@ -46,6 +46,7 @@ import msgspec
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from pdorch.app.disconnect import watch_disconnect
 from pdorch.app.errors import error_event
 from pdorch.app.legs import DecodeStream, LegFailure, UpstreamAnswer, open_decode_stream
 from pdorch.app.migration import COMPLETIONS_PATH, Continuation, continuation_body
@@ -60,13 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 _DONE = b"data: [DONE]\n\n"
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 def _usage_events(parsed: ParsedRequest) -> int:
@@ -388,19 +382,18 @@ class ProxyStream(StreamingResponse):
 
         Not Starlette's `StreamingResponse.__call__`: under ASGI spec < 2.4 (uvicorn says
         2.3) it runs the body in an anyio task group beside a disconnect listener, per
-        stream; here one plain task waits for the disconnect and cancels this one."""
+        stream; here the client's disconnect (`disconnect.py`: told by the edge, else one plain task
+        waiting for it) cancels this one."""
         task = asyncio.current_task()
         assert task is not None
         left = False
 
-        def client_left(watcher: asyncio.Future[None]) -> None:
+        def client_left() -> None:
             nonlocal left
-            if not watcher.cancelled() and watcher.exception() is None:
-                left = True
-                task.cancel()
+            left = True
+            task.cancel()
 
-        watcher = asyncio.ensure_future(_wait_disconnect(receive))
-        watcher.add_done_callback(client_left)
+        watch = watch_disconnect(scope, receive, client_left)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async for chunk in self.body_iterator:
@@ -410,8 +403,7 @@ class ProxyStream(StreamingResponse):
             if not left or task.uncancel() > 0:  # not (only) ours: pass it on
                 raise
         finally:
-            watcher.remove_done_callback(client_left)
-            watcher.cancel()
+            watch.stop()
             await self._close()
 
     async def close_unsent(self) -> None:

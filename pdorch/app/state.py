@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import time
 import uuid
@@ -132,6 +133,11 @@ class Coordinator:
         self.fleet = fleet
         self.clock = clock
         self.origin = origin or f"coordinator-{uuid.uuid4().hex[:8]}"
+        # request ids (`new_request_id`): 64 random bits per coordinator + a counter, unique
+        # across coordinators, workers and restarts as a uuid4 per request was, without its
+        # getrandom() syscall and UUID object per request (proxy.md, proxy-lean-5)
+        self._request_id_prefix = f"pdorch-{uuid.uuid4().hex[:16]}"
+        self._request_ids = itertools.count()
         self.served_model = config.served_model_name
         self.block_size = config.block_size
         self.limits = limits or CoordinatorLimits.from_settings(config.coordinator)
@@ -288,6 +294,10 @@ class Coordinator:
 
     def now(self) -> float:
         return self.clock()
+
+    def new_request_id(self) -> str:
+        """A fresh request id, `pdorch-` + 32 hex digits (both legs' `X-Request-Id`)."""
+        return f"{self._request_id_prefix}{next(self._request_ids):016x}"
 
     @property
     def upstream(self) -> aiohttp.ClientSession:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -22,6 +24,7 @@ import zmq.asyncio
 from pdorch.app.server import RunningCoordinator, run_coordinator
 from pdorch.config.fleet import FleetConfig, parse_fleet_config
 from pools.http_client import http_client
+from pools.replica import ReplicaEndpoint
 from router.kv_events import END_OF_REPLAY_SEQ
 from tests.coordinator.helpers import MODEL, fleet, long_prompt
 from tests.ports import free_port
@@ -113,48 +116,76 @@ async def indexed(http: httpx.AsyncClient, url: str, replica: str) -> int:
     return int(found[0]["indexed_blocks"])
 
 
+async def engine_blocks(http: httpx.AsyncClient, engine_url: str) -> int:
+    return int((await http.get(f"{engine_url}/sim/info")).json()["cached_blocks"])
+
+
+async def fill_decode_cache(
+    http: httpx.AsyncClient, a: RunningCoordinator
+) -> tuple[ReplicaEndpoint, int]:
+    """Fill the engines' prefix caches (and their KV-event buffers) through A; A's decode
+    replica and its cached blocks, once A's index holds them all."""
+    for _ in range(3):
+        body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 4}
+        assert (await http.post(f"{a.url}/v1/completions", json=body)).status_code == 200
+    (decode,) = a.fleet.by_pool("decode")
+
+    async def a_has_all() -> int | None:
+        n = await engine_blocks(http, decode.url)
+        return n if n > 0 and await indexed(http, a.url, decode.replica_id) == n else None
+
+    cached = await async_wait_until(a_has_all, 10.0, message="A's index = the engine's")
+    return decode, cached
+
+
+@dataclass
+class HeldJoin:
+    """Coordinator B joining behind A, its decode replica's join replay held (`held`)."""
+
+    b: RunningCoordinator
+    held: HeldReplay
+    decode: ReplicaEndpoint
+    cached: int  # the decode engine's cached blocks, all in A's index
+
+
+@contextlib.asynccontextmanager
+async def held_join(http: httpx.AsyncClient, a: RunningCoordinator) -> AsyncIterator[HeldJoin]:
+    """Fill A's decode engine's cache (`fill_decode_cache`), then start B over the same
+    engines with that engine's replay behind a `HeldReplay` the test releases."""
+    decode, cached = await fill_decode_cache(http, a)
+    assert decode.kv_events_replay_endpoint is not None
+    held = HeldReplay(decode.kv_events_replay_endpoint)
+    try:
+        async with run_coordinator(static_copy(a, {decode.replica_id: held.endpoint}), port=0) as b:
+            yield HeldJoin(b, held, decode, cached)
+    finally:
+        await held.close()
+
+
 async def test_health_says_replaying_until_the_join_replay_has_ended() -> None:
     async with run_coordinator(fleet(), port=0) as a, http_client(timeout=30.0) as http:
-        # fill the engines' prefix caches (and their KV-event buffers) through A
-        for _ in range(3):
-            body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 4}
-            assert (await http.post(f"{a.url}/v1/completions", json=body)).status_code == 200
-        (decode,) = a.fleet.by_pool("decode")
-        rid = decode.replica_id
+        async with held_join(http, a) as join:
+            b, held, decode, cached = join.b, join.held, join.decode, join.cached
+            rid = decode.replica_id
 
-        async def engine_blocks() -> int:
-            return int((await http.get(f"{decode.url}/sim/info")).json()["cached_blocks"])
+            async def replaying() -> bool:
+                return held.asked > 0 and await health(http, b.url) == (503, "replaying")
 
-        async def a_has_all() -> int | None:
-            n = await engine_blocks()
-            return n if n > 0 and await indexed(http, a.url, rid) == n else None
-
-        cached = await async_wait_until(a_has_all, 10.0, message="A's index = the engine's")
-
-        assert decode.kv_events_replay_endpoint is not None
-        held = HeldReplay(decode.kv_events_replay_endpoint)
-        try:
-            async with run_coordinator(static_copy(a, {rid: held.endpoint}), port=0) as b:
-
-                async def replaying() -> bool:
-                    return held.asked > 0 and await health(http, b.url) == (503, "replaying")
-
-                # B can route (its replicas start healthy) but its index is empty: not ready
-                await async_wait_until(replaying, 10.0, message="503 replaying")
-                assert await indexed(http, b.url, rid) == 0
-                message = (await http.get(f"{b.url}/health")).json()["error"]["message"]
-                assert rid in message
-                held.release.set()
-                await async_wait_until(
-                    lambda: _is(health(http, b.url), (200, None)), 10.0, message="ready"
-                )
-                # at the first 200 the replay has been applied whole
-                assert await indexed(http, b.url, rid) == cached == await engine_blocks()
-                assert held.forwarded > 0
-                counters = (await http.get(f"{b.url}/admin/pools")).json()["kv_events"]
-                assert counters["replays_completed"] >= 1 and counters["missed"] == 0
-        finally:
-            await held.close()
+            # B can route (its replicas start healthy) but its index is empty: not ready
+            await async_wait_until(replaying, 10.0, message="503 replaying")
+            assert await indexed(http, b.url, rid) == 0
+            message = (await http.get(f"{b.url}/health")).json()["error"]["message"]
+            assert rid in message
+            held.release.set()
+            await async_wait_until(
+                lambda: _is(health(http, b.url), (200, None)), 10.0, message="ready"
+            )
+            # at the first 200 the replay has been applied whole
+            engine_now = await engine_blocks(http, decode.url)
+            assert await indexed(http, b.url, rid) == cached == engine_now
+            assert held.forwarded > 0
+            counters = (await http.get(f"{b.url}/admin/pools")).json()["kv_events"]
+            assert counters["replays_completed"] >= 1 and counters["missed"] == 0
 
         # a replay socket nobody answers: ready once the replay's idle timeout gives it up
         silent = f"tcp://127.0.0.1:{free_port()}"

@@ -14,8 +14,8 @@ import time
 
 from pdorch.app.server import run_coordinator
 from pools.http_client import http_client
-from tests.coordinator.helpers import MODEL, fleet, long_prompt
-from tests.coordinator.test_readiness import HeldReplay, health, indexed, static_copy
+from tests.coordinator.helpers import fleet
+from tests.coordinator.test_readiness import health, held_join
 from tests.waiting import async_wait_until
 
 
@@ -26,45 +26,31 @@ def _sample(metrics: str, name: str, labels: str) -> float | None:
 
 async def test_the_join_replay_duration_and_blocks_are_in_metrics() -> None:
     async with run_coordinator(fleet(), port=0) as a, http_client(timeout=30.0) as http:
-        for _ in range(3):
-            body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": 4}
-            assert (await http.post(f"{a.url}/v1/completions", json=body)).status_code == 200
-        (decode,) = a.fleet.by_pool("decode")
-        rid = decode.replica_id
+        async with held_join(http, a) as join:
+            b, held, cached = join.b, join.held, join.cached
+            rid = join.decode.replica_id
 
-        async def a_has_all() -> int | None:
-            n = int((await http.get(f"{decode.url}/sim/info")).json()["cached_blocks"])
-            return n if n > 0 and await indexed(http, a.url, rid) == n else None
+            async def asked() -> bool:
+                return held.asked > 0
 
-        cached = await async_wait_until(a_has_all, 10.0, message="A's index = the engine's")
-        assert decode.kv_events_replay_endpoint is not None
-        held = HeldReplay(decode.kv_events_replay_endpoint)
-        try:
-            async with run_coordinator(static_copy(a, {rid: held.endpoint}), port=0) as b:
+            await async_wait_until(asked, 10.0, message="B asked for the replay")
+            seen_at = time.monotonic()
 
-                async def asked() -> bool:
-                    return held.asked > 0
+            async def replaying() -> bool:
+                return await health(http, b.url) == (503, "replaying")
 
-                await async_wait_until(asked, 10.0, message="B asked for the replay")
-                seen_at = time.monotonic()
+            await async_wait_until(replaying, 10.0, message="503 replaying")
+            held_s = time.monotonic() - seen_at
+            metrics = (await http.get(f"{b.url}/metrics")).text
+            # held: not ended, so no record of it yet (the prefill engine's may be there)
+            assert _sample(metrics, "pdorch_kv_replay_last_blocks", f'replica="{rid}"') is None
+            held.release.set()
 
-                async def replaying() -> bool:
-                    return await health(http, b.url) == (503, "replaying")
+            async def ready() -> bool:
+                return await health(http, b.url) == (200, None)
 
-                await async_wait_until(replaying, 10.0, message="503 replaying")
-                held_s = time.monotonic() - seen_at
-                metrics = (await http.get(f"{b.url}/metrics")).text
-                # held: not ended, so no record of it yet (the prefill engine's may be there)
-                assert _sample(metrics, "pdorch_kv_replay_last_blocks", f'replica="{rid}"') is None
-                held.release.set()
-
-                async def ready() -> bool:
-                    return await health(http, b.url) == (200, None)
-
-                await async_wait_until(ready, 10.0, message="ready")
-                metrics = (await http.get(f"{b.url}/metrics")).text
-        finally:
-            await held.close()
+            await async_wait_until(ready, 10.0, message="ready")
+            metrics = (await http.get(f"{b.url}/metrics")).text
         labels = f'join="true",outcome="completed",replica="{rid}"'
         seconds = _sample(metrics, "pdorch_kv_replay_last_seconds", labels)
         assert seconds is not None, metrics

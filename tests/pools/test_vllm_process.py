@@ -15,10 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pools.roles import EngineRole
 from pools.vllm_process import RunningVllm, VllmEngineError
-from pools.vllm_spec import VllmEngineSpec
-from tests.ports import free_ports
+from pools.vllm_spec import local_engine_spec
 from tests.waiting import wait_until
 
 # Behaviour is picked by --served-model-name; the model "directory" receives the child's pid.
@@ -63,13 +61,9 @@ def fake_interpreter(tmp_path: Path) -> str:
 
 
 def engine(tmp_path: Path, mode: str, interpreter: str) -> RunningVllm:
-    port, side = free_ports(2)
-    spec = VllmEngineSpec(
-        role=EngineRole.BOTH,
-        model=tmp_path,
+    spec = local_engine_spec(
+        tmp_path,
         served_model_name=mode,
-        port=port,
-        side_channel_port=side,
     )
     return RunningVllm(spec, tmp_path / "logs" / f"{mode}.log", python=interpreter)
 
@@ -158,12 +152,8 @@ def test_real_vllm_refusing_its_settings_is_reported_with_its_log(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     """vLLM itself rejects a max_model_len beyond the model's positions: the error shows why."""
-    port, side = free_ports(2)
-    spec = VllmEngineSpec(
-        role=EngineRole.BOTH,
-        model=tiny_model_dir,
-        port=port,
-        side_channel_port=side,
+    spec = local_engine_spec(
+        tiny_model_dir,
         max_model_len=1_000_000,
         cpu_cores="1",
     )
@@ -187,12 +177,8 @@ def test_real_connector_engine_without_pinned_cores_keeps_a_core_free_of_openmp(
     """On 2 cores vLLM would keep no core free of OpenMP threads with NixlConnector, and the
     connector's pin then pairs two of them on one core (`VllmEngineSpec.env`): the engine's own
     binding report must show a reserved core."""
-    port, side = free_ports(2)
-    spec = VllmEngineSpec(
-        role=EngineRole.BOTH,
-        model=tiny_model_dir,
-        port=port,
-        side_channel_port=side,
+    spec = local_engine_spec(
+        tiny_model_dir,
         max_model_len=512,
         num_gpu_blocks_override=32,
     )

@@ -72,8 +72,6 @@ class ChaosConfig:
 
 Status = Callable[[str], None]
 Fleet = ChaosFleet | VllmChaosFleet
-# faults that need the simulated fleet's delay proxy / KV-event relay (relays.py)
-SIM_ONLY_FAULTS = ("slow", "events-lost")
 
 
 def make_fleet(config: ChaosConfig, log_dir: Path) -> Fleet:
@@ -109,14 +107,12 @@ async def _fault(
     elif scenario.fault == "none":
         await asyncio.sleep(config.down_s)
     elif scenario.fault == "slow":
-        assert isinstance(fleet, ChaosFleet)  # run_scenario refuses it on the vllm fleet
         for replica in scenario.replicas:
             fleet.proxies[replica].delay_s = SLOW_DELAY_S
         await asyncio.sleep(config.stop_s)
         for replica in scenario.replicas:
             fleet.proxies[replica].delay_s = 0.0
     elif scenario.fault == "events-lost":
-        assert isinstance(fleet, ChaosFleet)
         for replica in scenario.replicas:
             fleet.relays[replica].dropping = True
         await asyncio.sleep(config.stop_s)
@@ -146,16 +142,11 @@ async def run_scenario(
     what = "1P+2D vLLM" if config.engine == "vllm" else "2P+2D"
     status(f"{scenario.name}: starting {what} engines and pdorch serve")
     load_before = os.getloadavg()
-    if isinstance(fleet, VllmChaosFleet) and scenario.fault in SIM_ONLY_FAULTS:
-        raise ValueError(f"{scenario.name}: the vllm fleet has no delay proxy or event relay")
     try:
-        if isinstance(fleet, ChaosFleet):
-            await fleet.start(
-                slowed=scenario.replicas if scenario.fault == "slow" else (),
-                relayed=scenario.replicas if scenario.fault == "events-lost" else (),
-            )
-        else:
-            await fleet.start()
+        await fleet.start(
+            slowed=scenario.replicas if scenario.fault == "slow" else (),
+            relayed=scenario.replicas if scenario.fault == "events-lost" else (),
+        )
         async with http_client(base_url=fleet.url, timeout=10.0) as admin:
             origin = time.perf_counter()
             stop = asyncio.Event()
@@ -202,11 +193,9 @@ async def run_scenario(
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
     finally:
-        if isinstance(fleet, ChaosFleet):
-            await fleet.close_relays()
+        await fleet.close_relays()
         fleet.close()
-    relays = fleet.relays if isinstance(fleet, ChaosFleet) else {}
-    dropped = {r: relay.dropped for r, relay in relays.items()}
+    dropped = {r: relay.dropped for r, relay in fleet.relays.items()}
     routing: dict[str, dict[str, float | None]] = {}
     for replica in scenario.replicas:
         out_s, back_s = routing_times(polls, replica, fault_at, recovered_at)

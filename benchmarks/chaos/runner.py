@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -38,6 +38,7 @@ from benchmarks.chaos.scenarios import (
     Scenario,
     classify,
     first_errors,
+    gap_quantiles,
     hung_requests,
     load_is_zero,
     routing_times,
@@ -203,6 +204,7 @@ async def run_scenario(
     by_kind = {
         kind: classify([r for r in results if r.group == kind]) for kind in ("stream", "whole")
     }
+    gaps = {kind: gap_quantiles([r for r in results if r.group == kind]) for kind in by_kind}
     zero = load_is_zero(view)
     return {
         "scenario": scenario.name,
@@ -210,6 +212,7 @@ async def run_scenario(
         "replicas": list(scenario.replicas),
         **classify(results),
         "by_kind": by_kind,
+        "largest_gap_s": gaps,
         "routing": routing,
         "fault_at_s": round(fault_at, 3),
         "recovered_at_s": None if recovered_at is None else round(recovered_at, 3),
@@ -246,55 +249,53 @@ async def run_chaos(
         for name in config.scenarios:
             scenario_dir = log_dir / name
             scenario_dir.mkdir(parents=True, exist_ok=True)
-            if name == OVERLOAD:
-                if on_status is not None:
-                    on_status("overload: a burst over the admission limit")
-                rows.append(
-                    await run_overload(config.fleet, config.load, config.overload, scenario_dir)
-                )
-                continue
-            if name == OVERLOAD_MIXED:
-                if on_status is not None:
-                    on_status("overload-mixed: a burst with priorities over the steady load")
-                rows.append(
-                    await run_overload_mixed(
-                        config.fleet,
-                        config.load,
-                        config.overload_mixed,
-                        scenario_dir,
-                        warmup_s=config.warmup_s,
-                        settle_s=config.settle_s,
-                        poll_s=config.poll_s,
-                        drain_wait_s=config.drain_wait_s,
-                    )
-                )
-                continue
-            if name == CONNECT_STORM:
-                if on_status is not None:
-                    on_status(
-                        f"connect-storm: {config.storm.connections} connects at once, "
-                        f"listen_backlog {config.storm.backlog}"
-                    )
-                rows.append(
-                    await run_connect_storm(
-                        config.fleet,
-                        config.load,
-                        config.storm,
-                        scenario_dir,
-                        warmup_s=config.warmup_s,
-                        settle_s=config.settle_s,
-                        poll_s=config.poll_s,
-                        drain_wait_s=config.drain_wait_s,
-                    )
-                )
-                continue
-            if name == KILL_COORDINATOR:
-                rows.append(await run_kill_coordinator(config, scenario_dir, on_request, on_status))
-                continue
-            rows.append(
-                await run_scenario(SCENARIOS[name], config, scenario_dir, on_request, on_status)
-            )
+            rows.append(await _run_one(name, config, scenario_dir, on_request, on_status))
     return {"rows": rows, "config": _config_view(config)}
+
+
+class _Timeline(TypedDict):
+    """The steady-load timeline the burst scenarios take (keyword arguments)."""
+
+    warmup_s: float
+    settle_s: float
+    poll_s: float
+    drain_wait_s: float
+
+
+async def _run_one(
+    name: str,
+    config: ChaosConfig,
+    scenario_dir: Path,
+    on_request: Callable[[RequestResult], None] | None,
+    on_status: Status | None,
+) -> dict[str, Any]:
+    """Scenario `name`'s row: the fault scenarios here, the others in their own modules."""
+    status = on_status or (lambda _: None)
+    timeline = _Timeline(
+        warmup_s=config.warmup_s,
+        settle_s=config.settle_s,
+        poll_s=config.poll_s,
+        drain_wait_s=config.drain_wait_s,
+    )
+    if name == OVERLOAD:
+        status("overload: a burst over the admission limit")
+        return await run_overload(config.fleet, config.load, config.overload, scenario_dir)
+    if name == OVERLOAD_MIXED:
+        status("overload-mixed: a burst with priorities over the steady load")
+        return await run_overload_mixed(
+            config.fleet, config.load, config.overload_mixed, scenario_dir, **timeline
+        )
+    if name == CONNECT_STORM:
+        status(
+            f"connect-storm: {config.storm.connections} connects at once, "
+            f"listen_backlog {config.storm.backlog}"
+        )
+        return await run_connect_storm(
+            config.fleet, config.load, config.storm, scenario_dir, **timeline
+        )
+    if name == KILL_COORDINATOR:
+        return await run_kill_coordinator(config, scenario_dir, on_request, on_status)
+    return await run_scenario(SCENARIOS[name], config, scenario_dir, on_request, on_status)
 
 
 async def kv_index_vs_engines(

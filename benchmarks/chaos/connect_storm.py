@@ -64,6 +64,7 @@ from benchmarks.chaos.overload_mixed import (
 )
 from benchmarks.chaos.scenarios import load_is_zero, token_load_left
 from benchmarks.chaos.steady_load import (
+    Timeline,
     admission_fleet,
     admission_limit,
     no_fault_row,
@@ -348,11 +349,7 @@ async def run_connect_storm(
     load: LoadSettings,
     settings: StormSettings,
     log_dir: Path,
-    *,
-    warmup_s: float,
-    settle_s: float,
-    poll_s: float,
-    drain_wait_s: float,
+    timeline: Timeline,
 ) -> dict[str, Any]:
     """The scenario on a fresh fleet; its JSON row (module doc)."""
     client_fd_limit = _raise_fd_limit()
@@ -377,10 +374,10 @@ async def run_connect_storm(
         ]
         async with http_client(timeout=10.0) as admin:
             seen: dict[str, float] = {}
-            poller = asyncio.create_task(_poll_coordinator(pid, port, seen, poll_s))
+            poller = asyncio.create_task(_poll_coordinator(pid, port, seen, timeline.poll_s))
             origin = time.perf_counter()
             steady = start_steady(fleet.url, model, load, settings, origin)
-            await asyncio.sleep(max(warmup_s, settings.min_warmup_s))
+            await asyncio.sleep(max(timeline.warmup_s, settings.min_warmup_s))
             kernel_before = _tcp_ext()
             storm_at = time.perf_counter() - origin
             storm_origin = time.perf_counter()
@@ -400,9 +397,9 @@ async def run_connect_storm(
             kernel_after = _tcp_ext()
             storm_end = storm_at + max(a.end_s for a in answers)
             fds_max_storm = seen.get("fds")
-            await asyncio.sleep(settle_s)
+            await asyncio.sleep(timeline.settle_s)
             results, view, rejected = await stop_and_drain(
-                steady, admin, fleet.url, poller, drain_wait_s=drain_wait_s, poll_s=poll_s
+                steady, admin, fleet.url, poller, timeline
             )
         rss_peak, fds_after = rss_peak_mib(pid), _fds(pid)
         coordinator_fd_limit = _fd_limit(pid)

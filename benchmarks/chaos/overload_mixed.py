@@ -64,6 +64,7 @@ from benchmarks.chaos.load import LoadSettings, payload
 from benchmarks.chaos.overload import Answer, quantile, rss_peak_mib, send_stream
 from benchmarks.chaos.scenarios import load_is_zero, token_load_left
 from benchmarks.chaos.steady_load import (
+    Timeline,
     admission_fleet,
     admission_limit,
     no_fault_row,
@@ -263,11 +264,7 @@ async def run_overload_mixed(
     load: LoadSettings,
     settings: MixedSettings,
     log_dir: Path,
-    *,
-    warmup_s: float,
-    settle_s: float,
-    poll_s: float,
-    drain_wait_s: float,
+    timeline: Timeline,
 ) -> dict[str, Any]:
     """The scenario on a fresh fleet; its JSON row (the outcome keys of the other rows, over
     every request, plus `classes`, `steady`, `queue`, `coordinator_rss_mib`)."""
@@ -286,10 +283,10 @@ async def run_overload_mixed(
         bodies = [payload(model, load, stream=True) for _ in range(size)]  # built before timing
         async with http_client(timeout=10.0) as admin:
             seen: dict[str, float] = {}
-            poller = asyncio.create_task(_poll_queue(admin, fleet.url, seen, poll_s))
+            poller = asyncio.create_task(_poll_queue(admin, fleet.url, seen, timeline.poll_s))
             origin = time.perf_counter()
             steady = start_steady(fleet.url, model, load, settings, origin)
-            await asyncio.sleep(max(warmup_s, settings.min_warmup_s))
+            await asyncio.sleep(max(timeline.warmup_s, settings.min_warmup_s))
             burst_at = time.perf_counter() - origin
             coord_pid, me = fleet.coordinator.pid, os.getpid()
             cpu_at_burst = (process_cpu_s(me), process_cpu_s(coord_pid))
@@ -314,9 +311,9 @@ async def run_overload_mixed(
             sent = await asyncio.gather(*(one(b, p) for b, p in burst))
             burst_end = max(s.start_s + s.answer.total_s for s in sent)
             cpu_at_end = (process_cpu_s(me), process_cpu_s(coord_pid))
-            await asyncio.sleep(settle_s)
+            await asyncio.sleep(timeline.settle_s)
             results, view, rejected = await stop_and_drain(
-                steady, admin, fleet.url, poller, drain_wait_s=drain_wait_s, poll_s=poll_s
+                steady, admin, fleet.url, poller, timeline
             )
         rss_peak = rss_peak_mib(fleet.coordinator.pid)
     finally:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import httpx
 
@@ -44,6 +44,7 @@ from benchmarks.chaos.scenarios import (
     routing_times,
     token_load_left,
 )
+from benchmarks.chaos.steady_load import Timeline
 from benchmarks.chaos.vllm_fleet import VllmChaosFleet
 from benchmarks.live.client import RequestResult
 from pools.http_client import http_client
@@ -253,15 +254,6 @@ async def run_chaos(
     return {"rows": rows, "config": _config_view(config)}
 
 
-class _Timeline(TypedDict):
-    """The steady-load timeline the burst scenarios take (keyword arguments)."""
-
-    warmup_s: float
-    settle_s: float
-    poll_s: float
-    drain_wait_s: float
-
-
 async def _run_one(
     name: str,
     config: ChaosConfig,
@@ -271,7 +263,7 @@ async def _run_one(
 ) -> dict[str, Any]:
     """Scenario `name`'s row: the fault scenarios here, the others in their own modules."""
     status = on_status or (lambda _: None)
-    timeline = _Timeline(
+    timeline = Timeline(
         warmup_s=config.warmup_s,
         settle_s=config.settle_s,
         poll_s=config.poll_s,
@@ -283,7 +275,7 @@ async def _run_one(
     if name == OVERLOAD_MIXED:
         status("overload-mixed: a burst with priorities over the steady load")
         return await run_overload_mixed(
-            config.fleet, config.load, config.overload_mixed, scenario_dir, **timeline
+            config.fleet, config.load, config.overload_mixed, scenario_dir, timeline
         )
     if name == CONNECT_STORM:
         status(
@@ -291,7 +283,7 @@ async def _run_one(
             f"listen_backlog {config.storm.backlog}"
         )
         return await run_connect_storm(
-            config.fleet, config.load, config.storm, scenario_dir, **timeline
+            config.fleet, config.load, config.storm, scenario_dir, timeline
         )
     if name == KILL_COORDINATOR:
         return await run_kill_coordinator(config, scenario_dir, on_request, on_status)

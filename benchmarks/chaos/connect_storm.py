@@ -53,17 +53,24 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from benchmarks.chaos.fleet import ChaosFleet, FleetSettings
-from benchmarks.chaos.load import LoadSettings, payload, run_load
+from benchmarks.chaos.fleet import FleetSettings
+from benchmarks.chaos.load import LoadSettings, payload
 from benchmarks.chaos.overload import quantile, rss_peak_mib
 from benchmarks.chaos.overload_mixed import (
-    rejected_counts,
     shed_reason,
     steady_bins,
     steady_figures,
     steady_windows,
 )
 from benchmarks.chaos.scenarios import load_is_zero, token_load_left
+from benchmarks.chaos.steady_load import (
+    Timeline,
+    admission_fleet,
+    admission_limit,
+    no_fault_row,
+    start_steady,
+    stop_and_drain,
+)
 from pdorch.app.admission import PRIORITY_HEADER
 from pools.http_client import http_client
 
@@ -342,26 +349,15 @@ async def run_connect_storm(
     load: LoadSettings,
     settings: StormSettings,
     log_dir: Path,
-    *,
-    warmup_s: float,
-    settle_s: float,
-    poll_s: float,
-    drain_wait_s: float,
+    timeline: Timeline,
 ) -> dict[str, Any]:
     """The scenario on a fresh fleet; its JSON row (module doc)."""
     client_fd_limit = _raise_fd_limit()
-    limit = load.concurrency + int(load.concurrency * settings.headroom)
-    fleet = ChaosFleet(
-        replace(
-            fleet_settings,
-            max_concurrent_requests=limit,
-            max_queue=load.concurrency,
-            max_wait_s=settings.max_wait_s,
-            listen_backlog=settings.backlog,
-            max_connections=settings.max_connections,
-        ),
-        log_dir,
+    limit = admission_limit(load, settings)
+    edge = replace(
+        fleet_settings, listen_backlog=settings.backlog, max_connections=settings.max_connections
     )
+    fleet = admission_fleet(edge, load, settings, log_dir)
     load_before = os.getloadavg()
     try:
         await fleet.start()
@@ -378,21 +374,10 @@ async def run_connect_storm(
         ]
         async with http_client(timeout=10.0) as admin:
             seen: dict[str, float] = {}
-            poller = asyncio.create_task(_poll_coordinator(pid, port, seen, poll_s))
+            poller = asyncio.create_task(_poll_coordinator(pid, port, seen, timeline.poll_s))
             origin = time.perf_counter()
-            stop = asyncio.Event()
-            steady = asyncio.create_task(
-                run_load(
-                    fleet.url,
-                    model,
-                    load,
-                    stop,
-                    origin,
-                    backoff_s=settings.retry_after_s,
-                    headers={PRIORITY_HEADER: str(settings.steady_priority)},
-                )
-            )
-            await asyncio.sleep(max(warmup_s, settings.min_warmup_s))
+            steady = start_steady(fleet.url, model, load, settings, origin)
+            await asyncio.sleep(max(timeline.warmup_s, settings.min_warmup_s))
             kernel_before = _tcp_ext()
             storm_at = time.perf_counter() - origin
             storm_origin = time.perf_counter()
@@ -412,18 +397,10 @@ async def run_connect_storm(
             kernel_after = _tcp_ext()
             storm_end = storm_at + max(a.end_s for a in answers)
             fds_max_storm = seen.get("fds")
-            await asyncio.sleep(settle_s)
-            stop.set()
-            results = await steady
-            deadline = time.monotonic() + drain_wait_s
-            view = (await admin.get(fleet.url + "/admin/pools")).json()
-            while not _drained(view) and time.monotonic() < deadline:
-                await asyncio.sleep(poll_s)
-                view = (await admin.get(fleet.url + "/admin/pools")).json()
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
-            rejected = rejected_counts((await admin.get(fleet.url + "/metrics")).content)
+            await asyncio.sleep(timeline.settle_s)
+            results, view, rejected = await stop_and_drain(
+                steady, admin, fleet.url, poller, timeline
+            )
         rss_peak, fds_after = rss_peak_mib(pid), _fds(pid)
         coordinator_fd_limit = _fd_limit(pid)
     finally:
@@ -437,14 +414,10 @@ async def run_connect_storm(
         f"{load.concurrency} steady clients (priority {settings.steady_priority}) run; "
         f"max_concurrent_requests {limit}, queue {load.concurrency}, max_wait_s "
         f"{settings.max_wait_s:g}",
-        "replicas": [],
+        **no_fault_row(),
         "sent": len(results) + len(answers),
         "succeeded": steady_row["ok"] + storm["ok"],
         "failed_before_first_byte": len(results) + len(answers) - steady_row["ok"] - storm["ok"],
-        "broken_mid_stream": 0,
-        "hung": 0,
-        "by_kind": {"stream": {"hung": 0}, "whole": {"hung": 0}},
-        "routing": {},
         "storm": storm,
         "steady_class": steady_row,
         "steady": steady_windows(results, storm_at, storm_end),
@@ -489,9 +462,3 @@ async def run_connect_storm(
         "loadavg_1m": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "cpus": os.cpu_count(),
     }
-
-
-def _drained(view: dict[str, Any]) -> bool:
-    return (
-        load_is_zero(view) and view.get("requests_queued") == 0 and view["requests_in_flight"] == 0
-    )

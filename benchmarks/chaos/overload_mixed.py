@@ -52,17 +52,25 @@ import os
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from benchmarks.chaos.fleet import ChaosFleet, FleetSettings
-from benchmarks.chaos.load import LoadSettings, payload, run_load
+from benchmarks.chaos.fleet import FleetSettings
+from benchmarks.chaos.load import LoadSettings, payload
 from benchmarks.chaos.overload import Answer, quantile, rss_peak_mib, send_stream
 from benchmarks.chaos.scenarios import load_is_zero, token_load_left
+from benchmarks.chaos.steady_load import (
+    Timeline,
+    admission_fleet,
+    admission_limit,
+    no_fault_row,
+    start_steady,
+    stop_and_drain,
+)
 from benchmarks.live.client import RequestResult
 from pdorch.app.admission import PRIORITY_HEADER
 from pools.http_client import http_client
@@ -218,13 +226,6 @@ def steady_bins(
 
 
 LAG = re.compile(rb"^pdorch_event_loop_lag_seconds (\S+)$", re.MULTILINE)
-REJECTED = re.compile(rb'^pdorch_rejected_total\{reason="([a-z_]+)"\} (\S+)$', re.MULTILINE)
-
-
-def rejected_counts(metrics_text: bytes) -> dict[str, int]:
-    """`pdorch_rejected_total` by reason from a `/metrics` answer (the coordinator's own count
-    of what it shed, to hold against what the clients saw)."""
-    return {m.group(1).decode(): int(float(m.group(2))) for m in REJECTED.finditer(metrics_text)}
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -258,35 +259,17 @@ async def _poll_queue(
         await asyncio.sleep(poll_s)
 
 
-def _drained(view: dict[str, Any]) -> bool:
-    return (
-        load_is_zero(view) and view.get("requests_queued") == 0 and view["requests_in_flight"] == 0
-    )
-
-
 async def run_overload_mixed(
     fleet_settings: FleetSettings,
     load: LoadSettings,
     settings: MixedSettings,
     log_dir: Path,
-    *,
-    warmup_s: float,
-    settle_s: float,
-    poll_s: float,
-    drain_wait_s: float,
+    timeline: Timeline,
 ) -> dict[str, Any]:
     """The scenario on a fresh fleet; its JSON row (the outcome keys of the other rows, over
     every request, plus `classes`, `steady`, `queue`, `coordinator_rss_mib`)."""
-    limit = load.concurrency + int(load.concurrency * settings.headroom)
-    fleet = ChaosFleet(
-        replace(
-            fleet_settings,
-            max_concurrent_requests=limit,
-            max_queue=load.concurrency,
-            max_wait_s=settings.max_wait_s,
-        ),
-        log_dir,
-    )
+    limit = admission_limit(load, settings)
+    fleet = admission_fleet(fleet_settings, load, settings, log_dir)
     size = settings.burst_factor * load.concurrency
     cycle = settings.burst_priorities
     priorities = [cycle[i % len(cycle)] for i in range(size)]
@@ -300,21 +283,10 @@ async def run_overload_mixed(
         bodies = [payload(model, load, stream=True) for _ in range(size)]  # built before timing
         async with http_client(timeout=10.0) as admin:
             seen: dict[str, float] = {}
-            poller = asyncio.create_task(_poll_queue(admin, fleet.url, seen, poll_s))
+            poller = asyncio.create_task(_poll_queue(admin, fleet.url, seen, timeline.poll_s))
             origin = time.perf_counter()
-            stop = asyncio.Event()
-            steady = asyncio.create_task(
-                run_load(
-                    fleet.url,
-                    model,
-                    load,
-                    stop,
-                    origin,
-                    backoff_s=settings.retry_after_s,
-                    headers={PRIORITY_HEADER: str(settings.steady_priority)},
-                )
-            )
-            await asyncio.sleep(max(warmup_s, settings.min_warmup_s))
+            steady = start_steady(fleet.url, model, load, settings, origin)
+            await asyncio.sleep(max(timeline.warmup_s, settings.min_warmup_s))
             burst_at = time.perf_counter() - origin
             coord_pid, me = fleet.coordinator.pid, os.getpid()
             cpu_at_burst = (process_cpu_s(me), process_cpu_s(coord_pid))
@@ -339,18 +311,10 @@ async def run_overload_mixed(
             sent = await asyncio.gather(*(one(b, p) for b, p in burst))
             burst_end = max(s.start_s + s.answer.total_s for s in sent)
             cpu_at_end = (process_cpu_s(me), process_cpu_s(coord_pid))
-            await asyncio.sleep(settle_s)
-            stop.set()
-            results = await steady
-            deadline = time.monotonic() + drain_wait_s
-            view = (await admin.get(fleet.url + "/admin/pools")).json()
-            while not _drained(view) and time.monotonic() < deadline:
-                await asyncio.sleep(poll_s)
-                view = (await admin.get(fleet.url + "/admin/pools")).json()
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
-            rejected = rejected_counts((await admin.get(fleet.url + "/metrics")).content)
+            await asyncio.sleep(timeline.settle_s)
+            results, view, rejected = await stop_and_drain(
+                steady, admin, fleet.url, poller, timeline
+            )
         rss_peak = rss_peak_mib(fleet.coordinator.pid)
     finally:
         fleet.close()
@@ -365,14 +329,10 @@ async def run_overload_mixed(
         f"{list(settings.burst_priorities)}) while {load.concurrency} steady clients "
         f"(priority {settings.steady_priority}) run; max_concurrent_requests {limit}, "
         f"queue {load.concurrency}, max_wait_s {settings.max_wait_s:g}",
-        "replicas": [],
+        **no_fault_row(),
         "sent": total,
         "succeeded": ok,
         "failed_before_first_byte": total - ok,  # shed included: see `classes`
-        "broken_mid_stream": 0,
-        "hung": 0,
-        "by_kind": {"stream": {"hung": 0}, "whole": {"hung": 0}},
-        "routing": {},
         "classes": classes,
         "steady": steady_windows(results, burst_at, burst_end),
         "steady_bins": steady_bins(results, burst_at),

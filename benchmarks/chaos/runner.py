@@ -38,11 +38,13 @@ from benchmarks.chaos.scenarios import (
     Scenario,
     classify,
     first_errors,
+    gap_quantiles,
     hung_requests,
     load_is_zero,
     routing_times,
     token_load_left,
 )
+from benchmarks.chaos.steady_load import Timeline
 from benchmarks.chaos.vllm_fleet import VllmChaosFleet
 from benchmarks.live.client import RequestResult
 from pools.http_client import http_client
@@ -72,8 +74,6 @@ class ChaosConfig:
 
 Status = Callable[[str], None]
 Fleet = ChaosFleet | VllmChaosFleet
-# faults that need the simulated fleet's delay proxy / KV-event relay (relays.py)
-SIM_ONLY_FAULTS = ("slow", "events-lost")
 
 
 def make_fleet(config: ChaosConfig, log_dir: Path) -> Fleet:
@@ -109,14 +109,12 @@ async def _fault(
     elif scenario.fault == "none":
         await asyncio.sleep(config.down_s)
     elif scenario.fault == "slow":
-        assert isinstance(fleet, ChaosFleet)  # run_scenario refuses it on the vllm fleet
         for replica in scenario.replicas:
             fleet.proxies[replica].delay_s = SLOW_DELAY_S
         await asyncio.sleep(config.stop_s)
         for replica in scenario.replicas:
             fleet.proxies[replica].delay_s = 0.0
     elif scenario.fault == "events-lost":
-        assert isinstance(fleet, ChaosFleet)
         for replica in scenario.replicas:
             fleet.relays[replica].dropping = True
         await asyncio.sleep(config.stop_s)
@@ -146,16 +144,11 @@ async def run_scenario(
     what = "1P+2D vLLM" if config.engine == "vllm" else "2P+2D"
     status(f"{scenario.name}: starting {what} engines and pdorch serve")
     load_before = os.getloadavg()
-    if isinstance(fleet, VllmChaosFleet) and scenario.fault in SIM_ONLY_FAULTS:
-        raise ValueError(f"{scenario.name}: the vllm fleet has no delay proxy or event relay")
     try:
-        if isinstance(fleet, ChaosFleet):
-            await fleet.start(
-                slowed=scenario.replicas if scenario.fault == "slow" else (),
-                relayed=scenario.replicas if scenario.fault == "events-lost" else (),
-            )
-        else:
-            await fleet.start()
+        await fleet.start(
+            slowed=scenario.replicas if scenario.fault == "slow" else (),
+            relayed=scenario.replicas if scenario.fault == "events-lost" else (),
+        )
         async with http_client(base_url=fleet.url, timeout=10.0) as admin:
             origin = time.perf_counter()
             stop = asyncio.Event()
@@ -202,11 +195,9 @@ async def run_scenario(
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
     finally:
-        if isinstance(fleet, ChaosFleet):
-            await fleet.close_relays()
+        await fleet.close_relays()
         fleet.close()
-    relays = fleet.relays if isinstance(fleet, ChaosFleet) else {}
-    dropped = {r: relay.dropped for r, relay in relays.items()}
+    dropped = {r: relay.dropped for r, relay in fleet.relays.items()}
     routing: dict[str, dict[str, float | None]] = {}
     for replica in scenario.replicas:
         out_s, back_s = routing_times(polls, replica, fault_at, recovered_at)
@@ -214,6 +205,7 @@ async def run_scenario(
     by_kind = {
         kind: classify([r for r in results if r.group == kind]) for kind in ("stream", "whole")
     }
+    gaps = {kind: gap_quantiles([r for r in results if r.group == kind]) for kind in by_kind}
     zero = load_is_zero(view)
     return {
         "scenario": scenario.name,
@@ -221,6 +213,7 @@ async def run_scenario(
         "replicas": list(scenario.replicas),
         **classify(results),
         "by_kind": by_kind,
+        "largest_gap_s": gaps,
         "routing": routing,
         "fault_at_s": round(fault_at, 3),
         "recovered_at_s": None if recovered_at is None else round(recovered_at, 3),
@@ -257,55 +250,44 @@ async def run_chaos(
         for name in config.scenarios:
             scenario_dir = log_dir / name
             scenario_dir.mkdir(parents=True, exist_ok=True)
-            if name == OVERLOAD:
-                if on_status is not None:
-                    on_status("overload: a burst over the admission limit")
-                rows.append(
-                    await run_overload(config.fleet, config.load, config.overload, scenario_dir)
-                )
-                continue
-            if name == OVERLOAD_MIXED:
-                if on_status is not None:
-                    on_status("overload-mixed: a burst with priorities over the steady load")
-                rows.append(
-                    await run_overload_mixed(
-                        config.fleet,
-                        config.load,
-                        config.overload_mixed,
-                        scenario_dir,
-                        warmup_s=config.warmup_s,
-                        settle_s=config.settle_s,
-                        poll_s=config.poll_s,
-                        drain_wait_s=config.drain_wait_s,
-                    )
-                )
-                continue
-            if name == CONNECT_STORM:
-                if on_status is not None:
-                    on_status(
-                        f"connect-storm: {config.storm.connections} connects at once, "
-                        f"listen_backlog {config.storm.backlog}"
-                    )
-                rows.append(
-                    await run_connect_storm(
-                        config.fleet,
-                        config.load,
-                        config.storm,
-                        scenario_dir,
-                        warmup_s=config.warmup_s,
-                        settle_s=config.settle_s,
-                        poll_s=config.poll_s,
-                        drain_wait_s=config.drain_wait_s,
-                    )
-                )
-                continue
-            if name == KILL_COORDINATOR:
-                rows.append(await run_kill_coordinator(config, scenario_dir, on_request, on_status))
-                continue
-            rows.append(
-                await run_scenario(SCENARIOS[name], config, scenario_dir, on_request, on_status)
-            )
+            rows.append(await _run_one(name, config, scenario_dir, on_request, on_status))
     return {"rows": rows, "config": _config_view(config)}
+
+
+async def _run_one(
+    name: str,
+    config: ChaosConfig,
+    scenario_dir: Path,
+    on_request: Callable[[RequestResult], None] | None,
+    on_status: Status | None,
+) -> dict[str, Any]:
+    """Scenario `name`'s row: the fault scenarios here, the others in their own modules."""
+    status = on_status or (lambda _: None)
+    timeline = Timeline(
+        warmup_s=config.warmup_s,
+        settle_s=config.settle_s,
+        poll_s=config.poll_s,
+        drain_wait_s=config.drain_wait_s,
+    )
+    if name == OVERLOAD:
+        status("overload: a burst over the admission limit")
+        return await run_overload(config.fleet, config.load, config.overload, scenario_dir)
+    if name == OVERLOAD_MIXED:
+        status("overload-mixed: a burst with priorities over the steady load")
+        return await run_overload_mixed(
+            config.fleet, config.load, config.overload_mixed, scenario_dir, timeline
+        )
+    if name == CONNECT_STORM:
+        status(
+            f"connect-storm: {config.storm.connections} connects at once, "
+            f"listen_backlog {config.storm.backlog}"
+        )
+        return await run_connect_storm(
+            config.fleet, config.load, config.storm, scenario_dir, timeline
+        )
+    if name == KILL_COORDINATOR:
+        return await run_kill_coordinator(config, scenario_dir, on_request, on_status)
+    return await run_scenario(SCENARIOS[name], config, scenario_dir, on_request, on_status)
 
 
 async def kv_index_vs_engines(

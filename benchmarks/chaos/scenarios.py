@@ -24,6 +24,8 @@ reached the client: a non-200, or a stream that failed before its first text chu
 was cut); `hung` (independent of the others): a gap of more than `HUNG_S` = 5 s with no byte,
 i.e. the largest of TTFT, each inter-chunk gap and the gap from the last chunk to the end. A
 non-streamed answer's first byte is its last, so it is hung when it took more than 5 s.
+`largest_gap_s` per kind (`gap_quantiles`): that largest gap's p50 / p99 / max, the margin
+below `HUNG_S`.
 
 Routing (`routing_times`, from `/admin/pools` polled every `poll_s`): `out_s` = first poll
 after the fault where the faulted replica is not `healthy`, minus the fault time; `back_s` =
@@ -114,6 +116,16 @@ def classify(results: Sequence[RequestResult]) -> dict[str, int]:
         if largest_gap_s(r) > HUNG_S:
             counts["hung"] += 1
     return counts
+
+
+def gap_quantiles(results: Sequence[RequestResult]) -> dict[str, float | None]:
+    """p50 / p99 / max of `largest_gap_s` over `results` (nearest rank; None when empty): how
+    close a load came to `HUNG_S`, so a run can show its margin, not only its hung count."""
+    gaps = sorted(largest_gap_s(r) for r in results)
+    if not gaps:
+        return {"p50": None, "p99": None, "max": None}
+    at = {q: gaps[min(len(gaps) - 1, int(q * len(gaps)))] for q in (0.5, 0.99)}
+    return {"p50": round(at[0.5], 3), "p99": round(at[0.99], 3), "max": round(gaps[-1], 3)}
 
 
 def first_errors(results: Sequence[RequestResult], limit: int = 3) -> list[str]:

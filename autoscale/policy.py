@@ -243,9 +243,10 @@ class PlannerOptions(_Strict):
       replica ordered now starts (`autoscale/predictive_floor.py`, Round 10).
     - `move_stabilization` (false; only with `role_switching`): a role move is a direction
       change of both pools, held to their reversal rules: the giver gives only what its
-      floor's need widened by `hysteresis` leaves, the move is recorded as the giver's down
-      and the taker's up (so hysteresis and `reversal_ticks` hold their reversals), and a
-      move into a pool within `hysteresis_window_s` after that pool gave one is refused
+      floor's need widened by `hysteresis` and its own way down (the largest raw count of
+      the last `scale_down_s`) leave, the move is recorded as the giver's down and the
+      taker's up (so hysteresis and `reversal_ticks` hold their reversals), and a borrow
+      into a pool within `hysteresis_window_s` after that pool gave one back is refused
       unless the pool breaches now (`autoscale/role_moves.py`, Round 11).
     """
 

@@ -53,11 +53,17 @@ giver check read only the current need: 76.9 %).
 **Move stabilization** (`reversal_window_s` > 0: the planner's `move_stabilization`, its
 `hysteresis_window_s`; 0, the default here: off). A move is a direction change of both pools
 (the giver down, the taker up), so it is held to the rules a scale is: (a) the giver's slack
-reads its floor's need widened by the hysteresis band (`PoolView.hold`, `ceil(need·(1+h))`)
-as well, so a need that hovers at the edge does not give a replica it wants back at the next
-noisy tick; (b) a move **into** pool X (a borrow or a return) within `reversal_window_s`
-after X last gave one is refused unless X breaches now (its observed percentile is over
-target): a return or re-borrow on a forecast alone is a flap; and (c) the planner records the
+(a lender's, and a borrower's that returns) also clears `PoolView.hold`: its floor's need
+widened by the hysteresis band (`ceil(need·(1+h))`) and the count its own slow way down
+would hold it at (the largest raw count of the last `scale_down_s`,
+`PoolStabilizer.down_limit`), so a need that hovers at the edge, or came back within the
+window, does not give a replica it wants back at the next noisy tick; (b) a **borrow** into
+pool X within `reversal_window_s` after X last gave one (a return) is refused unless X
+breaches now (its observed percentile is over target): a re-borrow on a forecast alone is a
+flap (a return is not refused: when the lender's need comes back while the budget binds, a
+refused return becomes a budget trade, a drain of the borrower and a cold start of the
+lender, the same reversal at `startup_s`; (a) already keeps a borrower that needed the
+replica within `scale_down_s` from returning it); and (c) the planner records the
 move in both pools' stabilizers (`PoolStabilizer.record_move`), so the giver's next up and the
 taker's next down are reversals under hysteresis and persistence. Why: on the whole Mooncake
 trace with switching (Round 10, 10 / 9 direction changes in the worst 10 minutes) a 230 s
@@ -96,7 +102,7 @@ class PoolView:
     minimum: int
     maximum: int
     breach: bool  # the observed percentile is over target
-    hold: int = 0  # the floor's need widened by the hysteresis band (move stabilization)
+    hold: int = 0  # move stabilization: the widened floor need and the way-down count
 
     @property
     def provisioned(self) -> int:
@@ -144,7 +150,7 @@ class RoleMover:
         return self.slack(v, self.reversal_window_s > 0)
 
     def reverses(self, now: float, to_pool: Pool, v: PoolView) -> bool:
-        """Rule (b) of move stabilization: a move into `to_pool` within the window after it
+        """Rule (b) of move stabilization: a borrow into `to_pool` within the window after it
         last gave one, with no breach of its own now."""
         if self.reversal_window_s <= 0 or v.breach:
             return False
@@ -203,9 +209,6 @@ class RoleMover:
             t, g = views[borrower], views[lender]
             r = min(loan, self._slack(t), self.wants(now, lender, g))
             if r <= 0:
-                continue
-            if self.reverses(now, lender, g):
-                self.refused += 1
                 continue
             self.loans[(lender, borrower)] = loan - r
             desired[borrower] = min(desired[borrower], t.provisioned - r)

@@ -123,6 +123,14 @@ class PoolStabilizer:
         else:
             self._last_down = now
 
+    def down_limit(self, now: float) -> int:
+        """The fewest replicas the slow way down would leave the pool now: the largest raw
+        count (hold count while banded) of the last `scale_down_s` (0 before any tick). A role
+        move out of the pool is a way down too (move stabilization, `autoscale.role_moves`)."""
+        hist = self._hold if self.banded(now) else self._raw
+        w = self.windows.scale_down_s
+        return max((r for t, r in hist if now - t <= w), default=0)
+
     def banded(self, now: float) -> bool:
         """Does the way down read the hold counts now (the pool went up within `window_s`)?"""
         return self._last_up is not None and now - self._last_up <= self.window_s

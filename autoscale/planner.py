@@ -92,7 +92,12 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    default on: G's horizon slack is idle). T keeps ordering the cold starts its own count
    asks for beyond the move; when G later wants more and T has slack, the loan goes back to
    G (cancelling a cold start G had pending), and a pool that gave a replica back does not
-   take one again within `scale_down_s` (no flapping).
+   take one again within `scale_down_s` (no flapping). With `move_stabilization` (off by
+   default) a move is a direction change of both pools: the giver gives only what its
+   floor's need widened by `hysteresis` and its own way down (the largest raw count of the
+   last `scale_down_s`) leave, both pools' stabilizers record it (their
+   reversals then wait as a scale's do), and a borrow into a pool within
+   `hysteresis_window_s` after it gave one back needs a breach of that pool now (Round 11).
 
 `reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `ttft-queue`,
 `itl-concurrency-observed`, `kv-usage`, `ttft-breach`, `itl-breach[-pending]`, `min`, `max`,
@@ -166,6 +171,7 @@ class PdorchPlanner(Planner):
         reversal_ticks: int = 6,
         decode_wait_attribution: bool = False,
         cold_start_growth: dict[Pool, float] | None = None,
+        move_stabilization: bool = False,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -248,7 +254,14 @@ class PdorchPlanner(Planner):
         self._floor_at: float | None = None
         self._started: float | None = None
         # role moves (`autoscale.role_moves`); stand_in=False: only bridge a shortage now
-        self.mover = RoleMover(hold_s=policy.stabilization.scale_down_s, stand_in=stand_in)
+        # with `move_stabilization` a move is held to the pools' reversal rules over the
+        # hysteresis window (`autoscale.role_moves`, Round 11)
+        self.move_stabilization = move_stabilization
+        self.mover = RoleMover(
+            hold_s=policy.stabilization.scale_down_s,
+            stand_in=stand_in,
+            reversal_window_s=hysteresis_window_s if move_stabilization else 0.0,
+        )
 
     @property
     def forecaster(self) -> Forecaster:
@@ -425,6 +438,10 @@ class PdorchPlanner(Planner):
             return ()
         views = {p: self._pool_view(obs, p, desired[p]) for p in POOLS}
         plan = self.mover.decide(obs.now, views)
+        if self.move_stabilization:
+            for move in plan.moves:  # a direction change of both pools (rule (c))
+                self._stabilizers[move.from_pool].record_move(obs.now, up=False)
+                self._stabilizers[move.to_pool].record_move(obs.now, up=True)
         desired.update(plan.desired)
         reasons.update(plan.reasons)
         if details is not None:
@@ -466,6 +483,12 @@ class PdorchPlanner(Planner):
             minimum=limits.min,
             maximum=limits.max,
             breach=observed_breach(obs, pool, self.policy, self.min_samples) is not None,
+            # move stabilization's giver check: the floor's widened need, and the count the
+            # pool's own way down would hold it at now (a move out is a way down)
+            hold=max(
+                self._clamped(pool, self.floor.counts[pool].hold),
+                self._stabilizers[pool].down_limit(obs.now) if self.move_stabilization else 0,
+            ),
         )
 
 

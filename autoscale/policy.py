@@ -241,6 +241,13 @@ class PlannerOptions(_Strict):
     - `cold_start_growth` (null: off; per pool, in [1, 10]): the floor for the load `startup_s`
       ahead is sized for at least this x the level, the growth the pool must absorb while a
       replica ordered now starts (`autoscale/predictive_floor.py`, Round 10).
+    - `move_stabilization` (false; only with `role_switching`): a role move is a direction
+      change of both pools, held to their reversal rules: the giver gives only what its
+      floor's need widened by `hysteresis` and its own way down (the largest raw count of
+      the last `scale_down_s`) leave, the move is recorded as the giver's down and the
+      taker's up (so hysteresis and `reversal_ticks` hold their reversals), and a borrow
+      into a pool within `hysteresis_window_s` after that pool gave one back is refused
+      unless the pool breaches now (`autoscale/role_moves.py`, Round 11).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -267,6 +274,7 @@ class PlannerOptions(_Strict):
     reversal_ticks: StrictInt = Field(default=6, ge=1)
     decode_wait_attribution: StrictBool = False
     cold_start_growth: dict[Pool, float] | None = None
+    move_stabilization: StrictBool = False
 
     @field_validator("cold_start_growth")
     @classmethod

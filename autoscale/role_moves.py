@@ -49,6 +49,29 @@ Rules, in order, each tick (`hold_s` = the policy's scale-down window, 180 s by 
 A pool with no slack at its horizon never gives: giving would make it short before a cold
 start of its own could land (what stripped decode bare on the Azure trace at 6f9cb98, whose
 giver check read only the current need: 76.9 %).
+
+**Move stabilization** (`reversal_window_s` > 0: the planner's `move_stabilization`, its
+`hysteresis_window_s`; 0, the default here: off). A move is a direction change of both pools
+(the giver down, the taker up), so it is held to the rules a scale is: (a) the giver's slack
+(a lender's, and a borrower's that returns) also clears `PoolView.hold`: its floor's need
+widened by the hysteresis band (`ceil(need·(1+h))`) and the count its own slow way down
+would hold it at (the largest raw count of the last `scale_down_s`,
+`PoolStabilizer.down_limit`), so a need that hovers at the edge, or came back within the
+window, does not give a replica it wants back at the next noisy tick; (b) a **borrow** into
+pool X within `reversal_window_s` after X last gave one (a return) is refused unless X
+breaches now (its observed percentile is over target): a re-borrow on a forecast alone is a
+flap (a return is not refused: when the lender's need comes back while the budget binds, a
+refused return becomes a budget trade, a drain of the borrower and a cold start of the
+lender, the same reversal at `startup_s`; (a) already keeps a borrower that needed the
+replica within `scale_down_s` from returning it); and (c) the planner records the
+move in both pools' stabilizers (`PoolStabilizer.record_move`), so the giver's next up and the
+taker's next down are reversals under hysteresis and persistence. Why: on the whole Mooncake
+trace with switching (Round 10, 10 / 9 direction changes in the worst 10 minutes) a 230 s
+cycle repeated: decode lent at slack 1 (floor 5 of 6 ready) to a breaching prefill; one tick
+later decode's floor read 6 (noise), the budget cut prefill back and decode ordered a cold
+start; 15 s later prefill's breach had passed, its one-tick slack returned the loan (cancelling
+decode's cold start), and 15 s after that prefill breached again and cold-started
+(benchmarks/results/autoscale-round11-roles/README.md).
 """
 
 from __future__ import annotations
@@ -79,6 +102,7 @@ class PoolView:
     minimum: int
     maximum: int
     breach: bool  # the observed percentile is over target
+    hold: int = 0  # move stabilization: the widened floor need and the way-down count
 
     @property
     def provisioned(self) -> int:
@@ -98,18 +122,40 @@ class MovePlan:
 class RoleMover:
     """The rules of the module docstring, with the ledger of this planner's own moves."""
 
-    def __init__(self, *, hold_s: float, settle_s: float = SETTLE_S, stand_in: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        hold_s: float,
+        settle_s: float = SETTLE_S,
+        stand_in: bool = True,
+        reversal_window_s: float = 0.0,
+    ) -> None:
         self.hold_s = hold_s
         self.stand_in = stand_in
         self.settle_s = settle_s
+        self.reversal_window_s = reversal_window_s  # move stabilization (docstring); 0: off
+        self.refused = 0  # moves refused by rule (b), for the planner's details
         self.loans: dict[tuple[Pool, Pool], int] = {}  # (lender, borrower) -> replicas
         self.moved_at: dict[tuple[Pool, Pool], float] = {}  # (from, to) -> last move time
         self._recent: list[tuple[float, Pool, int]] = []  # (t, to_pool, count)
 
     # -- the two quantities ----------------------------------------------------------------
     @staticmethod
-    def slack(v: PoolView) -> int:
-        return max(0, v.ready - max(v.ahead, v.now, v.keep, v.minimum))
+    def slack(v: PoolView, banded: bool = False) -> int:
+        """`banded`: move stabilization's rule (a), the hysteresis-widened need counts too."""
+        hold = v.hold if banded else 0
+        return max(0, v.ready - max(v.ahead, hold, v.now, v.keep, v.minimum))
+
+    def _slack(self, v: PoolView) -> int:
+        return self.slack(v, self.reversal_window_s > 0)
+
+    def reverses(self, now: float, to_pool: Pool, v: PoolView) -> bool:
+        """Rule (b) of move stabilization: a borrow into `to_pool` within the window after it
+        last gave one, with no breach of its own now."""
+        if self.reversal_window_s <= 0 or v.breach:
+            return False
+        gave = self.moved_at.get((to_pool, other(to_pool)))
+        return gave is not None and now - gave < self.reversal_window_s
 
     def arriving(self, now: float, pool: Pool, v: PoolView) -> int:
         moved = sum(c for t, p, c in self._recent if p is pool and now - t < self.settle_s)
@@ -126,7 +172,7 @@ class RoleMover:
         reasons: dict[Pool, str] = {}
         inputs = {
             str(p): {
-                "slack": self.slack(v),
+                "slack": self._slack(v),
                 "short_now": self.short_now(now, p, v),
                 "arriving": self.arriving(now, p, v),
                 "wants": self.wants(now, p, v),
@@ -161,7 +207,7 @@ class RoleMover:
             if loan <= 0:
                 continue
             t, g = views[borrower], views[lender]
-            r = min(loan, self.slack(t), self.wants(now, lender, g))
+            r = min(loan, self._slack(t), self.wants(now, lender, g))
             if r <= 0:
                 continue
             self.loans[(lender, borrower)] = loan - r
@@ -194,8 +240,11 @@ class RoleMover:
             lack = self.short_now(now, taker, t)
             if self.stand_in:
                 lack = max(lack, t.desired - t.provisioned)
-            c = min(lack, self.slack(g), room)
+            c = min(lack, self._slack(g), room)
             if c <= 0:
+                continue
+            if self.reverses(now, taker, t):
+                self.refused += 1
                 continue
             desired[giver] = min(desired[giver], g.provisioned - c)
             desired[taker] = min(t.maximum, max(desired[taker], t.provisioned + c))

@@ -115,6 +115,22 @@ class PoolStabilizer:
         """This tick's floors for the fast way down, each as its (raw, hold) counts."""
         self._floors.append((now, floor_now, floor_ahead, projection))
 
+    def record_move(self, now: float, up: bool) -> None:
+        """A role move changed the pool's count (planner option `move_stabilization`): it is a
+        move of the pool like a scale, so the reversal rules (hysteresis, persistence) read it."""
+        if up:
+            self._last_up = now
+        else:
+            self._last_down = now
+
+    def down_limit(self, now: float) -> int:
+        """The fewest replicas the slow way down would leave the pool now: the largest raw
+        count (hold count while banded) of the last `scale_down_s` (0 before any tick). A role
+        move out of the pool is a way down too (move stabilization, `autoscale.role_moves`)."""
+        hist = self._hold if self.banded(now) else self._raw
+        w = self.windows.scale_down_s
+        return max((r for t, r in hist if now - t <= w), default=0)
+
     def banded(self, now: float) -> bool:
         """Does the way down read the hold counts now (the pool went up within `window_s`)?"""
         return self._last_up is not None and now - self._last_up <= self.window_s

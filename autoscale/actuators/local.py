@@ -43,6 +43,7 @@ import httpx
 
 from autoscale.actuators.background import BackgroundWork
 from autoscale.actuators.base import Actuator, ActuatorError, PoolKey, check_count, pool_key
+from autoscale.actuators.recall import DrainingReplica, plan_scale_up
 from autoscale.policy import PoolLimits, SloPolicy
 from autoscale.signals import Pool, PoolStatus
 from pools.drain import DrainOutcome, RequestTracker, drain_replica
@@ -85,6 +86,8 @@ class ActuatorStats:
     failures: list[StartFailure] = field(default_factory=list)  # each failed start, in order
     stopped: Counter[str] = field(default_factory=Counter)
     role_switches: Counter[tuple[str, str]] = field(default_factory=Counter)  # (from, to)
+    recalls: Counter[str] = field(default_factory=Counter)  # pool → draining replicas taken back
+    drain_moves: Counter[tuple[str, str]] = field(default_factory=Counter)  # draining, moved
     drains: list[tuple[str, DrainOutcome]] = field(default_factory=list)  # (pool, outcome)
     ready_s: list[tuple[str, float]] = field(default_factory=list)  # (pool, start → ready)
 
@@ -104,6 +107,8 @@ class LocalActuator(Actuator):
         client: httpx.AsyncClient | None = None,
         clock: Callable[[], float] = time.monotonic,
         poll_s: float = 0.05,
+        recall: bool = True,
+        drain_moves: bool = True,
     ) -> None:
         self.fleet = fleet
         self.running = running
@@ -115,11 +120,19 @@ class LocalActuator(Actuator):
         self.on_start = on_start
         self.clock = clock
         self.poll_s = poll_s
+        # the scale-up order (`autoscale.actuators.recall`): take back draining replicas
+        # before a cold start; `drain_moves` only with the policy's role switching on
+        self.recall = recall
+        self.drain_moves = drain_moves
         self._own_client = client is None
         self.client = client or http_client(timeout=5.0)
         self.stats = ActuatorStats()
         self._starting: dict[str, str] = {}  # replica id → pool, until ready or failed
         self._draining: dict[str, str] = {}  # replica id → pool it leaves (stop or move)
+        self._move_to: dict[str, str] = {}  # replica id → the pool a draining one moves to
+        # scale-down drains still waiting for work to finish: id → (drain start, deadline)
+        self._recallable: dict[str, tuple[float, float]] = {}
+        self._drain_tasks: dict[str, asyncio.Task[None]] = {}
         self._work = BackgroundWork()
         self._start_tasks: dict[str, asyncio.Task[None]] = {}
         self._next: dict[str, int] = {}
@@ -136,8 +149,9 @@ class LocalActuator(Actuator):
         return PoolLimits()
 
     def current(self) -> dict[PoolKey, PoolStatus]:
-        """Per pool: ready (in the fleet, healthy or not, not draining), pending (starting),
-        draining (leaving or switching role). Keys are pool names (`Pool` for prefill/decode)."""
+        """Per pool: ready (in the fleet, healthy or not, not draining), pending (starting, or
+        moving in from the other pool: as the simulator counts a move), draining (leaving).
+        Keys are pool names (`Pool` for prefill/decode)."""
         out: dict[PoolKey, PoolStatus] = {}
         for pool in self.pools():
             replicas = self.fleet.replicas(pool)
@@ -148,7 +162,10 @@ class LocalActuator(Actuator):
                 and r.replica_id not in self._draining
             )
             pending = sum(1 for p in self._starting.values() if p == pool)
-            draining = sum(1 for p in self._draining.values() if p == pool)
+            pending += sum(1 for p in self._move_to.values() if p == pool)
+            draining = sum(
+                1 for r, p in self._draining.items() if p == pool and r not in self._move_to
+            )
             out[pool_key(pool)] = PoolStatus(ready=ready, pending=pending, draining=draining)
         return out
 
@@ -204,8 +221,7 @@ class LocalActuator(Actuator):
         self.check(pool, replicas)
         provisioned = self.status(pool).provisioned
         if replicas > provisioned:
-            for _ in range(replicas - provisioned):
-                self._start(pool)
+            self._scale_up(pool, replicas - provisioned)
             return
         surplus = provisioned - replicas
         # cancel starts first (newest first): they serve nothing yet
@@ -220,6 +236,59 @@ class LocalActuator(Actuator):
         ready.sort(key=lambda r: (self.tracker.in_flight(r.replica_id), -r.added_at))  # stable
         for replica in ready[:surplus]:
             self._drain(pool, replica.replica_id, move_to=None)
+
+    def _scale_up(self, pool: str, want: int) -> None:
+        """Recall, move a draining replica, then cold-start (`autoscale.actuators.recall`)."""
+        limits = self.limits(pool)
+        switching = self.policy is not None and self.policy.role_switching
+        plan = plan_scale_up(
+            pool,
+            want,
+            self.draining_replicas(),
+            recall=self.recall,
+            drain_moves=switching and self.drain_moves,
+            startup_s=limits.startup_s,
+            switch_s=self.policy.switch_s if self.policy is not None else 0.0,
+        )
+        for replica_id in plan.recall:
+            self._take_back(pool, replica_id)
+        for replica_id in plan.move:
+            self._recallable.pop(replica_id, None)  # it leaves for `pool`: no recall, no stop
+            self._move_to[replica_id] = pool
+            self.stats.drain_moves[(self._draining[replica_id], pool)] += 1
+            log.info("draining replica %s will move to %s", replica_id, pool)
+        for _ in range(plan.cold_starts):
+            self._start(pool)
+
+    def draining_replicas(self) -> list[DrainingReplica]:
+        """The replicas draining for a scale-down, as the scale-up order reads them: work =
+        in-flight requests, remaining = the time left before the drain's deadline (the
+        coordinator does not see outputs left; the drain cannot last longer)."""
+        now = self.clock()
+        return [
+            DrainingReplica(
+                replica_id,
+                self._draining[replica_id],
+                float(self.tracker.in_flight(replica_id)),
+                since,
+                max(0.0, deadline - now),
+                movable=replica.endpoint.switchable,
+            )
+            for replica_id, (since, deadline) in self._recallable.items()
+            if (replica := self.fleet.get(replica_id)) is not None
+        ]
+
+    def _take_back(self, pool: str, replica_id: str) -> None:
+        """Cancel a scale-down drain: the replica serves again at once, its in-flight requests
+        (never cut: the drain had not reached its deadline) go on."""
+        task = self._drain_tasks.pop(replica_id, None)
+        if task is not None:
+            task.cancel()
+        self._recallable.pop(replica_id, None)
+        self._draining.pop(replica_id, None)
+        self.fleet.set_draining(replica_id, self.clock(), draining=False)  # routable now
+        self.stats.recalls[pool] += 1
+        log.info("replica %s (%s) recalled from its drain", replica_id, pool)
 
     def switch_role(self, replica_id: str, to_pool: Pool | str, now: float) -> None:
         """Drain `replica_id`'s current-role work, then re-label it into `to_pool`."""
@@ -338,11 +407,18 @@ class LocalActuator(Actuator):
         return False
 
     def _drain(self, pool: str, replica_id: str, move_to: str | None) -> None:
+        now = self.clock()
         self._draining[replica_id] = pool
-        self.fleet.set_draining(replica_id, self.clock())  # out of routing now, not next tick
-        self._spawn(self._drain_then(pool, replica_id, move_to))
+        if move_to is not None:
+            self._move_to[replica_id] = move_to
+        else:  # a scale-down drain: a scale-up may take it back until its work is done
+            self._recallable[replica_id] = (now, now + self.limits(pool).drain_timeout_s)
+        self.fleet.set_draining(replica_id, now)  # out of routing now, not next tick
+        task = self._spawn(self._drain_then(pool, replica_id))
+        self._drain_tasks[replica_id] = task
 
-    async def _drain_then(self, pool: str, replica_id: str, move_to: str | None) -> None:
+    async def _drain_then(self, pool: str, replica_id: str) -> None:
+        me = asyncio.current_task()
         try:
             outcome = await drain_replica(
                 self.fleet,
@@ -353,7 +429,11 @@ class LocalActuator(Actuator):
                 clock=self.clock,
                 poll_s=self.poll_s,
             )
+            # from here on it leaves (or moves): no recall; nothing awaited since the drain
+            # returned, so a scale-up cannot have taken it back in between
+            self._recallable.pop(replica_id, None)
             self.stats.drains.append((pool, outcome))
+            move_to = self._move_to.get(replica_id)
             if move_to is not None:
                 self.fleet.move_replica(replica_id, move_to, self.clock())
                 self.stats.role_switches[(pool, move_to)] += 1
@@ -367,4 +447,10 @@ class LocalActuator(Actuator):
             self.stats.stopped[pool] += 1
             log.info("replica %s (%s) drained in %.2fs", replica_id, pool, outcome.duration_s)
         finally:
-            self._draining.pop(replica_id, None)
+            # a recalled drain's bookkeeping was cleared by the recall (and may belong to a
+            # later drain of the same replica by now): only this drain's own is removed
+            if self._drain_tasks.get(replica_id) is me:
+                del self._drain_tasks[replica_id]
+                self._draining.pop(replica_id, None)
+                self._move_to.pop(replica_id, None)
+                self._recallable.pop(replica_id, None)

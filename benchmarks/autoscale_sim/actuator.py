@@ -1,7 +1,8 @@
 """`SimActuator`: the `Actuator` interface over the dynamic fleet simulator, in virtual time.
 
 - `scale(pool, n, now)` up: `k = n - provisioned` replicas, taken in this order (the rule
-  every actuator follows, `autoscale/README.md` "Recall"):
+  every actuator follows, `autoscale.actuators.recall.plan_scale_up`, `autoscale/README.md`
+  "Recall"):
   1. **recall** the pool's own draining replicas (`recall=True`, the default): back in routing
      at once, their in-flight work continues. Most in-flight work first (ties: the latest to
      start draining): the others leave soonest, so the least drain time stays paid for, and
@@ -24,8 +25,10 @@
   all but one.
 
 Every `apply` is logged: one `ScaleEvent` per pool whose desired count changed (`kind`
-`scale`, with the planner's reason) and one per role move (`kind` `move`, reason
-`role-move from POOL`, or `role-return from POOL` for a loan given back). `recalls` and
+`scale`, with the planner's reason) and two per role move (`kind` `move`): the taker's up
+(reason `role-move from POOL`, or `role-return from POOL` for a loan given back) and the
+giver's down (`role-move to POOL` / `role-return to POOL`; before Round 11 only the taker's
+was logged, so the flap measure missed the giver's side of every move). `recalls` and
 `drain_moves` count what step 1 and 2 of a scale-up did.
 """
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoscale.actuators.base import Actuator, ActuatorError, PoolKey
+from autoscale.actuators.recall import DrainingReplica, plan_scale_up
 from autoscale.decision import ScaleDecision
 from autoscale.policy import SloPolicy
 from autoscale.signals import Pool, PoolStatus
@@ -43,7 +47,6 @@ from benchmarks.fleet_sim.membership import (
     PENDING,
     READY,
     DynamicFleetSimulator,
-    other_pool,
 )
 
 
@@ -104,19 +107,23 @@ class SimActuator(Actuator):
         ready, pending, _ = sim.status(pool.value)
         provisioned = ready + pending
         if replicas > provisioned:
-            want = replicas - provisioned
             startup = 0.0 if self.instant else limits.startup_s
-            if self.recall and not self.instant:
-                for rid in self._recallable(pool)[:want]:
-                    sim.recall_replica(rid, now)
-                    self.recalls[pool] += 1
-                    want -= 1
-            if self.role_switching and self.drain_moves and not self.instant:
-                for rid in self._movable_draining(pool, startup)[:want]:
-                    sim.move_draining(rid, now, self.policy.switch_s)
-                    self.drain_move_count[pool] += 1
-                    want -= 1
-            for _ in range(want):
+            plan = plan_scale_up(
+                pool.value,
+                replicas - provisioned,
+                [] if self.instant else self._draining_replicas(),
+                recall=self.recall,
+                drain_moves=self.role_switching and self.drain_moves,
+                startup_s=startup,
+                switch_s=self.policy.switch_s,
+            )
+            for rid in plan.recall:
+                sim.recall_replica(rid, now)
+                self.recalls[pool] += 1
+            for rid in plan.move:
+                sim.move_draining(rid, now, self.policy.switch_s)
+                self.drain_move_count[pool] += 1
+            for _ in range(plan.cold_starts):
                 sim.add_replica(pool.value, now, startup)
             return
         excess = provisioned - replicas
@@ -130,32 +137,21 @@ class SimActuator(Actuator):
             sim.drain_replica(ready_ids.pop(0), now, limits.drain_timeout_s)
             excess -= 1
 
-    def _draining(self, pool: Pool) -> list[tuple[float, str]]:
-        """(estimated remaining drain s, id) of `pool`'s draining replicas: the longest
-        running output at the ITL target (an upper bound while the SLO holds)."""
+    def _draining_replicas(self) -> list[DrainingReplica]:
+        """Every draining replica as the scale-up order reads it (`autoscale.actuators.recall`):
+        its work and remaining drain are the longest running output at the ITL target (an
+        upper bound while the SLO holds)."""
         itl = itl_target_s(self.policy)
         out = []
-        for rid in self.sim.pool_members(pool.value, DRAINING):
-            reqs = self.sim.by_id[rid].core.requests.values()
-            left = max((r.max_tokens - r.num_output_tokens for r in reqs), default=0)
-            out.append((max(0, left) * itl, rid))
+        for pool in Pool:
+            timeout = self.policy.pools[pool].drain_timeout_s
+            for rid in self.sim.pool_members(pool.value, DRAINING):
+                reqs = self.sim.by_id[rid].core.requests.values()
+                left = max(0, max((r.max_tokens - r.num_output_tokens for r in reqs), default=0))
+                # one pool's drains share a timeout: the deadline orders them as their starts
+                since = (self.sim.members[rid].drain_deadline or timeout) - timeout
+                out.append(DrainingReplica(rid, pool.value, left * itl, since, left * itl))
         return out
-
-    def _recallable(self, pool: Pool) -> list[str]:
-        """Step 1's order: most in-flight work first, ties the latest drain (docstring)."""
-        members = self.sim.members
-        # one pool's drains share a timeout: the latest deadline is the latest drain
-        rows = sorted(
-            self._draining(pool),
-            key=lambda x: (x[0], members[x[1]].drain_deadline or 0.0),
-            reverse=True,
-        )
-        return [rid for _, rid in rows]
-
-    def _movable_draining(self, pool: Pool, startup_s: float) -> list[str]:
-        """Step 2: the other pool's draining replicas landing before a cold start, soonest."""
-        rows = sorted(self._draining(Pool(other_pool(pool.value))))
-        return [rid for left, rid in rows if left + self.policy.switch_s < startup_s]
 
     def switchable(self, pool: Pool) -> list[str]:
         if not self.role_switching:
@@ -193,6 +189,18 @@ class SimActuator(Actuator):
                         before[move.to_pool] + len(ids),
                         # "role-move" (a borrow) or "role-return" (a loan given back)
                         f"{self._move_reason(decision, move.to_pool)} from {move.from_pool.value}",
+                        "move",
+                    )
+                )
+                # the giver's count goes down as the taker's goes up: a move is a direction
+                # change of both pools (the flap measure reads both events)
+                self.events.append(
+                    ScaleEvent(
+                        now,
+                        move.from_pool.value,
+                        before[move.from_pool],
+                        before[move.from_pool] - len(ids),
+                        f"{self._move_reason(decision, move.to_pool)} to {move.to_pool.value}",
                         "move",
                     )
                 )

@@ -16,7 +16,8 @@
 - **timeline**: every `record_s` (10 s): arrival rps, observed p90 TTFT and ITL over those
   10 s, and per pool ready / pending / draining.
 - **events**: every change of a pool's provisioned count (`kind` `scale`, with the planner's
-  reason) and every role move (`kind` `move`).
+  reason) and every role move (`kind` `move`: two events, the taker's up and the giver's
+  down; runs before Round 11 logged only the taker's).
 - **direction_changes** per pool: sign changes between consecutive non-zero changes of the
   planner's desired count (one per tick).
 - **direction_changes_worst_10min** per pool: the issue's flap measure, the most direction

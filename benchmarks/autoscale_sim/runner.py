@@ -50,6 +50,8 @@ CLAIRVOYANT = ("oracle", "oracle-cold", "static-peak", "static-mean")  # planner
 VARIANTS: dict[str, tuple[bool | None, dict[str, Any]]] = {
     "role-switching": (True, {}),
     "role-switching-bridge": (True, {"stand_in": False}),  # pdorch: bridge a shortage only
+    # a move held to both pools' reversal rules (`autoscale.role_moves`, Round 11)
+    "role-switching-stable": (True, {"move_stabilization": True}),
     # the actuator's scale-up order (`SimActuator`: recall, move a draining replica, cold
     # start), each step turned off to measure what it gains (ACTUATOR_OPTIONS)
     "role-switching-no-drain-moves": (True, {}),

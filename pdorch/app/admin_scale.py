@@ -1,13 +1,14 @@
 """Scaling admin endpoints (admin token required when configured, like `admin.py`'s).
 
-- `GET /admin/autoscale`: per pool `ready`/`pending`/`draining`, `pinned` (a manual count, or
-  null), `desired`, `min`/`max`, `load` (requests in flight, prefill tokens queued, decode
-  blocks: the coordinator's token load summed over the pool), `kv_usage` (mean of the last
-  scrapes), `observed` (below), `replicas` (id, state, switchable, requests in flight, KV
-  usage), the pool's `last_decision`; then `decisions`: the autoscaler's last decisions
-  (newest last) with their inputs and reasons; `autoscaler`: `in-process`, `remote` or
-  null. A fleet that launches no engines answers the same shape with `pending`/`draining` 0
-  and `decisions: []`.
+- `GET /admin/autoscale`: per pool `ready`/`pending`/`draining`, `recalled` (draining
+  replicas a scale-up took back instead of a cold start, `autoscale.actuators.recall`),
+  `pinned` (a manual count, or null), `desired`, `min`/`max`, `load` (requests in flight,
+  prefill tokens queued, decode blocks: the coordinator's token load summed over the pool),
+  `kv_usage` (mean of the last scrapes), `observed` (below), `replicas` (id, state,
+  switchable, requests in flight, KV usage), the pool's `last_decision`; then `decisions`:
+  the autoscaler's last decisions (newest last) with their inputs and reasons;
+  `autoscaler`: `in-process`, `remote` or null. A fleet that launches no engines answers
+  the same shape with `pending`/`draining`/`recalled` 0 and `decisions: []`.
   `observed`: the pool's p90 latency, TTFT for prefill, ITL for decode (both for other
   pools; the other metric's fields null): `source` `autoscaler` (its last decision's
   observation, fleet-wide, while at most 60 s old; `window_s` its window, `age_s` since it
@@ -160,6 +161,7 @@ def autoscale_view(c: Coordinator) -> dict[str, Any]:
             ),
             "pending": sum(1 for r in replicas if r.state is ReplicaState.PENDING),
             "draining": sum(1 for r in replicas if r.state is ReplicaState.DRAINING),
+            "recalled": 0,
             "pinned": None,
             "desired": None,
             "min": None,

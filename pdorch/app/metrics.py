@@ -74,7 +74,10 @@ Metrics (type; labels):
   `pool`, `reason`: the autoscaler's decisions by the term that bound them, `pinned` when a
   manual pin kept it from applying), `pdorch_drain_duration_seconds` (histogram; `pool`,
   `outcome` drained|timed_out), `pdorch_replica_ready_seconds` (histogram; `pool`: start to
-  joining routing), `pdorch_role_switches_total` (counter; `from_pool`, `to_pool`)
+  joining routing), `pdorch_role_switches_total` (counter; `from_pool`, `to_pool`),
+  `pdorch_recalls_total` (counter; `pool`: draining replicas a scale-up took back instead of
+  a cold start), `pdorch_drain_moves_total` (counter; `from_pool`, `to_pool`: draining
+  replicas a scale-up of the other pool moved there; `autoscale.actuators.recall`)
 """
 
 from __future__ import annotations
@@ -261,6 +264,22 @@ def _scaling_metrics(c: Coordinator) -> Iterator[Metric]:
     for (src, dst), n in sorted(stats.role_switches.items()):
         switches.add_metric([src, dst], n)
     yield switches
+    recalls = CounterMetricFamily(
+        "pdorch_recalls",
+        "Draining replicas a scale-up took back into routing instead of a cold start.",
+        labels=["pool"],
+    )
+    for pool, n in sorted(stats.recalls.items()):
+        recalls.add_metric([pool], n)
+    yield recalls
+    drain_moves = CounterMetricFamily(
+        "pdorch_drain_moves",
+        "Draining replicas a scale-up of the other pool moved there instead of stopping.",
+        labels=["from_pool", "to_pool"],
+    )
+    for (src, dst), n in sorted(stats.drain_moves.items()):
+        drain_moves.add_metric([src, dst], n)
+    yield drain_moves
 
 
 _SYNC_HELP = {

@@ -10,8 +10,9 @@ fleet of static endpoints). The admin API (`admin_scale.py`) and the in-process 
   hands it back. `source="autoscaler"` scales only unpinned pools and records the decision
   (its reason and inputs) for `GET /admin/autoscale`.
 - `move(replica, to_pool)`: a role switch by hand.
-- `view()`: per pool ready/pending/draining (the actuator's `current()`), pinned count,
-  last desired count; the last decisions (newest last, at most `max_decisions`).
+- `view()`: per pool ready/pending/draining (the actuator's `current()`), `recalled` (draining
+  replicas a scale-up took back so far), pinned count, last desired count; the last
+  decisions (newest last, at most `max_decisions`).
 
 Errors are `ApiError`s that name the problem: unknown pool 404; a count below `min`, above
 `max` or over the GPU budget 400 (`autoscale.actuators.base.ActuatorError`'s message).
@@ -164,6 +165,7 @@ class ScalingControl:
                 "ready": status.ready,
                 "pending": status.pending,
                 "draining": status.draining,
+                "recalled": self.actuator.stats.recalls.get(name, 0),
                 "pinned": self.pinned.get(name),
                 "desired": self.desired.get(name),
                 "min": self.actuator.limits(name).min,

@@ -102,8 +102,12 @@ def status(
     else from the coordinator's own requests over the last 60 s (a rolling window of 10 s
     slots: 50-60 s of requests; `-` when it holds none).
 
-    `--json`: `{"pools": {"<pool>": {"ready", "pending", "draining", "pinned", "role", "load",
-    "kv_usage", "observed", "last_decision", "replicas": [...]}}, "decisions": [...]}`;
+    `draining` shows `N (K recalled)` once a scale-up took K draining replicas of the pool
+    back into routing instead of a cold start.
+
+    `--json`: `{"pools": {"<pool>": {"ready", "pending", "draining", "recalled", "pinned",
+    "role", "load", "kv_usage", "observed", "last_decision", "replicas": [...]}},
+    "decisions": [...]}`;
     `observed`: `{"source": "coordinator"|"autoscaler", "window_s", "age_s", "ttft_p90_s",
     "ttft_samples", "ttft_slo_s", "ttft_slo_percentile", "itl_p90_s", "itl_samples",
     "itl_slo_s", "itl_slo_percentile"}` (seconds; null where not known or not the pool's
@@ -140,7 +144,7 @@ def status(
             role,
             str(row["ready"]),
             str(row["pending"]),
-            str(row["draining"]),
+            _draining(row),
             _fmt(row.get("pinned")),
             str(row["load"]["requests_in_flight"]),
             _fmt(row.get("kv_usage")),
@@ -150,6 +154,12 @@ def status(
     if sources:
         table.caption = "p90 from " + "; ".join(sorted(sources))
     Console().print(table)
+
+
+def _draining(row: dict[str, Any]) -> str:
+    """`1`, or `1 (2 recalled)` once a scale-up took draining replicas back."""
+    recalled = row.get("recalled") or 0
+    return f"{row['draining']}" + (f" ({recalled} recalled)" if recalled else "")
 
 
 def seconds_text(value: float) -> str:

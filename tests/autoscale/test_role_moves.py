@@ -197,3 +197,79 @@ def test_planner_keeps_the_replica_when_the_givers_forecast_needs_it() -> None:
     assert d.details["role_moves"]["decode"]["slack"] == 0
     assert d.desired[P] == 4 and d.desired[D] == 4
     assert d.details["decode"]["floor"] == 4
+
+
+# ------------------------------------------------- move stabilization (Round 11)
+
+
+def stable() -> RoleMover:
+    return RoleMover(hold_s=180.0, reversal_window_s=600.0)
+
+
+def test_stabilized_slack_also_clears_the_givers_widened_need() -> None:
+    # decode 6 ready, floor 5 (slack 1), but the need widened by the band is 6: no slack
+    d = view(6, ahead=5, hold=6)
+    assert RoleMover.slack(d) == 1 and RoleMover.slack(d, banded=True) == 0
+    short = {P: view(1, urgent=2, breach=True), D: d}
+    assert mover().decide(0.0, short).moves == (RoleMove(D, P, 1),)
+    assert stable().decide(0.0, short).moves == ()
+
+
+def test_a_borrower_returns_only_what_its_own_way_down_would_release() -> None:
+    # decode lent 1 at 0 s; at 20 s prefill has one tick of slack (need 3 of 5) and decode's
+    # floor asks for one more. Prefill breached 15 s ago: its way down holds 5 (hold 5), so
+    # the stabilized mover keeps the replica; the unstabilized one returns it at once
+    after = {P: view(5, ahead=3, now=3, keep=3, hold=5), D: view(4, desired=5, ahead=5)}
+    for m, returned in ((mover(), (RoleMove(P, D, 1),)), (stable(), ())):
+        assert m.decide(0.0, {P: view(4, urgent=5, breach=True), D: view(5, ahead=4)}).moves
+        assert m.decide(20.0, after).moves == returned
+    # once prefill's way down releases the replica (hold 4) it goes back, window or not: a
+    # refused return would be a budget trade (a drain of prefill, a cold start of decode)
+    m = stable()
+    m.decide(0.0, {P: view(4, urgent=5, breach=True), D: view(5, ahead=4)})
+    released = {P: replace(after[P], hold=4), D: after[D]}
+    assert m.decide(200.0, released).moves == (RoleMove(P, D, 1),)
+
+
+def test_a_borrow_into_a_pool_that_just_gave_needs_its_breach() -> None:
+    # prefill returned 1 to a breaching decode at 130 s; at 400 s (past the 180 s hold)
+    # prefill's floor alone asks for one more (stand-in, no breach): refused within the 600 s
+    # window; a breach of prefill borrows at once
+    m = stable()
+    m.decide(0.0, {P: view(1, urgent=3, desired=3), D: view(4, ahead=2)})
+    back = {P: view(5, keep=3, now=3, ahead=3), D: view(2, pending=1, desired=3, breach=True)}
+    assert m.decide(130.0, back).moves == (RoleMove(P, D, 1),)
+    forecast_only = {P: view(4, desired=5, ahead=5, now=4, keep=4), D: view(4, ahead=2)}
+    assert m.decide(400.0, forecast_only).moves == ()
+    breach = {P: replace(forecast_only[P], breach=True), D: forecast_only[D]}
+    assert m.decide(405.0, breach).moves == (RoleMove(D, P, 1),)
+    assert mover_borrows(forecast_only)
+
+
+def mover_borrows(views: dict[Pool, PoolView]) -> bool:
+    """The same views without stabilization do move (so the refusal above is the rule's)."""
+    m = mover()
+    m.decide(0.0, {P: view(1, urgent=3, desired=3), D: view(4, ahead=2)})
+    m.decide(130.0, {P: view(5, keep=3, now=3, ahead=3), D: view(2, pending=1, desired=3)})
+    return m.decide(400.0, views).moves == (RoleMove(D, P, 1),)
+
+
+def test_the_planner_records_a_move_as_both_pools_direction_change() -> None:
+    pl = PdorchPlanner(
+        policy(role_switching=True, down_s=600.0),
+        LinearPerfModel(),
+        forecaster=EwmaForecaster(alpha=1.0),
+        headroom=1.0,
+        forecast_window_s=0.0,
+        trend_cap=4.0,
+        move_stabilization=True,
+    )
+    d = pl.plan(breaching_prefill(1.0))
+    assert d.moves and d.moves[0].from_pool is D
+    # the giver's last move is now a down (its next up is a reversal), the taker's an up
+    assert pl._stabilizers[D].reverses_down()
+    assert pl._stabilizers[P].banded(d.now) and not pl._stabilizers[P].reverses_down()
+    # without the option the stabilizers never hear of the move
+    plain = pdorch()
+    assert plain.plan(breaching_prefill(1.0)).moves
+    assert not plain._stabilizers[D].reverses_down()

@@ -239,6 +239,11 @@ def test_role_moves_land_in_the_other_pool_with_role_switching_on() -> None:
     r = run_planner(wl, pol, "pdorch", cfg)
     moves = [e for e in r["events"] if e["kind"] == "move"]
     assert moves and moves[0]["pool"] == "decode"
+    # the giver's side of the move is logged too (a direction change of both pools)
+    gave = moves[1]
+    assert (gave["pool"], gave["t_s"]) == ("prefill", moves[0]["t_s"])
+    assert gave["from"] - gave["to"] == moves[0]["to"] - moves[0]["from"]
+    assert gave["reason"].endswith("to decode")
     n = moves[0]["to"]
     # the moved replicas serve decode within switch_s (+ their drain), no cold start
     t_ready = min(row["t_s"] for row in r["timeline"] if row["decode"]["ready"] >= n)

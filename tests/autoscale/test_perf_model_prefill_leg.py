@@ -9,6 +9,8 @@ import math
 
 import pytest
 
+from autoscale.metrics_sources.engines import EngineWindow, engines_observation
+from autoscale.metrics_sources.histogram import CumulativeHistogram
 from autoscale.perf_model import (
     OnlinePerfModel,
     TimingPerfModel,
@@ -167,3 +169,30 @@ def test_fit_on_a_simulated_fleet_reads_the_engines_true_prefill_speed(
     # the end-to-end TTFT holds the transfer and the decode replica's first step(s): against
     # the same exact prior it reads the engine as 2x slower than it is (measured 2.08)
     assert fits["exact-ttft"].correction(Pool.PREFILL) > 1.5
+
+
+def _window(pool: Pool, ttft: dict[float, float], ttft_sum: float, prompts: float) -> EngineWindow:
+    empty = CumulativeHistogram()
+    return EngineWindow(
+        pool=pool,
+        success=10.0,
+        prefix_queries=1000.0 if pool is Pool.PREFILL else 0.0,
+        prefix_hits=250.0 if pool is Pool.PREFILL else 0.0,
+        ttft=CumulativeHistogram.from_buckets(ttft, ttft_sum),
+        itl=empty,
+        prompt=CumulativeHistogram.from_buckets({4096.0: 10.0}, prompts),
+        generation=empty,
+    )
+
+
+def test_engine_scrape_reports_the_prefill_engines_ttft_as_the_leg() -> None:
+    # live: a prefill engine's first token ends the prefill leg, so its TTFT histogram is the
+    # leg; the decode engines' TTFT (transfer + first step) is not read
+    windows = [
+        _window(Pool.PREFILL, {0.05: 10.0}, 0.4, 16000.0),  # 10 legs, 40 ms mean, 1600 tok
+        _window(Pool.DECODE, {1.0: 10.0}, 9.0, 16000.0),
+    ]
+    obs = engines_observation(10.0, 5.0, (), windows)
+    assert obs.prefill_leg.count == 10 and obs.prefill_leg.mean_s == pytest.approx(0.04)
+    assert obs.prefill_leg_uncached_tokens == pytest.approx(1600 * (1 - 0.25))
+    assert engines_observation(10.0, 0.0, (), windows).prefill_leg.count == 0  # priming read

@@ -50,6 +50,32 @@ Sources:
   Mooncake trace 9 of 808 replica-windows (1 %) at 0.1-0.8 s, where the decode step the model
   predicts is 5-30 ms, held `k_d` at 2-3 while the median observed/predicted step was 0.91
   (benchmarks/results/AUTOSCALE.md, Round 7).
+
+Prefill signal (`prefill_signal`, policy `perf_model.online_prefill_signal`):
+- `ttft` (default): the window's median TTFT against `S(n̄_u) + t_transfer(n̄_u)`, `n̄_u` the
+  arrivals' mean uncached ISL, learnt only while no prefill replica has a queue at the read.
+  That TTFT also holds what the prior does not model: the decode replica's scheduling of the
+  remote KV load and the step that emits the first token (one to two decode steps of 10-20 ms
+  on H100), the wait for the prefill step in flight and the prompts packed into one step. At
+  Azure's ~1k-token prompts (`S` ≈ 26 ms) that is most of the TTFT: on the 600 s day the fit
+  read k_p 1.8-1.9 from an engine whose prefill is the prior's exactly, and the prefill floor
+  ran ~2x the replicas the oracle needs (Round 11, `benchmarks/results/autoscale-round11-fit/`).
+- `prefill-leg`: the prefill leg's own mean duration `L̄` (`Observation.prefill_leg`: arrival
+  to the prefill's end; the simulator times it, live it is the prefill engines'
+  `vllm:time_to_first_token_seconds`) against the model's mean leg at the observed load, the
+  M/D/1 response time of the prefill service `kS` (`S = S_prior(n̄_L)` at the legs' own mean
+  uncached prompt `n̄_L`):
+
+      L̄ = kS·(1 + rho(k) / (2(1 - rho(k)))),   rho(k) = k·rho0,   rho0 = (legs / window)·S / N_ready
+
+  solved for the window's `k_w` by bisection (the right side rises in k); the sample learnt is
+  `(pred S, obs k_w·S)`. The mean, not the median: `S` is affine in the prompt (below the chunk
+  size), so the mean leg of mixed prompts is `S` of their mean prompt, while a median of a
+  right-skewed ISL mix is not. Learnt only while no prefill replica has a queue at the read,
+  `rho(k_w) < rho_max` and `k_w` within [`min_correction`, `max_correction`] (else queueing, not
+  service, explains the window); a window without legs (a source that cannot time them) is
+  not learnt. The M/D/1 wait over-counts vLLM's packing of several prompts into one step a
+  little (their `S` shares one step's overhead), so `k` errs low by a few % at load.
 """
 
 from __future__ import annotations
@@ -61,7 +87,7 @@ from pathlib import Path
 
 from autoscale.perf_model_base import PerfModel
 from autoscale.perf_sweep import Sweep
-from autoscale.policy import PerfModelSource, SloPolicy
+from autoscale.policy import PerfModelSource, PrefillSignal, SloPolicy
 from autoscale.signals import Observation, Pool
 from pools.sim.timing import TimingModel, make_timing
 
@@ -78,6 +104,39 @@ def ttft_at_percentile(service_s: float, rho: float, q: float) -> float:
     if rho <= 1 - q:
         return service_s
     return service_s + service_s / (2 * (1 - rho)) * math.log(rho / (1 - q))
+
+
+def mean_response_s(service_s: float, rho: float) -> float:
+    """M/D/1 mean response time (Pollaczek-Khinchine): `S·(1 + rho / (2(1 - rho)))`."""
+    if rho >= 1:
+        return math.inf
+    return service_s * (1.0 + max(0.0, rho) / (2.0 * (1.0 - rho)))
+
+
+def leg_correction(
+    mean_leg_s: float, service_s: float, rho0: float, lo: float, hi: float, rho_max: float
+) -> float | None:
+    """`k` with `mean_response_s(k·S, k·rho0) = L̄` (module docstring, "prefill-leg"); None when
+    no `k` in [lo, hi] with `k·rho0 ≤ rho_max` explains the leg (queueing, not service)."""
+    if service_s <= 0 or mean_leg_s <= 0 or not math.isfinite(mean_leg_s):
+        return None
+    top = hi if rho0 <= 0 else min(hi, rho_max / rho0)
+    if top < lo:
+        return None
+
+    def leg(k: float) -> float:
+        return mean_response_s(k * service_s, k * rho0)
+
+    if leg(lo) > mean_leg_s or leg(top) < mean_leg_s:
+        return None
+    a, b = lo, top
+    for _ in range(60):
+        mid = (a + b) / 2
+        if leg(mid) < mean_leg_s:
+            a = mid
+        else:
+            b = mid
+    return (a + b) / 2
 
 
 def max_utilisation(
@@ -333,6 +392,7 @@ class OnlinePerfModel(CurvePerfModel):
         max_correction: float = 4.0,
         skip_decode_outliers: bool = False,
         skip_decode_wait: bool = False,
+        prefill_signal: PrefillSignal = PrefillSignal.TTFT,
     ) -> None:
         super().__init__(
             kv_capacity_tokens=prior.kv_capacity_tokens,
@@ -349,6 +409,7 @@ class OnlinePerfModel(CurvePerfModel):
         self.max_correction = max_correction
         self.skip_decode_outliers = skip_decode_outliers
         self.skip_decode_wait = skip_decode_wait
+        self.prefill_signal = prefill_signal
         self._fits = {p: _WeightedRatio(half_life_s) for p in Pool}
 
     def correction(self, pool: Pool) -> float:
@@ -392,6 +453,10 @@ class OnlinePerfModel(CurvePerfModel):
         # replica emits it): such a window's TTFT is not prefill service (on the 600 s day
         # with the decode burst queue it taught the fit a 3x slower prefill: 8 replicas)
         idle_queues = all(r.num_waiting == 0 for r in prefill)
+        if self.prefill_signal is PrefillSignal.PREFILL_LEG:
+            if idle_queues:
+                self._observe_prefill_leg(o, len(prefill))
+            return
         if self.skip_decode_wait:
             idle_queues = idle_queues and o.decode_waiting() == 0
         if o.ttft.p50_s is not None and o.num_requests > 0 and idle_queues:
@@ -404,6 +469,21 @@ class OnlinePerfModel(CurvePerfModel):
             # sized with, for a whole half-life)
             if o.ttft.p50_s <= self.max_correction * expected:
                 self.observe_prefill(o.now, uncached, o.ttft.p50_s)
+
+    def _observe_prefill_leg(self, o: Observation, prefill_replicas: int) -> None:
+        """One window's prefill-leg sample (module docstring, "prefill-leg")."""
+        leg = o.prefill_leg
+        ready = o.pool(Pool.PREFILL).ready or prefill_replicas
+        if leg.count <= 0 or leg.mean_s is None or ready <= 0 or o.window_s <= 0:
+            return
+        n = max(1, round(o.prefill_leg_uncached_tokens))
+        service = self.prior.prefill_time_s(n)
+        rho0 = leg.count / o.window_s * service / ready
+        k = leg_correction(
+            leg.mean_s, service, rho0, self.min_correction, self.max_correction, self.rho_max
+        )
+        if k is not None:
+            self._fits[Pool.PREFILL].add(o.now, service, k * service)
 
     def transfer_s(self, uncached_tokens: int) -> float:
         return self.correction(Pool.PREFILL) * self.prior.transfer_s(uncached_tokens)
@@ -435,5 +515,6 @@ def build_perf_model(policy: SloPolicy) -> CurvePerfModel:
             max_correction=cfg.online_max_correction,
             skip_decode_outliers=cfg.online_skip_decode_outliers,
             skip_decode_wait=cfg.online_skip_decode_wait,
+            prefill_signal=cfg.online_prefill_signal,
         )
     return prior

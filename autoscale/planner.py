@@ -125,7 +125,7 @@ from autoscale.planner_terms import (
     prefill_correction,
     reactive_term,
 )
-from autoscale.policy import SloPolicy
+from autoscale.policy import PrefillSignal, SloPolicy
 from autoscale.predictive_floor import POOLS, PredictiveFloor
 from autoscale.projections import AheadRelease, TrendAge
 from autoscale.residence import ResidenceMean
@@ -274,7 +274,13 @@ class PdorchPlanner(Planner):
         for pool, raw in (
             (
                 Pool.PREFILL,
-                prefill_correction(self.perf, obs, self.min_samples, self.decode_wait_attribution),
+                prefill_correction(
+                    self.perf,
+                    obs,
+                    self.min_samples,
+                    self.decode_wait_attribution,
+                    leg=self.policy.perf_model.online_prefill_signal is PrefillSignal.PREFILL_LEG,
+                ),
             ),
             (Pool.DECODE, decode_correction(self.perf, obs, self.min_samples)),
         ):

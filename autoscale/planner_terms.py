@@ -48,7 +48,11 @@ def _enough(obs_count: int, min_samples: int) -> bool:
 
 
 def prefill_correction(
-    perf: PerfModel, obs: Observation, min_samples: int, decode_wait: bool = False
+    perf: PerfModel,
+    obs: Observation,
+    min_samples: int,
+    decode_wait: bool = False,
+    leg: bool = False,
 ) -> float | None:
     """Observed mean TTFT / the model's mean TTFT at the observed load (None: not measurable).
 
@@ -57,7 +61,16 @@ def prefill_correction(
     `TTFT ≈ t_own·(1 + rho / (2(1 - rho)))`. Skipped at `rho ≥ 0.9` (saturated: the queue, not the
     model, explains TTFT, and the reactive queue term handles it) and while sequences wait for
     a decode slot with `decode_wait` (`Observation.decode_waiting`: their TTFT holds that wait).
+
+    With `leg` (policy `perf_model.online_prefill_signal: prefill-leg`) the observed side is the
+    prefill leg's own mean (`Observation.prefill_leg`), against the same M/D/1 mean at the legs'
+    mean uncached prompt and their rate: the end-to-end TTFT also holds the KV transfer and the
+    decode replica's first step(s), which this model has no term for (on the 600 s day they
+    kept this ratio at ~1.9 against a perfect model: `autoscale.perf_model`, "prefill signal").
+    A window without legs is not measurable then.
     """
+    if leg:
+        return _prefill_leg_correction(perf, obs, min_samples)
     ready = obs.pool(Pool.PREFILL).ready
     if ready <= 0 or not _enough(obs.ttft.count, min_samples) or not obs.ttft.mean_s:
         return None
@@ -69,6 +82,19 @@ def prefill_correction(
         return None
     predicted = t_own * (1.0 + rho / (2.0 * (1.0 - rho)))
     return obs.ttft.mean_s / predicted
+
+
+def _prefill_leg_correction(perf: PerfModel, obs: Observation, min_samples: int) -> float | None:
+    """`prefill_correction` on the prefill leg (its docstring)."""
+    ready = obs.pool(Pool.PREFILL).ready
+    legs = obs.prefill_leg
+    if ready <= 0 or not _enough(legs.count, min_samples) or not legs.mean_s or obs.window_s <= 0:
+        return None
+    t_own = perf.prefill_time_s(max(1, round(obs.prefill_leg_uncached_tokens)))
+    rho = legs.count / obs.window_s * t_own / ready
+    if t_own <= 0 or rho >= 0.9:
+        return None
+    return legs.mean_s / (t_own * (1.0 + rho / (2.0 * (1.0 - rho))))
 
 
 def _decode_batch_and_context(obs: Observation) -> tuple[float, int] | None:

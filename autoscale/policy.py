@@ -128,6 +128,13 @@ class PerfModelSource(StrEnum):
     ONLINE = "online"  # the timing model as a prior, corrected from observed step times
 
 
+class PrefillSignal(StrEnum):
+    """What the online fit learns the prefill service time from (`OnlinePerfModel`)."""
+
+    TTFT = "ttft"  # the window's median end-to-end TTFT against prefill + transfer
+    PREFILL_LEG = "prefill-leg"  # the prefill leg's own mean duration against the model's leg
+
+
 class PredictorParams(_Strict):
     """Parameters of every predictor; only the chosen one's are read (`autoscale/predictors.py`).
 
@@ -155,7 +162,10 @@ class PerfModelConfig(_Strict):
     `online_skip_decode_outliers` a decode replica-window past `online_max_correction` x the
     prior's step is not learnt, with `online_skip_decode_wait` no prefill TTFT of a window that
     ended with sequences waiting for a decode slot (their TTFT holds that wait; Round 10)
-    (`OnlinePerfModel`). `rho_max` caps a prefill
+    (`OnlinePerfModel`). `online_prefill_signal` is what the prefill correction is learnt from:
+    `ttft` (the window's median TTFT against prefill + transfer) or `prefill-leg` (the prefill
+    leg's mean duration against the model's queue wait + prefill at the observed load; the
+    planner's own prefill correction reads the leg too; Round 11). `rho_max` caps a prefill
     replica's utilisation whatever the queueing bound allows (headroom for bursts). With
     `decode_residence_at_batch_step` the decode sizing counts a sequence's residence at the
     step time of the batch it packs, not at the ITL target (`autoscale/sizing.py`; off by
@@ -171,6 +181,7 @@ class PerfModelConfig(_Strict):
     online_max_correction: float = Field(default=4.0, gt=0)
     online_skip_decode_outliers: StrictBool = False
     online_skip_decode_wait: StrictBool = False
+    online_prefill_signal: PrefillSignal = PrefillSignal.TTFT
     decode_residence_at_batch_step: StrictBool = False
     rho_max: float = Field(default=0.9, gt=0, lt=1)
     decode_burst_queue: StrictBool = False

@@ -10,7 +10,8 @@ series (all pools, replicas and routes):
 
 Pools from `/admin/pools` (admin token as `Authorization: Bearer`): per pool, `ready` =
 routable replicas, `pending` / `draining` = replicas in those states (unhealthy ones count
-as neither). Per-replica signals and the prefix hit rate: with `engines=True` (default) from
+as neither). Per-replica signals, the prefix hit rate and the prefill leg
+(`Observation.prefill_leg`: the prefill engines' own TTFT): with `engines=True` (default) from
 an `EngineScrapeSource` over the replicas `/admin/pools` lists (their `metrics_url`), else
 from the coordinator's own gauges (`pdorch_replica_requests_in_flight` as `num_running`,
 `pdorch_replica_kv_usage`) and no hit rate. Either way each replica's token load comes from
@@ -230,6 +231,7 @@ class CoordinatorSource(MetricsSource):
             raise MetricsSourceError(f"{self.url}: unreadable answer: {exc}") from exc
         read = CoordinatorRead.of(page)
         pools = pool_status(view)
+        engine_obs: Observation | None = None
         if self.engines is not None:
             self.engines.targets = engine_targets(view)
             engine_obs = await self.engines.observe(now)
@@ -241,6 +243,12 @@ class CoordinatorSource(MetricsSource):
         window_s = 0.0 if self._last_now is None else now - self._last_now
         self._previous, self._last_now = read, now
         obs = coordinator_observation(now, window_s, window, pools, replicas, hit_rate)
+        if engine_obs is not None and obs.window_s > 0:
+            obs = replace(
+                obs,
+                prefill_leg=engine_obs.prefill_leg,
+                prefill_leg_uncached_tokens=engine_obs.prefill_leg_uncached_tokens,
+            )
         return obs
 
     async def aclose(self) -> None:

@@ -12,7 +12,11 @@ Reads vLLM's names (the simulated engine serves the same):
 - ISL / OSL: `_sum / _count` of `vllm:request_prompt_tokens` and
   `vllm:request_generation_tokens`, decode pool;
 - prefix hit rate: `vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total` of the
-  prefill pool (of every replica when the prefill pool saw no query).
+  prefill pool (of every replica when the prefill pool saw no query);
+- the prefill leg (`Observation.prefill_leg`, the online fit's `prefill-leg` signal): the same
+  prefill-pool TTFT histogram (a prefill engine's first token ends its leg: arrival at the
+  engine to the prefill's end), its uncached tokens = the prefill pool's mean
+  `vllm:request_prompt_tokens` x (1 - the hit rate).
 
 Window: since the last call (see `base.py`), per replica: each replica's counters and buckets
 are differenced against that replica's previous read, then summed over the pool, so a
@@ -169,6 +173,8 @@ def engines_observation(
     prompt = total(w.prompt for w in decode)
     generation = total(w.generation for w in decode)
     ttft = total(w.ttft for w in prefill)
+    leg_prompt = total(w.prompt for w in prefill)
+    hit_rate = prefix_hit_rate(windows)
     itl = total(w.itl for w in decode)
     if pools is None:
         pools = {p: PoolStatus(ready=sum(1 for r in replicas if r.pool is p)) for p in Pool}
@@ -181,10 +187,13 @@ def engines_observation(
         arrival_rps=0.0 if first else finished / window_s,
         mean_isl_tokens=mean_or_zero(prompt.sum, prompt.count),
         mean_osl_tokens=mean_or_zero(generation.sum, generation.count),
-        prefix_hit_rate=prefix_hit_rate(windows),
+        prefix_hit_rate=hit_rate,
         ttft=LatencySummary() if first else ttft.summary(),
         itl=LatencySummary() if first else itl.summary(),
         replicas=tuple(replicas),
+        prefill_leg=LatencySummary() if first or not ttft.count else ttft.summary(),
+        prefill_leg_uncached_tokens=mean_or_zero(leg_prompt.sum, leg_prompt.count)
+        * (1.0 - hit_rate),
     )
 
 

@@ -18,6 +18,10 @@ last tick, `planner.interval_s` earlier; the first call's window starts at 0):
   tokens admitted and not yet prefilled), KV usage and capacity (tokens), decode KV tokens
   (the KV blocks of its decode sequences x block size), mean engine step time over the
   window (steps that started in it; `None` when none did);
+- `prefill_leg`: p50/p90/p99/mean of `prefill_end - arrival` over the disaggregated requests
+  whose prefill leg ended in the window (queue wait + prefill steps, as a coordinator times its
+  prefill leg), and `prefill_leg_uncached_tokens` their mean uncached prompt tokens (prompt -
+  the prefill replica's cache hits);
 - `pools`: ready / pending / draining per pool (`DynamicFleetSimulator.status`: a replica
   being moved is pending in its new pool and counts nowhere else).
 
@@ -87,6 +91,7 @@ class ObservationBuilder:
         self._arr = 0
         self._first = 0
         self._fin = 0
+        self._leg = 0
         self._steps: dict[str, tuple[float, float]] = {}
 
     def observe(self, now: float) -> Observation:
@@ -107,6 +112,12 @@ class ObservationBuilder:
         hit = sum(r.hit_tokens for r in firsts) / prompt if prompt else 0.0
         ttfts = [t for r in firsts if (t := ttft_s(r)) is not None]
         itls = [i for r in finished if (i := mean_itl_s(r)) is not None]
+        legs = sim.prefill_leg_records[self._leg :]
+        self._leg = len(sim.prefill_leg_records)
+        leg_s = [r.prefill_end - r.arrival for r in legs if r.prefill_end is not None]
+        leg_uncached = (
+            sum(max(0, r.prompt_tokens - r.hit_tokens) for r in legs) / len(legs) if legs else 0.0
+        )
         attained = None
         if finished:
             ok = 0
@@ -131,6 +142,8 @@ class ObservationBuilder:
             itl=summarize(itls),
             slo_attainment=attained,
             replicas=self.replica_signals(now),
+            prefill_leg=summarize(leg_s),
+            prefill_leg_uncached_tokens=leg_uncached,
         )
 
     def replica_signals(self, now: float) -> tuple[ReplicaSignals, ...]:

@@ -136,6 +136,7 @@ class DynamicFleetSimulator(FleetSimulator):
         self.lost_ids: set[str] = set()
         self.finished_records: list[RequestRecord] = []  # in finish order
         self.first_token_records: list[RequestRecord] = []  # in first-token order
+        self.prefill_leg_records: list[RequestRecord] = []  # in prefill-leg-end order
         self.now = 0.0
         # per replica: [Σ step seconds, steps] of the steps started so far (engine busy time)
         self.step_time: dict[str, list[float]] = {}
@@ -371,6 +372,12 @@ class DynamicFleetSimulator(FleetSimulator):
                     rec = self.records.get(out.request_id)
                     if rec is not None:
                         self.first_token_records.append(rec)
+        else:  # a prefill leg ended: what the online fit learns prefill from (`observe.py`)
+            for out in res.outputs:
+                rec = self.records.get(out.request_id)
+                if rec is not None:
+                    rec.prefill_end = now
+                    self.prefill_leg_records.append(rec)
         super()._apply_outputs(rep, res, now)
 
     def _apply_fast_forward(self, rep: SimReplica, ff: DecodeFastForward) -> None:

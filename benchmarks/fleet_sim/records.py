@@ -49,6 +49,8 @@ class RequestRecord:
     decode_replica: str = ""
     disaggregated: bool = False
     first_token: float | None = None
+    # the prefill leg's end (its KV ready for the decode replica); None when not disaggregated
+    prefill_end: float | None = None
     last_token: float | None = None
     finish: float | None = None
     num_output: int = 0

@@ -1,6 +1,8 @@
 """Benchmark policy names -> router configs (prefill policy, decode policy, P/D decision).
 
 - `token_load`: prefill `token_load`, decode `token_load_decode`.
+- `latency_predictor`: prefill `latency_predictor` (token_load calibrated by the lifecycle's
+  learnt per-replica latency fit), decode `token_load_decode`.
 - `round_robin`, `least_request`, `consistent_hash`, `cache_aware`, `llmd`, `dynamo`: the same
   policy for prefill and decode (each has a load or session notion that applies to decode).
 - `kv_overlap`: prefill `kv_overlap`, decode `least_request` (pure overlap has no load notion:
@@ -28,6 +30,7 @@ from router.policies.config import PolicyConfig, RouterPolicyConfig
 
 POLICY_PAIRS: dict[str, tuple[str, str]] = {
     "token_load": ("token_load", "token_load_decode"),
+    "latency_predictor": ("latency_predictor", "token_load_decode"),
     "round_robin": ("round_robin", "round_robin"),
     "least_request": ("least_request", "least_request"),
     "consistent_hash": ("consistent_hash", "consistent_hash"),

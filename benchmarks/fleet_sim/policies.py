@@ -18,6 +18,9 @@ a documented parameter; the spec string is the policy's name in reports.
 
 A `+late` suffix turns on late binding (`router/late_binding.py`) with its defaults, on any
 policy: `dynamo+late`; its parameters follow `:`: `token_load+late:hold_queued_s=0.3:aging=2`.
+A `+decode:KEY=VALUE[:...]` suffix sets parameters of the *decode* policy (the `@` ones go to
+the prefill policy): `token_load+decode:transfer_weight=2` (token_load_decode's KV-transfer
+term).
 """
 
 from __future__ import annotations
@@ -47,11 +50,15 @@ def router_config_for(spec: str) -> RouterPolicyConfig:
     """The router config of a benchmark policy name like `token_load` or `llmd/never`."""
     spec, *modifiers = spec.split("+")
     late: dict[str, object] | None = None
+    decode_params: dict[str, object] = {}
     for modifier in modifiers:
-        mname, *late_items = modifier.split(":")
-        if mname != "late":
-            raise ValueError(f"policies: unknown modifier {modifier!r}; known: late")
-        late = {"enabled": True, **_assignments(late_items, spec)}
+        mname, *items = modifier.split(":")
+        if mname == "late":
+            late = {"enabled": True, **_assignments(items, spec)}
+        elif mname == "decode":
+            decode_params.update(_assignments(items, spec))
+        else:
+            raise ValueError(f"policies: unknown modifier {modifier!r}; known: late, decode")
     head, *assignments = spec.split("@")
     name, _, mode = head.partition("/")
     mode = mode or "conditional"
@@ -69,7 +76,7 @@ def router_config_for(spec: str) -> RouterPolicyConfig:
         pd = PdDecisionParams()
     return RouterPolicyConfig(
         prefill=PolicyConfig(name=prefill, params=params),
-        decode=PolicyConfig(name=decode),
+        decode=PolicyConfig(name=decode, params=decode_params),
         pd=pd,
         late_binding=LateBindingParams.model_validate(late or {}),
     )

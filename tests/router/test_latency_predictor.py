@@ -300,3 +300,40 @@ def test_local_prefill_is_observed_at_the_first_token() -> None:
     assert est is not None and est.prefill_observations == 1
     lc.aborted("x", 1.0)
     assert lc.pools.static(plan.decode.replica).latency is est  # aborts are not observed
+
+
+# ---- 5. KV-transfer-aware decode pick (token_load_decode@transfer_weight) ------------------
+
+
+def decode_pool() -> list[ReplicaSnapshot]:
+    """Two decode replicas: `held` decoded the session's last turn (holds 12k of the prompt's
+    16k tokens) and carries 100 blocks (1 % of its KV) more than `empty`."""
+    return [
+        ReplicaSnapshot("held", overlap_blocks=12_000 // BS, decode_blocks=1100,
+                        kv_capacity_blocks=10_000),
+        ReplicaSnapshot("empty", overlap_blocks=0, decode_blocks=1000, kv_capacity_blocks=10_000),
+    ]  # fmt: skip
+
+
+def test_transfer_term_prefers_the_replica_holding_the_prompt() -> None:
+    req = request(16_000, 64)
+    assert policy("token_load_decode").pick(req, decode_pool(), 0.0).chosen == "empty"
+    aware = policy("token_load_decode", transfer_weight=2.0).pick(req, decode_pool(), 0.0)
+    assert aware.chosen == "held"
+    terms = aware.details
+    assert terms["held"]["transfer_s"] == pytest.approx(4000 * 3.3e-6)
+    assert terms["empty"]["transfer_s"] == pytest.approx(16_000 * 3.3e-6)
+    # 2 x 12k tokens x 3.3 µs = 0.079 of transfer saved against 0.01 of KV load
+    diff = aware.scores["empty"] - aware.scores["held"]
+    assert diff == pytest.approx(2.0 * 12_000 * 3.3e-6 - 100 / 10_000, rel=1e-9)
+    assert "KV transfer 13.2 ms" in aware.reason
+
+
+def test_bench_policy_decode_params_reach_the_decode_policy() -> None:
+    from benchmarks.fleet_sim.policies import router_config_for
+
+    config = router_config_for("token_load+decode:transfer_weight=2")
+    assert config.decode.params == {"transfer_weight": 2}
+    assert router_config_for("latency_predictor").prefill.name == "latency_predictor"
+    with pytest.raises(ValueError, match="known: late, decode"):
+        router_config_for("token_load+nope")

@@ -174,6 +174,7 @@ def plan_fleet(
                     pool=pool,
                     model=config.served_model_name,
                     block_size=config.block_size,
+                    hardware=members.hardware,
                 )
             )
             order.append(replica_id)
@@ -194,6 +195,7 @@ def plan_fleet(
                 log_dir=log_dir,
                 stop_grace_s=settings.stop_grace_s,
                 cpu_cores=core,
+                hardware=members.hardware,
             )
             plan.append(engine)
             order.append(replica_id)

@@ -15,14 +15,16 @@ import os
 import signal
 import sys
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypedDict
 
+from pools.hardware import HardwareSpec
 from pools.http_client import http_client
 from pools.launch_spec import (
     SimLaunchSpec,
     VllmLaunchSpec,
+    with_hardware,
 )
 from pools.ports import free_ports
 from pools.replica import ReplicaEndpoint
@@ -75,6 +77,9 @@ class EngineBase:
     block_size: int
     events_endpoint: str | None
     replay_endpoint: str | None
+    # the pool's `hardware:` (routing constants on the endpoint), keyword-only: after the
+    # subclasses' own fields
+    hardware: HardwareSpec | None = field(default=None, kw_only=True)
 
     def log_tail(self) -> str:
         """The last lines of the engine's log ("": it has none, e.g. in-process)."""
@@ -85,7 +90,9 @@ class EngineBase:
         self, url: str, num_gpu_blocks: int | None, kind: str, switchable: bool
     ) -> ReplicaEndpoint:
         """The endpoint of this engine once it serves at `url` (its KV events on the
-        endpoints it was given, topic = its replica id)."""
+        endpoints it was given, topic = its replica id; routing constants from the pool's
+        `hardware`)."""
+        tps, kv_cost = with_hardware(self.hardware)
         return ReplicaEndpoint(
             replica_id=self.replica_id,
             pool=self.pool,
@@ -99,6 +106,8 @@ class EngineBase:
             launched=True,
             kind=kind,
             switchable=switchable,
+            prefill_tokens_per_s=tps,
+            decode_s_per_kv_token=kv_cost,
         )
 
 
@@ -340,6 +349,7 @@ def make_engine(
     log_dir: Path,
     stop_grace_s: float,
     cpu_cores: str | None = None,
+    hardware: HardwareSpec | None = None,
 ) -> EngineHandle:
     """One (not yet started) engine handle: its own ipc:// KV event endpoints (named by the
     replica id, so ids must be unique), its log file; ports are picked when it starts."""
@@ -354,17 +364,19 @@ def make_engine(
         "replay_endpoint": replay,
     }
     if isinstance(spec, SimLaunchSpec) and spec.in_process:
-        return SimInProcessEngine(**base, spec=spec)
+        return SimInProcessEngine(**base, spec=spec, hardware=hardware)
     if isinstance(spec, SimLaunchSpec):
         return SimProcessEngine(
             **base,
             spec=spec,
+            hardware=hardware,
             log_path=log_dir / f"{replica_id}.log",
             stop_grace_s=stop_grace_s,
         )
     return VllmEngine(
         **base,
         spec=spec,
+        hardware=hardware,
         log_path=log_dir / f"{replica_id}.log",
         cpu_cores=cpu_cores,
         stop_grace_s=stop_grace_s,

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from pools.hardware import HardwareSpec
 from pools.replica import ReplicaEndpoint
 from pools.roles import EngineRole
 from pools.sim.settings import SimEngineSettings
@@ -69,14 +70,26 @@ class StaticEndpointSpec(BaseModel):
     )
     kv_events_topic: str = Field(default="", description="Topic frame the engine publishes.")
     metrics_url: str | None = Field(default=None, description="Default: `<url>/metrics`.")
+    hardware: HardwareSpec | None = Field(
+        default=None,
+        description="The engine's timing profile (pools/hardware.py); default: the pool's.",
+    )
 
     _url = field_validator("url", "metrics_url")(_check_http)
     _zmq = field_validator("kv_events_endpoint", "kv_events_replay_endpoint")(_check_zmq)
 
     def to_endpoint(
-        self, *, replica_id: str, pool: str, model: str, block_size: int
+        self,
+        *,
+        replica_id: str,
+        pool: str,
+        model: str,
+        block_size: int,
+        hardware: HardwareSpec | None = None,
     ) -> ReplicaEndpoint:
-        """The fleet's entry for this endpoint (`id` wins over `replica_id` when set)."""
+        """The fleet's entry for this endpoint (`id` wins over `replica_id` when set; its own
+        `hardware` over the pool's `hardware`)."""
+        tps, kv_cost = with_hardware(self.hardware or hardware)
         return ReplicaEndpoint(
             replica_id=self.id or replica_id,
             pool=pool,
@@ -87,7 +100,14 @@ class StaticEndpointSpec(BaseModel):
             kv_events_replay_endpoint=self.kv_events_replay_endpoint,
             kv_events_topic=self.kv_events_topic,
             metrics_url=self.metrics_url,
+            prefill_tokens_per_s=tps,
+            decode_s_per_kv_token=kv_cost,
         )
+
+
+def with_hardware(hardware: HardwareSpec | None) -> tuple[float | None, float | None]:
+    """(prefill tokens/s, decode s per KV token) of a replica's profile, (None, None) without."""
+    return hardware.costs() if hardware is not None else (None, None)
 
 
 # Fields of the engine settings the launcher fills in (not allowed in a launch spec).
@@ -294,6 +314,11 @@ class PoolMembers(BaseModel):
 
     endpoints: list[StaticEndpointSpec] = Field(default_factory=list)
     launch: list[LaunchSpec] = Field(default_factory=list)
+    hardware: HardwareSpec | None = Field(
+        default=None,
+        description="Timing profile of the pool's replicas (pools/hardware.py): routing "
+        "constants; an endpoint's own `hardware` wins.",
+    )
 
     def size(self) -> int:
         """Replicas at start: static endpoints plus every launch spec's count."""

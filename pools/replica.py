@@ -48,6 +48,10 @@ class ReplicaEndpoint:
     # role-agnostic engine (simulated role `both`, vLLM `kv_both`): may move between the
     # prefill and decode pools without a restart (`Fleet.move_replica`)
     switchable: bool = False
+    # routing constants of the replica's hardware profile (fleet file `hardware:`,
+    # pools/hardware.py); None: the router's defaults
+    prefill_tokens_per_s: float | None = None
+    decode_s_per_kv_token: float | None = None
 
     @property
     def metrics_endpoint(self) -> str:

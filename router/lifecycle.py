@@ -62,6 +62,15 @@ The reservation is `TokenLoad.on_reserved` until the decode leg is sent (`on_leg
 `prefill_done`): no engine holds those blocks yet, so a `/metrics` scrape must not bound them
 (the KV-usage bound applies to the blocks the engine holds only; router/token_load.py).
 
+**Learnt latency fits** (router/latency_predictor.py): when a policy of the router reads one
+(`PdRouter.latency_fit`, the `latency_predictor` scorer), the lifecycle feeds a
+`LatencyPredictor` from these same events: admission records the model's prefill estimate on
+the replica that prefills; the prefill's end (`prefill_done` ok, or the first token of a local
+prefill) is a prefill observation; the first token on the decode replica starts a decode
+observation that `finished` ends (`generated_total`, else the last token count seen). Failed,
+retried, migrated and aborted requests are not observed. Each new estimate becomes the
+replica's `ReplicaStatic.latency` (merged into the caller's statics), so the snapshots carry it.
+
 Membership, statics and the index lookups live in `router/lifecycle_pools.py` (members in
 natural order: `p2` before `p10`). Optional `recorder`: a list that receives one
 `LifecycleEvent` per event, with its inputs and the token load after it (the agreement test
@@ -74,6 +83,7 @@ import dataclasses
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from router.latency_predictor import LatencyPredictor, prior_prefill_s
 from router.lifecycle_plan import (
     DecodeLeg,
     EventKind,
@@ -132,6 +142,8 @@ class RequestLifecycle:
         self.recorder = recorder
         self.pools = ReplicaPools(index, approx)
         self._live: dict[str, _Live] = {}
+        fit = router.latency_fit()
+        self.predictor: LatencyPredictor | None = LatencyPredictor(fit) if fit else None
 
     # ---- fleet membership (data the caller hands in: router/lifecycle_pools.py) --------------
 
@@ -145,17 +157,32 @@ class RequestLifecycle:
     ) -> None:
         """A replica joins `pool`; `approximate`: it publishes no KV events, so its overlap
         comes from what we routed to it (the approximate index)."""
-        self.pools.add(replica_id, pool, static, approximate)
+        self.pools.add(replica_id, pool, self._with_fit(replica_id, static), approximate)
 
     def set_static(self, replica_id: str, static: ReplicaStatic) -> None:
         """New health/throughput facts for a member (ignored for unknown replicas)."""
-        self.pools.set_static(replica_id, static)
+        self.pools.set_static(replica_id, self._with_fit(replica_id, static))
+
+    def _with_fit(self, replica_id: str, static: ReplicaStatic) -> ReplicaStatic:
+        """The caller's statics with the replica's learnt fit (when fits are kept)."""
+        if self.predictor is None:
+            return static
+        fit = self.predictor.estimate(replica_id)
+        return static if fit is static.latency else dataclasses.replace(static, latency=fit)
+
+    def _fit_changed(self, replica_id: str | None) -> None:
+        if replica_id is not None:
+            self.pools.set_static(
+                replica_id, self._with_fit(replica_id, self.pools.static(replica_id))
+            )
 
     def remove_replica(self, replica_id: str, now: float) -> None:
         """The replica left: forget it, its token load and the policies' state about it. (The
         caller that feeds the indexes drops its index entries.)"""
         self.pools.remove(replica_id)
         self.token_load.remove_replica(replica_id, now)
+        if self.predictor is not None:
+            self.predictor.remove_replica(replica_id)
         router = self.router
         for policy in (router.prefill_policy, router.decode_policy, router.colocated_policy):
             policy.on_replica_removed(replica_id, now)
@@ -247,6 +274,10 @@ class RequestLifecycle:
         d = route.decode_replica
         tl = self.token_load
         prefill: PrefillLeg | None = None
+        if self.predictor is not None:
+            prefiller = route.prefill_replica if route.kind is RouteKind.PD else d
+            if prefiller is not None:
+                self._predict_prefill(request, lookup, prefiller, now)
         if route.kind is RouteKind.PD and route.prefill_replica is not None:
             p = route.prefill_replica
             uncached = request.uncached_tokens(lookup.overlap.get(p, 0))
@@ -286,6 +317,11 @@ class RequestLifecycle:
         tl = self.token_load
         p = live.prefill
         live.prefilling = False
+        if self.predictor is not None:
+            if ok:
+                self._fit_changed(self.predictor.prefill_done(request_id, now))
+            else:
+                self.predictor.forget(request_id)
         if ok:
             tl.on_prefill_done(request_id, p, now)
             tl.on_leg_sent(request_id, live.decode, now)  # the decode engine allocates them now
@@ -321,6 +357,8 @@ class RequestLifecycle:
                 live.generated = total
                 return  # same blocks: the token load would not change
         live.generated = total
+        if prev < 0 and self.predictor is not None:
+            self._first_token(live, request_id, now)
         self.token_load.on_tokens(request_id, live.decode, now, total)
         if self.recorder is not None:
             self._record(EventKind.TOKENS, request_id, now, generated=total)
@@ -333,6 +371,8 @@ class RequestLifecycle:
             return
         self.token_load.on_aborted(request_id, now, live.decode)
         live.generated = -1
+        if self.predictor is not None:
+            self.predictor.forget(request_id)
         if reached and live.with_kv:
             live.with_kv = False
             if live.kind is RouteKind.PD:
@@ -379,6 +419,8 @@ class RequestLifecycle:
         if live is None:
             return None
         self.token_load.on_aborted(request_id, now, live.decode)
+        if self.predictor is not None:
+            self.predictor.forget(request_id)
         old = live.request
         live.request = dataclasses.replace(
             old,
@@ -406,9 +448,13 @@ class RequestLifecycle:
             )
         return leg
 
-    def finished(self, request_id: str, now: float) -> None:
-        """The request completed: every entry it has ends."""
-        self._live.pop(request_id, None)
+    def finished(self, request_id: str, now: float, generated_total: int | None = None) -> None:
+        """The request completed: every entry it has ends. `generated_total`: its output
+        tokens (else the last count `tokens` saw), for the decode latency fit."""
+        live = self._live.pop(request_id, None)
+        if self.predictor is not None and live is not None:
+            generated = live.generated if generated_total is None else generated_total
+            self._fit_changed(self.predictor.finished(request_id, now, generated))
         self.token_load.on_finished(request_id, now)
         if self.recorder is not None:
             self._record(EventKind.FINISHED, request_id, now)
@@ -416,11 +462,51 @@ class RequestLifecycle:
     def aborted(self, request_id: str, now: float) -> None:
         """The request failed or its client left: every entry it has ends."""
         self._live.pop(request_id, None)
+        if self.predictor is not None:
+            self.predictor.forget(request_id)
         self.token_load.on_aborted(request_id, now)
         if self.recorder is not None:
             self._record(EventKind.ABORTED, request_id, now)
 
     # ---- internals ---------------------------------------------------------------------------
+
+    def _constants(self, replica_id: str) -> tuple[float, float]:
+        """(prefill tokens/s, s per KV token) of a replica: its statics, else the fit's
+        defaults (the `latency_predictor` scorer reads them the same way)."""
+        assert self.predictor is not None
+        p = self.predictor.params
+        static = self.pools.static(replica_id)
+        return (
+            static.prefill_tokens_per_s or p.default_prefill_tokens_per_s,
+            static.decode_s_per_kv_token or p.decode_s_per_kv_token,
+        )
+
+    def _predict_prefill(
+        self, request: RoutingRequest, lookup: KvLookup, replica: str, now: float
+    ) -> None:
+        """Record the model's prefill seconds on `replica` before the request counts there."""
+        assert self.predictor is not None
+        load = self.token_load.load(replica, now)
+        tps, c = self._constants(replica)
+        kv = load.decode_blocks * request.block_size
+        work = load.prefill_tokens_queued + request.uncached_tokens(lookup.overlap.get(replica, 0))
+        seqs = load.requests_in_flight if kv > 0 else 0
+        budget = self.predictor.params.max_num_batched_tokens
+        prior = prior_prefill_s(work, seqs, kv, tps, c, budget)
+        self.predictor.admitted(request.request_id, replica, now, prior)
+
+    def _first_token(self, live: _Live, request_id: str, now: float) -> None:
+        """The first output token on the decode replica: a local prefill ended here (an
+        observation), and the decode observation starts."""
+        assert self.predictor is not None
+        if not live.with_kv:
+            self._fit_changed(self.predictor.prefill_done(request_id, now))
+        d = live.decode
+        load = self.token_load.load(d, now)
+        tps, c = self._constants(d)
+        kv = load.decode_blocks * live.request.block_size
+        seqs = load.requests_in_flight if kv > 0 else 0
+        self.predictor.decode_started(request_id, d, now, seqs / tps + c * kv)
 
     def _others(self, pool: PoolName, only: Collection[str] | None) -> Collection[str]:
         if only is None:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from router.explain import DecisionExplanation, explain_pd, explain_pick
+from router.latency_predictor import LatencyFitParams
 from router.pd_decision import PdDecision, decide_pd
 from router.plugins.profile import Profile
 from router.policies.config import RouterPolicyConfig, build_policy
@@ -102,6 +103,15 @@ class PdRouter:
         self.colocated_policy: Profile = build_policy(
             config.prefill, rng=random.Random(rng.random()), field_prefix="prefill"
         )
+
+    def latency_fit(self) -> LatencyFitParams | None:
+        """The latency-fit parameters of the first policy that reads a learnt fit (prefill,
+        then decode, then colocated), or None (`Profile.latency_fit`)."""
+        for policy in (self.prefill_policy, self.decode_policy, self.colocated_policy):
+            fit = policy.latency_fit
+            if fit is not None:
+                return fit
+        return None
 
     def route(
         self,

@@ -23,7 +23,8 @@ never changed in place (a change is a new object).
 
 Columns (index `i` = position in `replica_ids`): `ints[f, i]` for the integer fields
 `INT_FIELDS`, `kv_usage`, `tps` (`prefill_tokens_per_s`, 0.0 where None: every reader treats
-0 and None alike, `tps or default`), `healthy`. Read-only by convention, like a snapshot;
+0 and None alike, `tps or default`), `kv_cost` (`decode_s_per_kv_token`, 0.0 where None, read
+the same way), `healthy`. Read-only by convention, like a snapshot;
 `mark_unhealthy` is the one change (the lifecycle's excluded and ineligible replicas).
 """
 
@@ -92,7 +93,17 @@ _EMPTY_BOOLS: BoolArray = np.zeros(0, dtype=np.bool_)
 class ReplicaColumns(Sequence[ReplicaSnapshot]):
     """Candidates as arrays (module docstring); a lazy `Sequence[ReplicaSnapshot]` too."""
 
-    __slots__ = ("_loads", "_snapshots", "_statics", "healthy", "ids", "ints", "kv_usage", "tps")
+    __slots__ = (
+        "_loads",
+        "_snapshots",
+        "_statics",
+        "healthy",
+        "ids",
+        "ints",
+        "kv_cost",
+        "kv_usage",
+        "tps",
+    )
 
     def __init__(
         self,
@@ -103,11 +114,13 @@ class ReplicaColumns(Sequence[ReplicaSnapshot]):
         healthy: BoolArray,
         loads: list[ReplicaLoad],
         statics: list[ReplicaStatic],
+        kv_cost: FloatArray | None = None,
     ) -> None:
         self.ids = ids
         self.ints = ints
         self.kv_usage = kv_usage
         self.tps = tps
+        self.kv_cost = kv_cost if kv_cost is not None else np.zeros(len(ids))
         self.healthy = healthy
         self._loads = loads
         self._statics = statics
@@ -129,6 +142,7 @@ class ReplicaColumns(Sequence[ReplicaSnapshot]):
             np.array([s.healthy for s in snaps], dtype=np.bool_),
             [],
             [],
+            np.array([s.decode_s_per_kv_token or 0.0 for s in snaps], dtype=np.float64),
         )
         columns._snapshots = snaps
         return columns
@@ -193,6 +207,8 @@ class ReplicaColumns(Sequence[ReplicaSnapshot]):
                     cached[i],
                     None,
                     load.decoding,
+                    info.decode_s_per_kv_token,
+                    info.latency,
                 )
                 for i, (rid, load, info) in enumerate(
                     zip(self.ids, self._loads, self._statics, strict=True)
@@ -235,6 +251,7 @@ class ColumnBuilder:
         "_healthy",
         "_ids",
         "_ints",
+        "_kv_cost",
         "_kv_usage",
         "_loads",
         "_position",
@@ -250,6 +267,7 @@ class ColumnBuilder:
         self._ints: IntArray = np.zeros((len(INT_FIELDS), 0), dtype=np.int64)
         self._kv_usage: FloatArray = np.zeros(0)
         self._tps: FloatArray = np.zeros(0)
+        self._kv_cost: FloatArray = np.zeros(0)
         self._healthy: BoolArray = np.zeros(0, dtype=np.bool_)
         self._loads: list[ReplicaLoad] = []
         self._statics: list[ReplicaStatic] = []
@@ -268,6 +286,7 @@ class ColumnBuilder:
         self._ints = np.zeros((len(INT_FIELDS), n), dtype=np.int64)
         self._kv_usage = np.zeros(n)
         self._tps = np.zeros(n)
+        self._kv_cost = np.zeros(n)
         self._healthy = np.ones(n, dtype=np.bool_)
         self._loads = [_UNREAD_LOAD] * n
         self._statics = [_UNREAD_STATIC] * n
@@ -306,12 +325,13 @@ class ColumnBuilder:
         ids = replica_ids if isinstance(replica_ids, list) else list(replica_ids)
         if not ids:  # an empty pool (the colocated one of a P/D fleet): nothing to build
             return ReplicaColumns(
-                [], _EMPTY_INTS, _EMPTY_FLOATS, _EMPTY_FLOATS, _EMPTY_BOOLS, [], []
+                [], _EMPTY_INTS, _EMPTY_FLOATS, _EMPTY_FLOATS, _EMPTY_BOOLS, [], [], _EMPTY_FLOATS
             )
         if ids != self._ids or loads is not self._source:
             self._reset(list(ids), loads)
         ids = self._ids  # our copy: the caller's list may change after this call
         ints, kv_usage, tps, healthy = self._ints, self._kv_usage, self._tps, self._healthy
+        kv_cost = self._kv_cost
         prev_loads, prev_statics = self._loads, self._statics
         get_load = loads.load
         changed = self._changed_rows()
@@ -340,6 +360,7 @@ class ColumnBuilder:
                     prev_statics[i] = info
                     healthy[i] = info.healthy
                     tps[i] = info.prefill_tokens_per_s or 0.0
+                    kv_cost[i] = info.decode_s_per_kv_token or 0.0
         out_ints = ints.copy()
         row = out_ints[_OVERLAP]
         # depths by replica bit (`KvIndex.overlap`): one gather, rows cached per bit layout;
@@ -369,4 +390,5 @@ class ColumnBuilder:
             healthy.copy(),
             prev_loads.copy(),
             prev_statics.copy(),
+            kv_cost.copy(),
         )

@@ -69,6 +69,11 @@ class ReplicaSnapshot:
       or will decode; remaining = `max_tokens` minus tokens generated so far, -1 when the request
       gave no `max_tokens` (token load, `TokenLoad._decoding`). The straggler-aware decode term
       of `token_load` reads it.
+    - `decode_s_per_kv_token`: the replica's own seconds to read one KV token in a decode step
+      (KV bytes per token / HBM bandwidth of its hardware profile; None = the policy's
+      default). `token_load@per_replica_decode_cost=true` and `latency_predictor` read it.
+    - `latency`: the lifecycle's learnt latency fit of the replica
+      (`router/latency_predictor.py`; None = no fit kept). `latency_predictor` reads it.
 
     Read-only by convention; not `frozen` because frozen dataclasses construct several times
     slower and one decision builds a snapshot per candidate replica.
@@ -88,6 +93,27 @@ class ReplicaSnapshot:
     cached_blocks: int = 0
     role: str | None = None
     decoding: tuple[tuple[int, int], ...] = ()
+    decode_s_per_kv_token: float | None = None
+    latency: LatencyEstimate | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyEstimate:
+    """A replica's learnt latency calibration (`router/latency_predictor.py` fits it).
+
+    Both fits correct the `token_load` model's own estimate `x` of the same quantity:
+    `observed ≈ intercept + ratio · x`. Prefill: `x` = the prefill seconds `token_load`
+    predicts for the work queued ahead plus the request's own uncached tokens; decode: `x` = the
+    per-step slow-down it predicts (`n / tps + c · K`), observed as a request's mean time per
+    output token. A fresh replica is `(0, 1, 0, 1)`: exactly the model.
+    """
+
+    prefill_intercept_s: float = 0.0
+    prefill_ratio: float = 1.0
+    decode_intercept_s: float = 0.0
+    decode_ratio: float = 1.0
+    prefill_observations: int = 0
+    decode_observations: int = 0
 
 
 @dataclass(slots=True)
@@ -113,10 +139,14 @@ class LoadSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ReplicaStatic:
-    """Per-replica facts that change rarely (health, profiled throughput)."""
+    """Per-replica facts that change rarely (health, profiled throughput and KV-read cost from
+    the replica's hardware profile) and, when a policy learns one, the lifecycle's latency fit
+    (a new object at most once per observed prefill or decode)."""
 
     healthy: bool = True
     prefill_tokens_per_s: float | None = None
+    decode_s_per_kv_token: float | None = None
+    latency: LatencyEstimate | None = None
 
 
 _DEFAULT_STATIC = ReplicaStatic()
@@ -162,6 +192,8 @@ def build_snapshots(
                 get_cached(rid, 0),
                 None,
                 load.decoding,
+                info.decode_s_per_kv_token,
+                info.latency,
             )
         )
     return snapshots

@@ -83,5 +83,5 @@ class SimLifecycle:
     def token_output(self, request_id: str, now: float, generated_total: int) -> None:
         self.lifecycle.tokens(request_id, now, generated_total)
 
-    def finished(self, request_id: str, now: float) -> None:
-        self.lifecycle.finished(request_id, now)
+    def finished(self, request_id: str, now: float, generated_total: int | None = None) -> None:
+        self.lifecycle.finished(request_id, now, generated_total)

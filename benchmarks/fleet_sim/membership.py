@@ -44,7 +44,6 @@ from benchmarks.fleet_sim.simulator import FleetSimulator
 from benchmarks.workloads.model import Workload
 from pools.sim.engine_core import StepResult
 from pools.sim.outputs import DecodeFastForward
-from router.replica_state import ReplicaStatic
 from router.vocabulary import PoolName
 
 PENDING, READY, DRAINING, MOVING, REMOVED = "pending", "ready", "draining", "moving", "removed"
@@ -231,7 +230,7 @@ class DynamicFleetSimulator(FleetSimulator):
         m.state = READY
         m.drain_deadline = None
         self._leaving.remove(rid)
-        self.routing.lifecycle.set_static(rid, ReplicaStatic(prefill_tokens_per_s=self.tps))
+        self.routing.lifecycle.set_static(rid, self.replica_static())
         self.mevents.append(MembershipEvent(now, rid, m.pool, "recall"))
 
     def move_draining(self, rid: str, now: float, switch_s: float) -> None:
@@ -270,9 +269,7 @@ class DynamicFleetSimulator(FleetSimulator):
 
     # ------------------------------------------------------------------ internals
     def _unroute(self, rid: str) -> None:
-        self.routing.lifecycle.set_static(
-            rid, ReplicaStatic(healthy=False, prefill_tokens_per_s=self.tps)
-        )
+        self.routing.lifecycle.set_static(rid, self.replica_static(healthy=False))
 
     def _activate_due(self, now: float) -> None:
         if not self._due:
@@ -294,9 +291,7 @@ class DynamicFleetSimulator(FleetSimulator):
             m.state = READY
             m.from_pool = None
             m.drain_deadline = None
-            lifecycle.add_replica(
-                rid, PoolName(m.pool), ReplicaStatic(prefill_tokens_per_s=self.tps)
-            )
+            lifecycle.add_replica(rid, PoolName(m.pool), self.replica_static())
 
     def _check_leaving(self, now: float) -> None:
         if not self._leaving:

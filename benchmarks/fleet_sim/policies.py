@@ -1,6 +1,8 @@
 """Benchmark policy names -> router configs (prefill policy, decode policy, P/D decision).
 
 - `token_load`: prefill `token_load`, decode `token_load_decode`.
+- `latency_predictor`: prefill `latency_predictor` (token_load calibrated by the lifecycle's
+  learnt per-replica latency fit), decode `token_load_decode`.
 - `round_robin`, `least_request`, `consistent_hash`, `cache_aware`, `llmd`, `dynamo`: the same
   policy for prefill and decode (each has a load or session notion that applies to decode).
 - `kv_overlap`: prefill `kv_overlap`, decode `least_request` (pure overlap has no load notion:
@@ -16,6 +18,9 @@ a documented parameter; the spec string is the policy's name in reports.
 
 A `+late` suffix turns on late binding (`router/late_binding.py`) with its defaults, on any
 policy: `dynamo+late`; its parameters follow `:`: `token_load+late:hold_queued_s=0.3:aging=2`.
+A `+decode:KEY=VALUE[:...]` suffix sets parameters of the *decode* policy (the `@` ones go to
+the prefill policy): `token_load+decode:transfer_weight=2` (token_load_decode's KV-transfer
+term).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from router.policies.config import PolicyConfig, RouterPolicyConfig
 
 POLICY_PAIRS: dict[str, tuple[str, str]] = {
     "token_load": ("token_load", "token_load_decode"),
+    "latency_predictor": ("latency_predictor", "token_load_decode"),
     "round_robin": ("round_robin", "round_robin"),
     "least_request": ("least_request", "least_request"),
     "consistent_hash": ("consistent_hash", "consistent_hash"),
@@ -44,11 +50,15 @@ def router_config_for(spec: str) -> RouterPolicyConfig:
     """The router config of a benchmark policy name like `token_load` or `llmd/never`."""
     spec, *modifiers = spec.split("+")
     late: dict[str, object] | None = None
+    decode_params: dict[str, object] = {}
     for modifier in modifiers:
-        mname, *late_items = modifier.split(":")
-        if mname != "late":
-            raise ValueError(f"policies: unknown modifier {modifier!r}; known: late")
-        late = {"enabled": True, **_assignments(late_items, spec)}
+        mname, *items = modifier.split(":")
+        if mname == "late":
+            late = {"enabled": True, **_assignments(items, spec)}
+        elif mname == "decode":
+            decode_params.update(_assignments(items, spec))
+        else:
+            raise ValueError(f"policies: unknown modifier {modifier!r}; known: late, decode")
     head, *assignments = spec.split("@")
     name, _, mode = head.partition("/")
     mode = mode or "conditional"
@@ -66,7 +76,7 @@ def router_config_for(spec: str) -> RouterPolicyConfig:
         pd = PdDecisionParams()
     return RouterPolicyConfig(
         prefill=PolicyConfig(name=prefill, params=params),
-        decode=PolicyConfig(name=decode),
+        decode=PolicyConfig(name=decode, params=decode_params),
         pd=pd,
         late_binding=LateBindingParams.model_validate(late or {}),
     )

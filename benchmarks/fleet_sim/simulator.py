@@ -141,8 +141,8 @@ class FleetSimulator:
             config.router if config.router is not None else router_config_for(config.policy)
         )
         self.index = KvIndex(config.model, bs, engine_hash_keys=True)
-        tps = 8192 / self.timing.prefill_time(8192)
-        self.static = {r.id: ReplicaStatic(prefill_tokens_per_s=tps) for r in self.replicas}
+        self.tps = 8192 / self.timing.prefill_time(8192)
+        self.static = {r.id: self.replica_static() for r in self.replicas}
         self.routing = SimLifecycle(
             build_sim_lifecycle(
                 router_cfg,
@@ -182,6 +182,16 @@ class FleetSimulator:
         self.outstanding = 0
         self._pending_decode: dict[str, list[bytes]] = {}
         self.all_transfers: list[float] = []  # heap of every pending transfer-done time
+
+    def replica_static(self, healthy: bool = True) -> ReplicaStatic:
+        """A replica's statics from its timing profile: profiled prefill tokens/s (full chunks)
+        and the seconds to read one KV token in a decode step (what `token_load`'s
+        `per_replica_decode_cost` and `latency_predictor` read)."""
+        return ReplicaStatic(
+            healthy=healthy,
+            prefill_tokens_per_s=self.tps,
+            decode_s_per_kv_token=self.timing.decode_s_per_kv_token,
+        )
 
     def _make_replica(self, rid: str, role: str, index: int) -> SimReplica:
         """One replica with its own engine core (every replica is configured alike)."""
@@ -468,7 +478,7 @@ class FleetSimulator:
     def _finish(self, rec: RequestRecord, rep: SimReplica, now: float) -> None:
         rec.finish = now
         rec.finish_count += 1
-        self.routing.finished(rec.request_id, now)
+        self.routing.finished(rec.request_id, now, rec.num_output)
         self._end_turn(rec, now)
 
     def _end_turn(self, rec: RequestRecord, now: float) -> None:

@@ -83,6 +83,17 @@ POOLS = tuple(PoolName)
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
+def _static_of(replica: Replica) -> ReplicaStatic:
+    """The router's statics of a replica: health, and the routing constants of its
+    hardware profile (fleet file `hardware:`, pools/hardware.py; None without one)."""
+    ep = replica.endpoint
+    return ReplicaStatic(
+        healthy=replica.routable,
+        prefill_tokens_per_s=ep.prefill_tokens_per_s,
+        decode_s_per_kv_token=ep.decode_s_per_kv_token,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class CoordinatorLimits:
     """Request admission limits.
@@ -341,7 +352,7 @@ class Coordinator:
             self.lifecycle.add_replica(
                 rid,
                 PoolName(replica.pool),
-                ReplicaStatic(healthy=replica.routable),
+                _static_of(replica),
                 approximate=ep.kv_events_endpoint is None,
             )
             if self._started:  # a replica joining later: learn its adapters now
@@ -364,7 +375,7 @@ class Coordinator:
             self.adapters.remove(rid)
             self.tokens.forget(replica.url)
         elif isinstance(event, ReplicaHealthChanged):
-            self.lifecycle.set_static(rid, ReplicaStatic(healthy=replica.routable))
+            self.lifecycle.set_static(rid, _static_of(replica))
             if event.new is ReplicaState.UNHEALTHY:
                 self.waiting_legs.cut(rid, event.reason)
                 self.tokens.hang_up(replica.url)  # a hung engine's /tokenize calls too

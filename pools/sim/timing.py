@@ -143,6 +143,12 @@ class TimingModel:
         )
         return hidden * m.dtype_bytes + self.max_num_seqs * m.vocab_size * 4
 
+    @property
+    def decode_s_per_kv_token(self) -> float:
+        """Seconds one decode step spends reading one KV token (`kv_per_token_per_rank / (hbm ·
+        efficiency)`: the memory term's slope): the routers' per-replica KV-read cost."""
+        return self._s_per_kv_token
+
     def num_gpu_blocks(self, block_size: int) -> int:
         """vLLM's `num_gpu_blocks` for this pool (includes the null block, as vLLM counts it)."""
         return max(2, self.kv_capacity_tokens // block_size)

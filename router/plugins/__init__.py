@@ -13,6 +13,7 @@ from router.plugins.pickers import cache_aware, lexicographic, max_score, softma
 from router.plugins.scorers import (
     dynamo_cost,
     kv_utilization,
+    latency_predictor,
     least_request,
     prefix,
     queue,
@@ -29,6 +30,7 @@ __all__ = [
     "health",
     "kv_headroom",
     "kv_utilization",
+    "latency_predictor",
     "least_request",
     "lexicographic",
     "max_score",

@@ -35,6 +35,7 @@ from typing import ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from router.latency_predictor import LatencyFitParams
 from router.replica_columns import BoolArray, FloatArray, IntArray, ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
@@ -71,6 +72,11 @@ class Part(ABC, Generic[P]):
     def supports_columns(self) -> bool:
         """Whether this part (with its params) has a `*_columns` method (module docstring)."""
         return False
+
+    def latency_fit(self) -> LatencyFitParams | None:
+        """The latency fit this part reads from the snapshots (`ReplicaSnapshot.latency`),
+        or None: the lifecycle keeps per-replica fits only when some part asks for them."""
+        return None
 
 
 @dataclass(slots=True)

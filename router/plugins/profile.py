@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from router.latency_predictor import LatencyFitParams
 from router.plugins.base import Filter, Picker, Scored, Scorer
 from router.replica_columns import SCALAR_ROWS, FloatArray, ReplicaColumns
 from router.replica_state import PolicyDecision, ReplicaSnapshot, RoutingRequest
@@ -65,6 +66,16 @@ class Profile:
     def needs_prompt_text(self) -> bool:
         """Whether any part reads the prompt text (`text_prefix`)."""
         return any(p.needs_prompt_text for p in self._parts())
+
+    @property
+    def latency_fit(self) -> LatencyFitParams | None:
+        """The first part's latency-fit parameters (`Part.latency_fit`), None if no part
+        reads a learnt fit."""
+        for part in self._all_parts:
+            fit = part.latency_fit()
+            if fit is not None:
+                return fit
+        return None
 
     @property
     def columnar(self) -> bool:

@@ -26,7 +26,15 @@ chunks, so the per-step weight read is inside it), else `default_prefill_tokens_
 
 Parameters (defaults): `default_prefill_tokens_per_s` 10000, `max_num_batched_tokens` 8192
 (vLLM's), `decode_s_per_kv_token` 4e-8, `expected_output_tokens` 256, `remaining_decode`
-false, `peer_weight` 0.0 (read only with `remaining_decode`).
+false, `peer_weight` 0.0 (read only with `remaining_decode`), `per_replica_decode_cost` false.
+
+**Per-replica constants** (`per_replica_decode_cost: true`, issue 15). `tps(r)` is already
+each replica's own (profiled) figure. `c` is one global number, the H100's, also on H200
+replicas (whose HBM reads the same KV 1.4x faster). With this flag `c(r)` =
+`ReplicaSnapshot.decode_s_per_kv_token` where the replica has one (its hardware profile: the
+simulator gives `TimingModel.decode_s_per_kv_token`, the coordinator the fleet file's
+`hardware:` of the replica or its pool), else `decode_s_per_kv_token`. Off by default: it
+changes the committed colocated `token_load` rows (benchmarks/results/sim-latency-predictor/).
 
 **Straggler-aware decode term** (`remaining_decode: true`, issue 15). The term above assumes
 every sequence on `r` outlives this request's `out` tokens. Two sequences that start together
@@ -102,6 +110,7 @@ class TokenLoadParams(BaseModel):
     expected_output_tokens: int = Field(default=256, ge=0)
     remaining_decode: bool = False
     peer_weight: float = Field(default=0.0, ge=0.0)
+    per_replica_decode_cost: bool = False
 
 
 def _remaining_decode(
@@ -138,7 +147,8 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
         params = self.params
         bs, prompt, default_tps, budget_tokens, c, out = self._constants(request)
         remaining = params.remaining_decode
-        peer_read = params.peer_weight * c * prompt
+        own_c = params.per_replica_decode_cost
+        default_c = c
         peer_weight = params.peer_weight
         scores: dict[str, float] = {}
         terms: dict[str, dict[str, float]] = {}
@@ -149,6 +159,8 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
                 uncached = 0
             work = r.prefill_tokens_queued + uncached
             tps = r.prefill_tokens_per_s or default_tps
+            if own_c:
+                c = r.decode_s_per_kv_token or default_c
             kv = r.decode_blocks * bs
             if kv > 0:
                 n = r.requests_in_flight
@@ -162,6 +174,7 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
                 prefill = work / tps
                 decode = 0.0
             if remaining:
+                peer_read = peer_weight * c * prompt
                 decode = _remaining_decode(r, out, bs, tps, c, peer_weight, peer_read)
             rid = r.replica_id
             scores[rid] = prefill + decode
@@ -213,6 +226,9 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
             picked[6].tolist(),
         )
         given_tps = candidates.tps[rows].tolist()
+        own_c = self.params.per_replica_decode_cost
+        given_c = candidates.kv_cost[rows].tolist() if own_c else []
+        default_c = c
         values: list[float] = []
         for i, overlap in enumerate(overlaps):  # `score`'s loop, on the rows' values
             uncached = prompt - overlap * bs
@@ -220,6 +236,8 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
                 uncached = 0
             work = queued[i] + uncached
             tps = given_tps[i] or default_tps
+            if own_c:
+                c = given_c[i] or default_c
             kv = decode_blocks[i] * bs
             if kv > 0:
                 n = in_flight[i]
@@ -252,7 +270,11 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
         n = np.where(has_kv, ints[6], 0)
         budget = np.where(budget_tokens > n, budget_tokens - n, 1)
         steps = np.where(has_kv, np.where(work > budget, -(-work // budget), 1), 0)
-        read = c * kv
+        if self.params.per_replica_decode_cost:
+            given_c = candidates.kv_cost if everyone else candidates.kv_cost[rows]
+            read = np.where(given_c != 0.0, given_c, c) * kv
+        else:
+            read = c * kv
         prefill = np.where(has_kv, (work + steps * n) / tps + steps * read, work / tps)
         decode = np.where(has_kv, out * (n / tps + read), 0.0)
         values = prefill + decode

@@ -18,7 +18,31 @@ naming the field (`pools.prefill.hardware.gpu: unknown gpu profile 'h900'; known
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+
+def _known_model_profile(value: str) -> str:
+    from pools.sim.profiles import MODELS  # lazy: the fleet-file loader stays light
+
+    if value not in MODELS:
+        raise ValueError(f"unknown model profile {value!r}; known: {', '.join(MODELS)}")
+    return value
+
+
+def _known_gpu_profile(value: str) -> str:
+    from pools.sim.profiles import GPUS
+
+    if value not in GPUS:
+        raise ValueError(f"unknown gpu profile {value!r}; known: {', '.join(GPUS)}")
+    return value
+
+
+# A profile name checked against the simulator's tables (`pools/sim/profiles.py`); shared by
+# every schema that names one (here and the simulated engine's launch spec).
+ModelProfileName = Annotated[str, AfterValidator(_known_model_profile)]
+GpuProfileName = Annotated[str, AfterValidator(_known_gpu_profile)]
 
 
 class HardwareSpec(BaseModel):
@@ -26,32 +50,16 @@ class HardwareSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    gpu: str = Field(description="GPU profile (pools.sim.profiles.GPUS), e.g. h100, h200.")
-    model_profile: str = Field(
+    gpu: GpuProfileName = Field(
+        description="GPU profile (pools.sim.profiles.GPUS), e.g. h100, h200."
+    )
+    model_profile: ModelProfileName = Field(
         default="llama-3.1-8b", description="Model profile (pools.sim.profiles.MODELS)."
     )
     tp: int = Field(default=1, ge=1, description="Tensor-parallel GPUs per replica.")
     max_num_batched_tokens: int = Field(
         default=8192, ge=1, description="The engine's token budget per step (vLLM's default)."
     )
-
-    @field_validator("model_profile")
-    @classmethod
-    def _check_model(cls, value: str) -> str:
-        from pools.sim.profiles import MODELS
-
-        if value not in MODELS:
-            raise ValueError(f"unknown model profile {value!r}; known: {', '.join(MODELS)}")
-        return value
-
-    @field_validator("gpu")
-    @classmethod
-    def _check_gpu(cls, value: str) -> str:
-        from pools.sim.profiles import GPUS
-
-        if value not in GPUS:
-            raise ValueError(f"unknown gpu profile {value!r}; known: {', '.join(GPUS)}")
-        return value
 
     def costs(self) -> tuple[float, float]:
         """(prefill tokens/s, decode seconds per KV token) of this profile."""

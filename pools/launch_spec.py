@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from pools.hardware import HardwareSpec
+from pools.hardware import GpuProfileName, HardwareSpec, ModelProfileName
 from pools.replica import ReplicaEndpoint
 from pools.roles import EngineRole
 from pools.sim.settings import SimEngineSettings
@@ -237,8 +237,8 @@ class SimLaunchSpec(BaseModel):
     start_timeout_s: float | None = Field(default=None, gt=0)
     switchable: bool = Field(default=False, description=_SWITCHABLE_HELP)
     host: str = "127.0.0.1"
-    model_profile: str = Field(default="tiny", description="pools.sim.profiles.MODELS")
-    gpu: str = Field(default="h100", description="pools.sim.profiles.GPUS")
+    model_profile: ModelProfileName = Field(default="tiny", description="pools.sim.profiles.MODELS")
+    gpu: GpuProfileName = Field(default="h100", description="pools.sim.profiles.GPUS")
     tp: int = Field(default=1, ge=1)
     kv_memory_gb: float | None = Field(default=None, gt=0)
     time_scale: float = Field(default=1.0, gt=0, description="Real seconds per simulated one.")
@@ -258,24 +258,6 @@ class SimLaunchSpec(BaseModel):
     kv_lease_s: float = Field(default=30.0, gt=0)
     kv_load_timeout_s: float = Field(default=5.0, gt=0)
     kv_load_failure_policy: KvLoadFailurePolicy = "fail"
-
-    @field_validator("model_profile")
-    @classmethod
-    def _check_model(cls, value: str) -> str:
-        from pools.sim.profiles import MODELS
-
-        if value not in MODELS:
-            raise ValueError(f"unknown model profile {value!r}; known: {', '.join(MODELS)}")
-        return value
-
-    @field_validator("gpu")
-    @classmethod
-    def _check_gpu(cls, value: str) -> str:
-        from pools.sim.profiles import GPUS
-
-        if value not in GPUS:
-            raise ValueError(f"unknown gpu profile {value!r}; known: {', '.join(GPUS)}")
-        return value
 
     def settings(
         self,

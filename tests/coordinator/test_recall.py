@@ -23,31 +23,16 @@ from pdorch.app.server import RunningCoordinator, run_coordinator
 from pdorch.autoscaler.loop import InProcessDriver
 from pdorch.cli import app
 from pools.http_client import http_client
-from tests.coordinator.helpers import MODEL, fleet, long_prompt, sim, sse_events
+from tests.coordinator.helpers import fleet, sim
+from tests.coordinator.scaling_helpers import scaling_of as _scaling
+from tests.coordinator.scaling_helpers import stream_long, stream_ok
 from tests.waiting import async_wait_until
 
 
-def _scaling(pd: RunningCoordinator) -> ScalingControl:
-    scaling = pd.coordinator.scaling
-    assert isinstance(scaling, ScalingControl)
-    return scaling
-
-
 async def _stream(client: httpx.AsyncClient, max_tokens: int) -> dict[str, Any]:
-    body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": max_tokens, "stream": True}
-    async with client.stream("POST", "/v1/completions", json=body) as response:
-        raw = await response.aread()
-    events = sse_events(raw.decode())
-    tokens = [e for e in events if isinstance(e, dict) and "choices" in e]
-    errors = [e for e in events if isinstance(e, dict) and "error" in e]
-    ok = (
-        response.status_code == 200
-        and events[-1:] == ["[DONE]"]
-        and not errors
-        and len(tokens) >= max_tokens
-        and tokens[-1]["choices"][0].get("finish_reason") == "length"
-    )
-    return {"ok": ok, "decode": response.headers.get("x-pdorch-decode"), "tail": events[-3:]}
+    result = await stream_long(client, max_tokens)
+    ok = stream_ok(result, max_tokens)
+    return {"ok": ok, "decode": result["decode"], "tail": result["events"][-3:]}
 
 
 async def _on_both(pd: RunningCoordinator, at_least: int) -> bool:

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
-
-import httpx
 
 from autoscale.policy import parse_policy
-from pdorch.app.scaling import ScalingControl
 from pdorch.app.server import RunningCoordinator, run_coordinator
 from pools.drain import held_leases
 from pools.http_client import http_client
@@ -20,42 +16,11 @@ from tests.coordinator.helpers import (
     fleet,
     long_prompt,
     sim,
-    sse_events,
 )
+from tests.coordinator.scaling_helpers import scaling_of as _scaling
+from tests.coordinator.scaling_helpers import stream_long as _stream
+from tests.coordinator.scaling_helpers import stream_ok as _ok
 from tests.waiting import async_wait_until
-
-
-def _scaling(pd: RunningCoordinator) -> ScalingControl:
-    scaling = pd.coordinator.scaling
-    assert isinstance(scaling, ScalingControl)
-    return scaling
-
-
-async def _stream(client: httpx.AsyncClient, max_tokens: int) -> dict[str, Any]:
-    body = {"model": MODEL, "prompt": long_prompt(), "max_tokens": max_tokens, "stream": True}
-    async with client.stream("POST", "/v1/completions", json=body) as response:
-        raw = await response.aread()
-    events = sse_events(raw.decode())
-    return {
-        "status": response.status_code,
-        "id": response.headers.get("x-request-id"),
-        "decode": response.headers.get("x-pdorch-decode"),
-        "prefill": response.headers.get("x-pdorch-prefill"),
-        "events": events,
-    }
-
-
-def _ok(result: dict[str, Any], max_tokens: int) -> bool:
-    events = result["events"]
-    tokens = [e for e in events if isinstance(e, dict) and "choices" in e]
-    errors = [e for e in events if isinstance(e, dict) and "error" in e]
-    return (
-        result["status"] == 200
-        and events[-1:] == ["[DONE]"]
-        and not errors
-        and len(tokens) >= max_tokens
-        and tokens[-1]["choices"][0].get("finish_reason") == "length"
-    )
 
 
 def _alive(pid: int) -> bool:

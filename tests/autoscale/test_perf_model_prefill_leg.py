@@ -162,8 +162,8 @@ def test_fit_on_a_simulated_fleet_reads_the_engines_true_prefill_speed(
     )
     sim.run_dynamic()
     assert all(f.samples(Pool.PREFILL) >= 5 for f in fits.values())
-    legs = [r for r in sim.all_records if r.prefill_end is not None]
-    assert len(legs) == 800 and all(r.prefill_end >= r.arrival for r in legs)  # type: ignore[operator]
+    legs = [(r.arrival, r.prefill_end) for r in sim.all_records if r.prefill_end is not None]
+    assert len(legs) == 800 and all(end >= arrival for arrival, end in legs)
     assert fits["exact-leg"].correction(Pool.PREFILL) == pytest.approx(1.0, abs=0.1)
     assert fits["fast-leg"].correction(Pool.PREFILL) == pytest.approx(truth, rel=0.1)
     # the end-to-end TTFT holds the transfer and the decode replica's first step(s): against

@@ -139,15 +139,21 @@ def test_prior_holds_with_one_observation_and_old_observations_fade() -> None:
     one = pred.estimate("r")
     assert one is not None and 1.0 < one.prefill_ratio < 4.0
     t = feed_prefills(pred, "r", 3.0, 30, 10.0)  # the replica slows down to 3x ...
-    assert pred.estimate("r").prefill_ratio == pytest.approx(3.0, rel=0.1)  # type: ignore[union-attr]
+    assert _ratio(pred, "r") == pytest.approx(3.0, rel=0.1)
     feed_prefills(pred, "r", 1.0, 30, t + 100.0)  # ... and recovers: 10 half-lives later, 1x
-    assert pred.estimate("r").prefill_ratio == pytest.approx(1.0, rel=0.1)  # type: ignore[union-attr]
+    assert _ratio(pred, "r") == pytest.approx(1.0, rel=0.1)
+
+
+def _ratio(pred: LatencyPredictor, replica_id: str) -> float:
+    fit = pred.estimate(replica_id)
+    assert fit is not None
+    return fit.prefill_ratio
 
 
 def test_ratio_is_clamped() -> None:
     pred = LatencyPredictor(LatencyFitParams(max_ratio=4.0))
     feed_prefills(pred, "r", 50.0, 20, 0.0)
-    assert pred.estimate("r").prefill_ratio == 4.0  # type: ignore[union-attr]
+    assert _ratio(pred, "r") == 4.0
 
 
 def test_decode_fit_learns_the_step_time_ratio() -> None:
@@ -288,7 +294,8 @@ def test_lifecycle_learns_a_slow_prefill_replica_and_routes_around_it() -> None:
     snaps = {s.replica_id: s for s in lc.snapshots(PoolName.PREFILL, lookup, t)}
     assert snaps["p0"].latency is p0
     # with equal queues now, the next prefill goes to the replica learnt fast
-    assert lc.admit(request(4000, 32, "next"), t).prefill.replica == "p1"  # type: ignore[union-attr]
+    leg = lc.admit(request(4000, 32, "next"), t).prefill
+    assert leg is not None and leg.replica == "p1"
 
 
 def test_local_prefill_is_observed_at_the_first_token() -> None:

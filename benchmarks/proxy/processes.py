@@ -22,11 +22,14 @@ from pathlib import Path
 import httpx
 
 from pools.http_client import http_client
-from pools.ports import free_port
+from pools.ports import free_ports
 
 
 class ProcessStartError(RuntimeError):
-    """A process did not become ready; the message carries the tail of its log."""
+    """A process did not become ready; the message carries the tail of its log.
+    `port_taken`: its log says its port was taken (another process bound it first)."""
+
+    port_taken = False
 
 
 @dataclass
@@ -154,6 +157,17 @@ async def start_sim(
     return proc
 
 
+# what a process that lost its port to another one logs (Rust's io::Error, Python's OSError)
+_PORT_TAKEN = ("Address already in use", "address in use", "os error 98", "Errno 98")
+PORT_ATTEMPTS = 4  # fresh ports tried before a start that keeps losing its port gives up
+
+
+def lost_its_port(log_path: Path) -> bool:
+    """The process's log says a bind failed because the port was taken."""
+    tail = _log_tail(log_path, 40)
+    return any(marker in tail for marker in _PORT_TAKEN)
+
+
 async def start_vllm_router(
     prefill_url: str, decode_url: str, log_dir: Path, start_timeout_s: float = 60.0
 ) -> RunningProcess:
@@ -162,9 +176,28 @@ async def start_vllm_router(
     NixlConnector mode (`--kv-connector nixl`, its default) needs no bootstrap port: the router
     runs the prefill leg, then hands its `kv_transfer_params` to the decode leg, which is the
     protocol the simulated engines speak.
+
+    vllm-router binds the ports it is told (no port 0, no inherited socket), so a port picked
+    free here can be taken by another process before it binds (proxy-lean-5's A/B lost a run
+    to it): a start whose log says the address is in use is retried on fresh ports, up to
+    `PORT_ATTEMPTS` times; any other start failure is raised at once.
     """
-    port = free_port()
-    log_path = log_dir / "vllm-router.log"
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            return await _start_vllm_router_once(
+                prefill_url, decode_url, log_dir, start_timeout_s, attempt
+            )
+        except ProcessStartError as err:
+            if attempt == PORT_ATTEMPTS or not err.port_taken:
+                raise
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+async def _start_vllm_router_once(
+    prefill_url: str, decode_url: str, log_dir: Path, start_timeout_s: float, attempt: int
+) -> RunningProcess:
+    port, metrics_port = free_ports(2)
+    log_path = log_dir / ("vllm-router.log" if attempt == 1 else f"vllm-router-{attempt}.log")
     cmd = [
         venv_bin("vllm-router"),
         "--vllm-pd-disaggregation",
@@ -177,7 +210,7 @@ async def start_vllm_router(
         "--port",
         str(port),
         "--prometheus-port",
-        str(free_port()),
+        str(metrics_port),
         "--policy",
         "round_robin",
         "--worker-startup-check-interval",
@@ -190,7 +223,12 @@ async def start_vllm_router(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
     proc = RunningProcess("vllm-router", f"http://127.0.0.1:{port}", process, log_path)
-    await _wait_http(proc, "/health", start_timeout_s)
+    try:
+        await _wait_http(proc, "/health", start_timeout_s)
+    except ProcessStartError as err:
+        stop_process(proc)
+        err.port_taken = lost_its_port(log_path)
+        raise
     return proc
 
 

@@ -97,7 +97,12 @@ class InLoopHttpServer:
     `stop_deadline_s` [graceful_shutdown_s + 2] when `stop()` cancels uvicorn outright;
     `http` ["auto"] uvicorn's HTTP protocol: a name or an `asyncio.Protocol` class (the
     coordinator's connection limits, `pdorch/app/edge.py`); `reuse_port` [False] binds with
-    `SO_REUSEPORT` (`pdorch serve --workers N`: N processes, one port, `pdorch/app/workers.py`).
+    `SO_REUSEPORT` (`pdorch serve --workers N`: N processes, one port, `pdorch/app/workers.py`);
+    `proxy_headers` [False] uvicorn's `ProxyHeadersMiddleware`: off, because nothing served
+    here reads the client address it rewrites (from `X-Forwarded-For` sent by 127.0.0.1 only;
+    the scheme it also rewrites shows only in FastAPI's trailing-slash redirects), and it
+    wraps every request in one more ASGI call (~2-7 µs per request, proxy-6 in
+    `benchmarks/results/proxy.md`).
     """
 
     def __init__(
@@ -112,8 +117,10 @@ class InLoopHttpServer:
         stop_deadline_s: float | None = None,
         http: Any = "auto",
         reuse_port: bool = False,
+        proxy_headers: bool = False,
     ) -> None:
         self.app = app
+        self.proxy_headers = proxy_headers
         self.reuse_port = reuse_port
         self.host = host
         self.requested_port = port
@@ -152,6 +159,7 @@ class InLoopHttpServer:
             log_level="warning",
             access_log=False,
             lifespan="off",
+            proxy_headers=self.proxy_headers,
             timeout_keep_alive=self.keep_alive_s,
             timeout_graceful_shutdown=self.graceful_shutdown_s,
         )

@@ -11,6 +11,10 @@ uvloop, taking turns repeat by repeat):
 - `disconnect watch`: a task waiting in `receive()` for `http.disconnect` (started, stepped
   into its wait, cancelled and unwound) vs the edge's `DisconnectWatch` (`start` + `stop`,
   `pdorch/app/disconnect.py`), each around one request's worth of loop turns.
+- `whole answer` (proxy-6): a finished `Response` written through the ASGI path
+  (`Response.__call__` → uvicorn's `send()` twice → `HeadCork`) vs the edge's
+  `WholeAnswer.send_whole` (`pdorch/app/edge_answer.py`), each on a fresh uvicorn cycle over a
+  transport that drops the bytes (the syscall is alike in both and not timed).
 - `metrics`: a whole answer's six updates (`answered`, `decode_first_byte`, `routed`,
   `completed`: 2 counter increments, 4 histogram observations) on prometheus_client's
   labelled children vs the loop's (`pdorch/app/loop_metrics.py`), same buckets.
@@ -20,16 +24,23 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import sys
 import timeit
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import uvloop
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.responses import Response
+from uvicorn._types import HTTPScope
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from pdorch.app.disconnect import DisconnectWatch, wait_disconnect
+from pdorch.app.edge import HeadCork
+from pdorch.app.edge_answer import WholeAnswer
 from pdorch.app.loop_metrics import LoopCounter, LoopHistogram
 
 REPEATS = 5
@@ -105,6 +116,87 @@ async def _disconnect_rows(calls: int) -> tuple[float, float, float]:
     return base, task_us, watch_us
 
 
+class _NullTransport(asyncio.Transport):
+    """Drops every write: the syscall is the same on both paths and not what is timed."""
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return False
+
+
+_LOG = logging.getLogger("lean_micro")
+_DEFAULT_HEADERS = [(b"date", b"Thu, 03 Dec 2026 08:00:00 GMT"), (b"server", b"uvicorn")]
+_SCOPE = cast(HTTPScope, {"type": "http", "method": "POST", "path": "/v1/completions"})
+
+
+def _new_cycle(transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> Any:
+    cycle: Any = RequestResponseCycle(
+        _SCOPE,
+        transport,
+        FlowControl(transport),
+        _LOG,
+        _LOG,
+        False,
+        _DEFAULT_HEADERS,
+        asyncio.Event(),
+        False,
+        True,
+        lambda: None,
+    )
+    cycle.transport = HeadCork(transport, cycle, loop)  # as the edge sets it
+    return cycle
+
+
+def _whole_answer() -> Response:  # a bench answer's shape: JSON body, the route headers
+    return Response(
+        b'{"id":"cmpl-1","object":"text_completion","choices":[{"text":"abcd"}]}',
+        status_code=200,
+        media_type="application/json",
+        headers={
+            "x-request-id": "pdorch-0123456789abcdef0000000000000001",
+            "x-pdorch-prefill": "prefill-0",
+            "x-pdorch-decode": "decode-0",
+            "x-pdorch-route": "pd",
+        },
+    )
+
+
+async def _answer_rows(calls: int) -> tuple[float, float, float]:
+    loop = asyncio.get_running_loop()
+    transport = _NullTransport()
+
+    async def receive() -> Any:
+        raise AssertionError("not read")
+
+    async def bare() -> None:
+        _new_cycle(transport, loop)
+        _whole_answer()
+        await asyncio.sleep(0)  # the cork's flush turn, alike in every row
+
+    async def asgi() -> None:
+        cycle = _new_cycle(transport, loop)
+        await _whole_answer()(cast(dict[str, Any], _SCOPE), receive, cycle.send)
+        await asyncio.sleep(0)
+
+    async def whole() -> None:
+        cycle = _new_cycle(transport, loop)
+        response = _whole_answer()
+        sent = WholeAnswer(cycle, cycle.transport).send_whole(
+            response.status_code, response.raw_headers, response.body
+        )
+        assert sent
+        await asyncio.sleep(0)
+
+    rows: list[list[float]] = [[], [], []]
+    for _ in range(REPEATS):
+        for row, run in zip(rows, (bare, asgi, whole), strict=True):
+            row.append(await _time_us(run, calls))
+    base, asgi_us, whole_us = (min(row) for row in rows)
+    return base, asgi_us, whole_us
+
+
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
@@ -154,6 +246,11 @@ def main(argv: list[str]) -> None:
     print(
         f"disconnect watch  before {task_us - base:7.2f} us  after {watch_us - base:7.2f} us"
         f"  (over {base:.2f} us of loop turns)"
+    )
+    base, asgi_us, whole_us = uvloop.run(_answer_rows(calls))
+    print(
+        f"whole answer      before {asgi_us - base:7.2f} us  after {whole_us - base:7.2f} us"
+        f"  (over {base:.2f} us: the cycle, the Response, a loop turn)"
     )
     old_metrics, new_metrics = _metrics_rows(calls)
     print(f"metrics           before {old_metrics:7.2f} us  after {new_metrics:7.2f} us")

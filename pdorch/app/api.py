@@ -36,7 +36,7 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from pdorch.app.admin import admin_router
@@ -44,6 +44,7 @@ from pdorch.app.admin_drain import admin_drain_router
 from pdorch.app.admin_scale import admin_scale_router
 from pdorch.app.auth import check_client
 from pdorch.app.dashboard import dashboard_router
+from pdorch.app.edge_answer import ANSWER_EXTENSION, WholeAnswer
 from pdorch.app.errors import ApiError
 from pdorch.app.flow import ClientGone, RequestFlow, read_body
 from pdorch.app.metrics import CONTENT_TYPE
@@ -149,6 +150,16 @@ class CoordinatorApp(FastAPI):
                 response = await serve_dispatched(self.models, kind, request)
             else:
                 response = await serve_openai(self.coordinator, kind, request)
+            # a whole answer: head and body in one write by the edge (edge_answer.py)
+            extensions = scope.get("extensions")
+            answer = extensions.get(ANSWER_EXTENSION) if extensions else None
+            if (
+                isinstance(answer, WholeAnswer)
+                and response.background is None
+                and not isinstance(response, StreamingResponse)
+                and answer.send_whole(response.status_code, response.raw_headers, response.body)
+            ):
+                return
             await response(scope, receive, send)
             return
         await super().__call__(scope, receive, send)

@@ -24,7 +24,8 @@ limits from the fleet file's `coordinator:` section:
   handler) with `Retry-After` as soon as its head is parsed: no handler task, its body never
   buffered (what still comes is dropped, the connection closed after the answer).
 - Not a limit: every answer's head goes out with its first body bytes in one write
-  (`HeadCork`; uvicorn writes them apart), and every request's disconnect is told to the app
+  (`HeadCork`; uvicorn writes them apart; a whole OpenAI answer is written by the edge in one
+  piece, `edge_answer.py`), and every request's disconnect is told to the app
   from `connection_lost` (`disconnect.py`: no task per request waiting in `receive()`).
 
 Each answer is OpenAI-shaped (`errors.py`) with `connection: close`. The whole-request
@@ -46,6 +47,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from pdorch.app.admission import PRIORITY_HEADER, parse_priority
 from pdorch.app.disconnect import DISCONNECT_EXTENSION, DisconnectWatch
+from pdorch.app.edge_answer import ANSWER_EXTENSION, WholeAnswer
 from pdorch.app.head_shed import SHED_PATHS, HeadShed
 from pdorch.config.coordinator import CoordinatorSettings
 
@@ -137,6 +139,15 @@ class HeadCork:
         self._cycle.transport = self._transport
         if head and not self._transport.is_closing():
             self._transport.write(head)
+
+    def uncork(self) -> tuple[bytes, asyncio.Transport]:
+        """The cycle's plain transport back, and the bytes held (b"" if none): the whole
+        answer writes them with its own (`edge_answer.WholeAnswer`), one write."""
+        if self._flush is not None:
+            self._flush.cancel()
+        head, self._head = self._head, None
+        self._cycle.transport = self._transport
+        return head or b"", self._transport
 
     def close(self) -> None:
         if self._flush is not None:
@@ -260,11 +271,15 @@ def edge_protocol(
             cycle: Any = self.cycle
             if shed is not None and cycle is not before:  # let through: pending until it runs
                 shed.pending += 1  # (out in `_start_asgi_task`, or `connection_lost` if never)
-            if cycle is not None:  # the answer's head and its first body bytes: one write
-                cycle.transport = HeadCork(self.transport, cycle, self.loop)
-            if cycle is not None and cycle is not before:  # its disconnect, told (disconnect.py)
+            if cycle is not None and cycle is not before:
+                # the answer's head and its first body bytes: one write (a whole answer: its
+                # head and body in one, `edge_answer.py`); its disconnect, told (disconnect.py)
+                cork = cycle.transport = HeadCork(self.transport, cycle, self.loop)
                 watch = self._edge_watch = DisconnectWatch(cycle)
-                cycle.scope["extensions"] = {DISCONNECT_EXTENSION: watch}
+                cycle.scope["extensions"] = {
+                    DISCONNECT_EXTENSION: watch,
+                    ANSWER_EXTENSION: WholeAnswer(cycle, cork),
+                }
             self._edge_in_head = False
             self._edge_head_bytes = 0
             self._edge_reading_body = True

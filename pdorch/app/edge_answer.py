@@ -1,0 +1,89 @@
+"""A whole answer written by the edge in one piece, without the ASGI `send()` round trips.
+
+A non-streamed OpenAI answer is complete before its first byte goes out: status, headers and
+body are known. The ASGI way to write it (`starlette.Response.__call__`) is two `send()`
+awaits into uvicorn, which re-validates every header with two regular expressions, joins the
+head, hands it to `edge.HeadCork` (a `call_soon` so the body can join it), then writes the
+body: ~15-25 µs of Python per answer on the hot path (proxy-6, `benchmarks/results/proxy.md`).
+pdorch's edge (`edge.py`) puts a `WholeAnswer` in the ASGI scope's extensions
+(`scope["extensions"]["pdorch.answer"]`); `api.CoordinatorApp` hands it the finished
+`Response` and it writes head + body with one `transport.write`, leaving uvicorn's cycle in
+the state its own `send()` would (response started and complete, the request's event set, the
+connection closed when it is not kept alive, `on_response` called so the next pipelined
+request starts or the keep-alive timer is armed).
+
+What stays on the ASGI path (`send_whole` answers False and writes nothing): an answer already
+started, a transport whose writes are paused (uvicorn's `send` waits for the drain), an access
+log (uvicorn's logs each answer), a header value with a control character (uvicorn raises).
+A client already gone gets nothing, as uvicorn's `send` drops it. Under any other ASGI server
+there is no extension and every answer takes the ASGI path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, STATUS_LINE
+
+ANSWER_EXTENSION = "pdorch.answer"
+_CONNECTION = b"connection"
+
+
+class Cork(Protocol):
+    """`edge.HeadCork`, as seen from here."""
+
+    def uncork(self) -> tuple[bytes, asyncio.Transport]:
+        """Give the cycle its plain transport back; the bytes held (a head, else b"")."""
+        ...
+
+
+class WholeAnswer:
+    """One request's whole-answer writer (module docstring). `cycle`: uvicorn's
+    `RequestResponseCycle`; `cork`: the `edge.HeadCork` its answer would be written through."""
+
+    __slots__ = ("_cork", "_cycle")
+
+    def __init__(self, cycle: Any, cork: Cork) -> None:
+        self._cycle = cycle
+        self._cork = cork
+
+    def send_whole(
+        self, status: int, headers: list[tuple[bytes, bytes]], body: bytes | memoryview
+    ) -> bool:
+        """Write the answer (True), or leave it to the ASGI path (False: nothing written)."""
+        cycle = self._cycle
+        if cycle.disconnected:
+            return True  # as uvicorn's send: an answer nobody reads is dropped
+        if cycle.response_started or cycle.flow.write_paused or cycle.access_log:
+            return False
+        status_line = STATUS_LINE.get(status)
+        if status_line is None:
+            return False
+        keep_alive = cycle.keep_alive
+        has_close = False
+        # parts[0]: what the cork holds (a 100 Continue), filled in once every check passed
+        parts: list[bytes | memoryview] = [b"", status_line]
+        for name, value in cycle.default_headers:  # date, server: as uvicorn sends them
+            parts += (name, b": ", value, b"\r\n")
+        for name, value in headers:
+            if HEADER_VALUE_RE.search(value):
+                return False  # uvicorn's send raises on it: keep that behaviour
+            if name == _CONNECTION and b"close" in value.lower():
+                keep_alive = False
+                has_close = True
+            parts += (name, b": ", value, b"\r\n")
+        if not keep_alive and not has_close:
+            parts.append(b"connection: close\r\n")
+        parts += (b"\r\n", body)
+        parts[0], transport = self._cork.uncork()
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        cycle.keep_alive = keep_alive
+        transport.write(b"".join(parts))
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not keep_alive:
+            transport.close()
+        cycle.on_response()
+        return True

@@ -300,15 +300,18 @@ def decode_floor_need(
     correction: float,
     headroom: float,
     on_target: bool = False,
+    dispersion: float | None = None,
 ) -> float:
     """The decode floor's model, one function for the floor and the fit check: fractional
     replicas `rate·(T_own + OSL·ITL) / (B·h)` (`sizing.decode_need`, `B` under the correction), with
     `T_own = min(perf.prefill_time_s(ISL_u), TTFT)` (the model's own prefill time: a request
     occupies its decode replica from its first token on, prefill queueing is not residence);
-    with `perf_model.decode_burst_queue` the burst quantile of `sizing.decode_need`."""
+    with `perf_model.decode_burst_queue` the burst quantile of `sizing.decode_need`, its `I`
+    the policy's unless `dispersion` (a learnt one, `autoscale.dispersion`) is given."""
     ttft = ttft_target_s(policy)
     t_own = perf.prefill_time_s(uncached_tokens(isl, hit)) if isl > 0 else 0.0
-    dispersion, q = decode_burst(policy)
+    fixed, q = decode_burst(policy)
+    dispersion = fixed if fixed is None or dispersion is None else dispersion
     return decode_need(
         perf,
         rate_rps,

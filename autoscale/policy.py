@@ -172,7 +172,10 @@ class PerfModelConfig(_Strict):
     default: Round 8 measured it on the short day only). With `decode_burst_queue` it also
     sizes for the queue a burst builds in front of the packed batch: the `slo.ttft_ms`
     percentile of the sequences in flight, `m + z·sqrt(I·m)` with `I` =
-    `decode_burst_dispersion` (`autoscale/sizing.py`; the oracle counts the trace's own)."""
+    `decode_burst_dispersion` (`autoscale/sizing.py`; the oracle counts the trace's own), and
+    for the KV those sequences hold. With `decode_burst_dispersion_online` pdorch's decode floor
+    learns `I` from the arrivals per planner window, `decode_burst_dispersion` its prior for
+    the first minute (`autoscale/dispersion.py`; off by default, Round 12)."""
 
     source: PerfModelSource = PerfModelSource.ONLINE
     sweep_file: str | None = None
@@ -186,6 +189,7 @@ class PerfModelConfig(_Strict):
     rho_max: float = Field(default=0.9, gt=0, lt=1)
     decode_burst_queue: StrictBool = False
     decode_burst_dispersion: float = Field(default=16.0, ge=1, le=1000)
+    decode_burst_dispersion_online: StrictBool = False
 
     @field_validator("sweep_file")
     @classmethod

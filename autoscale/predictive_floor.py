@@ -29,6 +29,10 @@ with the observation; the state is the forecaster's and the recent ticks'.
   decode replica had to be ordered at 18 rps. Measured there (Round 10,
   `benchmarks/results/autoscale-round10/`): decode g 1.5 / 2.0 / 2.5 held 94.20 / 94.22 /
   99.63 % within both. A standing headroom, not a forecast: it costs replicas at the peaks.
+- **Learnt burst dispersion** (`perf_model.decode_burst_dispersion_online`, with
+  `decode_burst_queue`; off by default): the decode floor's burst quantile reads `I` learnt
+  from the arrivals of each fed window (`autoscale.dispersion`), not the fixed
+  `decode_burst_dispersion` (its prior for the first minute).
 - **Counts** (`counts[pool]`): the hysteresis counts of the floor's fractional need
   (`autoscale.stabilization`): raw and hold counts of the floor for the load now, the hold
   count of the floor (the larger of now and ahead), and its up count.
@@ -39,6 +43,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from autoscale.dispersion import ArrivalDispersion
 from autoscale.forecast_seam import Forecaster, LoadForecast, aggregate
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_terms import Term, decode_floor_need
@@ -109,6 +114,13 @@ class PredictiveFloor:
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         self._agg: list[Observation] = []
         self.fed = False  # has the forecaster seen a whole window yet
+        # the burst quantile's `I` learnt from the arrivals (`autoscale.dispersion`); None: fixed
+        cfg = policy.perf_model
+        self.dispersion = (
+            ArrivalDispersion(cfg.decode_burst_dispersion)
+            if cfg.decode_burst_queue and cfg.decode_burst_dispersion_online
+            else None
+        )
 
     # -- forecast input ------------------------------------------------------------------
     def feed(self, obs: Observation) -> bool:
@@ -116,6 +128,8 @@ class PredictiveFloor:
         whole one; 0 = every tick, the default): fewer, less noisy points for the trend, at the
         cost of reacting a window later (benchmarks/results/AUTOSCALE.md measures both). True
         when the forecaster saw something new."""
+        if self.dispersion is not None:
+            self.dispersion.observe(obs.now, obs.num_requests, obs.window_s)
         self._agg.append(obs)
         span = sum(o.window_s for o in self._agg)
         if span < self.forecast_window_s - 1e-9:
@@ -155,7 +169,10 @@ class PredictiveFloor:
             correction[Pool.DECODE],
             self.headroom,
             self.decode_correction_on_target,
+            None if self.dispersion is None else self.dispersion.value(),
         )
+        if self.dispersion is not None:
+            inputs["dispersion"] = self.dispersion.value()
         return {
             Pool.PREFILL: Term(replicas_for(p), "ttft-throughput", {**inputs, "need": p}),
             Pool.DECODE: Term(replicas_for(d), "itl-concurrency", {**inputs, "need": d}),

@@ -55,6 +55,23 @@ the Mooncake x2 prefix (windows inside the trace); the default 16 tracks the fir
 windows within -8 % / +21 % of the counted p99 and counts 1.4-1.8x it on the third.
 The oracle, which knows the trace, counts the sequences in flight exactly instead
 (`autoscale/baselines/oracle.py`, `decode_in_flight_quantile`).
+
+**KV term** (with the burst queue, pdorch's and the oracle's one formula, `kv_tokens_held`
+and `kv_replicas`): the need is also at least the KV tokens in flight over one replica's
+usable KV pool, each sequence holding `ISL + OSL/2` tokens (its prompt and, on average over
+its residence, half its answer):
+
+    N_d = max(S_q / (B·h/k),  S_q·(ISL + OSL/2) / (U·h))
+
+`U = perf.kv_usable_tokens()` (skipped where the model has none), `h` the headroom. The
+correction `k` (observed ITL over the model's step) scales the step time, not the KV a
+sequence holds, so it does not divide the KV side: on the Mooncake trace (13k-token contexts,
+KV-bound at ~30 sequences a replica) a fast-reading `k` of 0.5 doubled `B / k` past what the
+KV pool holds (Round 7). At `k = 1` the term never binds (`B` is the KV cap at the mean
+context, block-rounded down), so `size_window`'s sizing is unchanged. The oracle counts the
+trace's own tokens in flight (`autoscale/baselines/oracle_decode.py`); pdorch estimates them as
+`S_q` mean contexts (no term for the spread of contexts: on whole Mooncake `E[w²]/E[w]²` is
+2.7, which would widen the z-term by `sqrt(1 + (2.7-1)/I)`, 5 % at `I` = 16).
 """
 
 from __future__ import annotations
@@ -82,8 +99,23 @@ def uncached_tokens(isl: float, hit: float) -> int:
     return max(1, round(isl * (1.0 - min(max(hit, 0.0), 1.0))))
 
 
+def kv_tokens_held(isl: float, osl: float) -> float:
+    """KV tokens a decoding sequence holds on average over its residence: `ISL + OSL/2`."""
+    return isl + osl / 2.0
+
+
 def context_tokens(isl: float, osl: float) -> int:
-    return max(1, round(isl + osl / 2.0))
+    return max(1, round(kv_tokens_held(isl, osl)))
+
+
+def kv_replicas(perf: PerfModel, kv_tokens: float, headroom: float = 1.0) -> float | None:
+    """Fractional decode replicas whose usable KV holds `kv_tokens` at `headroom` (the module
+    docstring's KV term); None where the model does not say how much KV a replica has."""
+    usable = perf.kv_usable_tokens()
+    if usable is None:
+        return None
+    cap = usable * headroom
+    return kv_tokens / cap if cap > 0 else math.inf
 
 
 def replicas_for(need: float) -> int:
@@ -159,7 +191,8 @@ def decode_need(
     burst_q: float = 0.99,
 ) -> float:
     """Fractional decode replicas for the load (module docstring); `burst_dispersion` not None
-    adds the burst queue (its `I`) at quantile `burst_q`, on the packed batch's residence."""
+    adds the burst queue (its `I`) at quantile `burst_q`, on the packed batch's residence, and
+    the KV term."""
     if rate_rps <= 0 or osl <= 0:
         return 0.0
     ctx = context_tokens(isl, osl)
@@ -173,9 +206,12 @@ def decode_need(
     if residence_at_step or burst_dispersion is not None:
         step_s = packed_step_s(perf, batch, ctx, itl_s, correction)
     mean = decode_concurrency(rate_rps, osl, ttft_term_s, step_s)
-    if burst_dispersion is not None:
-        return burst_quantile(mean, burst_dispersion, burst_q) / batch
-    return mean / batch
+    if burst_dispersion is None:
+        return mean / batch
+    seqs = burst_quantile(mean, burst_dispersion, burst_q)
+    # and the KV those sequences hold, whatever `k` says (module docstring, "KV term")
+    kv = kv_replicas(perf, seqs * kv_tokens_held(isl, osl), headroom)
+    return seqs / batch if kv is None else max(seqs / batch, kv)
 
 
 def decode_burst(policy: SloPolicy) -> tuple[float | None, float]:

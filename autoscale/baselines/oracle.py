@@ -103,6 +103,8 @@ from autoscale.signals import Observation, Pool
 from autoscale.sizing import (
     context_tokens,
     itl_target_s,
+    kv_replicas,
+    kv_tokens_held,
     packed_step_s,
     replicas_for,
     size_window,
@@ -139,7 +141,7 @@ class OraclePlanner(Planner):
                 (a, min(perf_model.prefill_time_s(uncached_tokens(isl, hit)), ttft), osl)
                 for a, isl, osl, hit in ordered
             ]
-            self._decode_kv = [isl + osl / 2.0 for _a, isl, osl, _hit in ordered]
+            self._decode_kv = [kv_tokens_held(isl, osl) for _a, isl, osl, _hit in ordered]
         if requests is not None:
             ttft = ttft_target_s(policy)
             jobs = []
@@ -231,13 +233,14 @@ class OraclePlanner(Planner):
             self._decode_jobs, self._arrivals, start_s, end_s, step, q, self.lookback_s
         )
         need = count / batch
-        usable = self.perf.kv_usable_tokens()
-        if usable is not None:  # and the KV those sequences hold
+        if self.perf.kv_usable_tokens() is not None:  # and the KV those sequences hold
             kv = decode_kv_in_flight_quantile(
                 self._decode_jobs, self._decode_kv, self._arrivals, start_s, end_s, step, q,
                 self.lookback_s,
             )  # fmt: skip
-            need = max(need, kv / usable) if usable > 0 else math.inf
+            kv_need = kv_replicas(self.perf, kv)  # `sizing`'s KV term, on the counted tokens
+            assert kv_need is not None
+            need = max(need, kv_need)
         return replicas_for(need)
 
     def _decode_at(self, tau: float) -> int:

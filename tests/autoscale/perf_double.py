@@ -36,7 +36,7 @@ class LinearPerfModel(PerfModel):
             return 0.0
         return self.prefill_tps * self.prefill_util
 
-    def kv_usable_tokens(self) -> int:
+    def kv_usable_tokens(self) -> int | None:  # a subclass may not say (None)
         return self.kv_tokens
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:

@@ -132,7 +132,12 @@ class PdRouter:
                 return self._colocated(request, colocated, now, commit, pd=None)
             raise NoReplicaError(f"request {rid}: no healthy decode replica")
         local = overlap_of(decode, d_pick.chosen)
-        pd = decide_pd(request, prefill, self.config.pd, now, local_overlap_blocks=local)
+        d_snap = None
+        if self.config.pd.compare_finish:  # the queue-aware check reads the decode replica
+            d_snap = next(r for r in decode if r.replica_id == d_pick.chosen)
+        pd = decide_pd(
+            request, prefill, self.config.pd, now, local_overlap_blocks=local, local=d_snap
+        )
         if pd.disaggregate:
             p_pick = self.prefill_policy.pick(request, prefill, now)
             if p_pick.chosen is not None:

@@ -147,6 +147,13 @@ class ReplicaColumns(Sequence[ReplicaSnapshot]):
         columns._snapshots = snaps
         return columns
 
+    def decoding(self, index: int) -> tuple[tuple[int, int], ...]:
+        """Row `index`'s `ReplicaSnapshot.decoding` (remaining output, decode blocks per
+        decoding sequence), without building the snapshots."""
+        if self._snapshots is not None:
+            return self._snapshots[index].decoding
+        return self._loads[index].decoding
+
     def column(self, name: str) -> IntArray | FloatArray | BoolArray | None:
         """The array of a numeric `ReplicaSnapshot` field (None: not a column)."""
         row = _ROW.get(name)

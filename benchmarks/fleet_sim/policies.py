@@ -20,7 +20,8 @@ A `+late` suffix turns on late binding (`router/late_binding.py`) with its defau
 policy: `dynamo+late`; its parameters follow `:`: `token_load+late:hold_queued_s=0.3:aging=2`.
 A `+decode:KEY=VALUE[:...]` suffix sets parameters of the *decode* policy (the `@` ones go to
 the prefill policy): `token_load+decode:transfer_weight=2` (token_load_decode's KV-transfer
-term).
+term). A `+pd:KEY=VALUE[:...]` suffix sets P/D decision parameters
+(`router/pd_decision.py`): `token_load+pd:compare_finish=true` (the queue-aware local prefill).
 """
 
 from __future__ import annotations
@@ -51,14 +52,17 @@ def router_config_for(spec: str) -> RouterPolicyConfig:
     spec, *modifiers = spec.split("+")
     late: dict[str, object] | None = None
     decode_params: dict[str, object] = {}
+    pd_params: dict[str, object] = {}
     for modifier in modifiers:
         mname, *items = modifier.split(":")
         if mname == "late":
             late = {"enabled": True, **_assignments(items, spec)}
         elif mname == "decode":
             decode_params.update(_assignments(items, spec))
+        elif mname == "pd":
+            pd_params.update(_assignments(items, spec))
         else:
-            raise ValueError(f"policies: unknown modifier {modifier!r}; known: late, decode")
+            raise ValueError(f"policies: unknown modifier {modifier!r}; known: late, decode, pd")
     head, *assignments = spec.split("@")
     name, _, mode = head.partition("/")
     mode = mode or "conditional"
@@ -69,11 +73,10 @@ def router_config_for(spec: str) -> RouterPolicyConfig:
         raise ValueError(f"policies: unknown P/D mode {mode!r} in {spec!r}; known: {PD_MODES}")
     prefill, decode = POLICY_PAIRS[name]
     if mode == "always":
-        pd = PdDecisionParams(min_uncached_tokens=0, max_prefill_queue_s=float("inf"))
+        pd_params = {"min_uncached_tokens": 0, "max_prefill_queue_s": float("inf"), **pd_params}
     elif mode == "never":
-        pd = PdDecisionParams(enabled=False)
-    else:
-        pd = PdDecisionParams()
+        pd_params = {"enabled": False, **pd_params}
+    pd = PdDecisionParams.model_validate(pd_params)
     return RouterPolicyConfig(
         prefill=PolicyConfig(name=prefill, params=params),
         decode=PolicyConfig(name=decode, params=decode_params),

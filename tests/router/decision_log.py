@@ -63,6 +63,14 @@ POLICY_VARIANTS: dict[str, list[dict[str, Any]]] = {
 # llmd with other weights, recorded as its own variant.
 LLMD_WEIGHTS = {"prefix": 1.0, "queue": 0.5, "kv_utilization": 4.0}
 
+# Params that pin a profile to the formula the logs were recorded with, where its default
+# changed since (not part of the label): `token_load`'s straggler-aware term and per-replica
+# KV cost became its profile's default on 2026-12-03 (router/profiles/token_load.yaml).
+RECORDED_FORMULA: dict[str, dict[str, Any]] = {
+    "token_load": {"remaining_decode": False, "per_replica_decode_cost": False},
+}
+_RECORDED_SUFFIX = "@remaining_decode=false@per_replica_decode_cost=false"
+
 PICKS_DEFAULT = 300
 PICKS_VARIANT = 120
 ROUTES_PER_CONFIG = 120
@@ -210,7 +218,7 @@ def policy_cases() -> Iterator[tuple[str, str, PolicyConfig, int]]:
             yield (
                 policy,
                 variant_label(policy, params, None),
-                PolicyConfig(name=policy, params=params),
+                PolicyConfig(name=policy, params={**RECORDED_FORMULA.get(policy, {}), **params}),
                 count,
             )
         if policy == "llmd":
@@ -232,11 +240,12 @@ def router_cases() -> Iterator[tuple[str, RouterPolicyConfig]]:
         "dynamo",
     ]
     for name in names:
+        suffix = _RECORDED_SUFFIX if name in RECORDED_FORMULA else ""
         for mode in ("", "/always", "/never"):
-            yield name + mode, router_config_for(name + mode)
+            yield name + mode, router_config_for(name + mode + suffix)
     yield (
         "token_load@expected_output_tokens=1024",
-        router_config_for("token_load@expected_output_tokens=1024"),
+        router_config_for("token_load@expected_output_tokens=1024" + _RECORDED_SUFFIX),
     )
     yield (
         "token_load_decode",

@@ -30,8 +30,12 @@ def request(prompt: int, out: int | None = 256, rid: str = "req") -> RoutingRequ
     return RoutingRequest(rid, prompt, BS, tuple(range(prompt // BS)), max_tokens=out)
 
 
+# token_load's profile turns both on (2026-12-03); these tests set each flag they study.
+PLAIN = {"token_load": {"remaining_decode": False, "per_replica_decode_cost": False}}
+
+
 def policy(name: str, **params: Any) -> Any:
-    return build_policy(PolicyConfig(name=name, params=params))
+    return build_policy(PolicyConfig(name=name, params={**PLAIN.get(name, {}), **params}))
 
 
 # ---- 1. per-replica constants (token_load@per_replica_decode_cost) --------------------------

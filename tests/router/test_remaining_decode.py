@@ -26,7 +26,11 @@ def request(prompt: int, max_tokens: int | None, rid: str = "req") -> RoutingReq
 
 
 def scorer(**params: Any) -> Any:
-    base: dict[str, Any] = dict(decode_s_per_kv_token=C, default_prefill_tokens_per_s=TPS)
+    base: dict[str, Any] = dict(
+        decode_s_per_kv_token=C,
+        default_prefill_tokens_per_s=TPS,
+        remaining_decode=False,  # the profile's default is on; each test sets it
+    )
     return build_policy(PolicyConfig(name="token_load", params={**base, **params}))
 
 
@@ -139,3 +143,20 @@ def test_prefill_replicas_see_no_decode_term() -> None:
     got = scorer(remaining_decode=True).pick(request(320, max_tokens=100), [p], 0.0)
     assert got.details["p"]["decode_s"] == 0.0
     assert got.scores["p"] == pytest.approx((5000 + 320) / TPS)
+
+
+def test_the_token_load_profile_turns_both_mechanisms_on() -> None:
+    # Defaults since 2026-12-03 (benchmarks/results/sim-route-defaults/README.md).
+    params = build_policy(PolicyConfig(name="token_load")).scorers[0][0].params
+    assert params.remaining_decode and params.per_replica_decode_cost
+
+
+def test_decode_kv_without_listed_sequences_keeps_the_plain_term() -> None:
+    # A replica whose decode KV this router did not route (a scrape, a peer) lists no
+    # sequences: the straggler-aware term must not price its batch as free.
+    req = request(320, max_tokens=100)
+    r = ReplicaSnapshot("r", decode_blocks=50, requests_in_flight=4)
+    plain = scorer().pick(req, [r], 0.0).details["r"]["decode_s"]
+    aware = scorer(remaining_decode=True).pick(req, [r], 0.0).details["r"]["decode_s"]
+    assert plain > 0.0
+    assert aware == plain

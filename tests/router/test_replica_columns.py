@@ -101,7 +101,8 @@ PROFILES = [
         "name": "token_load",
         "params": {"max_num_batched_tokens": 300, "decode_s_per_kv_token": 3e-6},
     },
-    {"name": "token_load", "params": {"remaining_decode": True}},  # no column path: snapshots
+    {"name": "token_load", "params": {"remaining_decode": False, "per_replica_decode_cost": False}},
+    {"name": "token_load", "params": {"remaining_decode": True, "peer_weight": 0.5}},
     {"name": "token_load_decode"},
     {"name": "dynamo"},
     {"name": "llmd"},

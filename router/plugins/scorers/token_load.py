@@ -27,14 +27,17 @@ chunks, so the per-step weight read is inside it), else `default_prefill_tokens_
 Parameters (defaults): `default_prefill_tokens_per_s` 10000, `max_num_batched_tokens` 8192
 (vLLM's), `decode_s_per_kv_token` 4e-8, `expected_output_tokens` 256, `remaining_decode`
 false, `peer_weight` 0.0 (read only with `remaining_decode`), `per_replica_decode_cost` false.
+The shipped `token_load` profile (router/profiles/token_load.yaml) sets `remaining_decode` and
+`per_replica_decode_cost` true since 2026-12-03: each won or was neutral on every study it was
+measured on (benchmarks/results/sim-route-defaults/README.md).
 
 **Per-replica constants** (`per_replica_decode_cost: true`, issue 15). `tps(r)` is already
 each replica's own (profiled) figure. `c` is one global number, the H100's, also on H200
 replicas (whose HBM reads the same KV 1.4x faster). With this flag `c(r)` =
 `ReplicaSnapshot.decode_s_per_kv_token` where the replica has one (its hardware profile: the
 simulator gives `TimingModel.decode_s_per_kv_token`, the coordinator the fleet file's
-`hardware:` of the replica or its pool), else `decode_s_per_kv_token`. Off by default: it
-changes the committed colocated `token_load` rows (benchmarks/results/sim-latency-predictor/).
+`hardware:` of the replica or its pool), else `decode_s_per_kv_token`. Off in the scorer, on
+in the shipped profile (above; benchmarks/results/sim-latency-predictor/, sim-route-defaults/).
 
 **Straggler-aware decode term** (`remaining_decode: true`, issue 15). The term above assumes
 every sequence on `r` outlives this request's `out` tokens. Two sequences that start together
@@ -49,6 +52,8 @@ events keep it within one KV block). Each shared step costs this request `1/tps 
     peers(r)    = Σ_j s_j · (1/tps(r) + c · prompt_tokens)
     decode(r)   = own(r) + peer_weight · peers(r)
 
+A replica that lists no decoding sequence (its decode KV known only from a scrape or a peer,
+not from this router's own requests) keeps the plain term above rather than 0.
 With no `max_tokens` anywhere, `peer_weight` 0 and decode KV on `r`, this is the term above
 (`s_j = out`; it also charges sequences still prefilling there, whose `ctx_j` is 0). It
 moves turns off a replica running a long decode (its `rem_j` is large: full overlap) onto one
@@ -62,14 +67,15 @@ benchmarks/results/sim-remaining-decode/. `max_tokens` is an upper bound in prod
 client may stop early or set it high); in `pdorch bench sim` it is the exact output length,
 so the simulator shows this term with a perfect length signal.
 
-**Columns** (issue 15): with `remaining_decode` false the same formula runs on
-`ReplicaColumns` as array operations (`score_columns`), the same IEEE operations in the same
-order, so every score is bit-identical to the loop's; a row without decode KV takes the
-`K = n = 0` branch exactly (`np.where`, not the general formula with zeros). At most
-`SCALAR_ROWS` (8) rows run the loop's Python arithmetic on the rows' values instead (the same
-operations, the same result): there each of the ~20 numpy calls costs 1-3 µs, more than the
-loop (`benchmarks/results/proxy.md`, "leg-client-3": 62 µs per request with one replica per
-pool); the terms, read only by explain, come from the array path.
+**Columns** (issue 15): the same formula runs on `ReplicaColumns` as array operations
+(`score_columns`), the same IEEE operations in the same order, so every score is bit-identical
+to the loop's (the straggler-aware term is a per-sequence sum: a Python loop over the rows that
+decode anything, `ReplicaColumns.decoding`; a P/D prefill pool has none); a row without
+decode KV takes the `K = n = 0` branch exactly (`np.where`, not the general formula with
+zeros). At most `SCALAR_ROWS` (8) rows run the loop's Python arithmetic on the rows' values
+instead (the same operations, the same result): there each of the ~20 numpy calls costs
+1-3 µs, more than the loop (`benchmarks/results/proxy.md`, "leg-client-3": 62 µs per request
+with one replica per pool); the terms, read only by explain, come from the array path.
 
 Example::
 
@@ -114,7 +120,7 @@ class TokenLoadParams(BaseModel):
 
 
 def _remaining_decode(
-    r: ReplicaSnapshot,
+    decoding: tuple[tuple[int, int], ...],
     out: int,
     block_size: int,
     tps: float,
@@ -126,7 +132,7 @@ def _remaining_decode(
     step = 1.0 / tps
     kv_read = c * block_size
     total = 0.0
-    for rem, blocks in r.decoding:
+    for rem, blocks in decoding:
         shared = out if rem < 0 or rem > out else rem
         if shared:
             total += shared * (step + kv_read * blocks + peer_weight * step + peer_read)
@@ -173,9 +179,9 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
                 n = steps = 0
                 prefill = work / tps
                 decode = 0.0
-            if remaining:
+            if remaining and r.decoding:
                 peer_read = peer_weight * c * prompt
-                decode = _remaining_decode(r, out, bs, tps, c, peer_weight, peer_read)
+                decode = _remaining_decode(r.decoding, out, bs, tps, c, peer_weight, peer_read)
             rid = r.replica_id
             scores[rid] = prefill + decode
             terms[rid] = {
@@ -208,7 +214,28 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
         )
 
     def supports_columns(self) -> bool:
-        return not self.params.remaining_decode
+        return True
+
+    def _remaining_rows(
+        self,
+        request: RoutingRequest,
+        candidates: ReplicaColumns,
+        rows: list[int],
+        tps: list[float],
+        c: list[float],
+    ) -> list[float]:
+        """`decode(r)` of the straggler-aware term for each of `rows`, rows that list decoding
+        sequences (`tps`, `c`: the rows' resolved tokens/s and KV cost), as `score` computes it."""
+        bs, prompt, _, _, _, out = self._constants(request)
+        peer_weight = self.params.peer_weight
+        out_terms: list[float] = []
+        for i, row in enumerate(rows):
+            decoding = candidates.decoding(row)
+            peer_read = peer_weight * c[i] * prompt
+            out_terms.append(
+                _remaining_decode(decoding, out, bs, tps[i], c[i], peer_weight, peer_read)
+            )
+        return out_terms
 
     def score_columns(
         self, request: RoutingRequest, candidates: ReplicaColumns, rows: IntArray, now: float
@@ -229,6 +256,9 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
         own_c = self.params.per_replica_decode_cost
         given_c = candidates.kv_cost[rows].tolist() if own_c else []
         default_c = c
+        remaining = self.params.remaining_decode
+        peer_weight = self.params.peer_weight
+        row_ids = rows.tolist()
         values: list[float] = []
         for i, overlap in enumerate(overlaps):  # `score`'s loop, on the rows' values
             uncached = prompt - overlap * bs
@@ -244,9 +274,23 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
                 budget = budget_tokens - n if budget_tokens > n else 1
                 steps = -(-work // budget) if work > budget else 1
                 read = c * kv
-                values.append((work + steps * n) / tps + steps * read + out * (n / tps + read))
+                prefill = (work + steps * n) / tps + steps * read
+                decode = out * (n / tps + read)
             else:
-                values.append(work / tps + 0.0)
+                prefill = work / tps
+                decode = 0.0
+            decoding = candidates.decoding(row_ids[i]) if remaining else ()
+            if decoding:
+                decode = _remaining_decode(
+                    decoding,
+                    out,
+                    bs,
+                    tps,
+                    c,
+                    peer_weight,
+                    peer_weight * c * prompt,
+                )
+            values.append(prefill + decode)
         return ColumnScores(
             np.array(values, dtype=np.float64),
             lambda: self._score_arrays(request, candidates, rows).terms(),
@@ -277,6 +321,19 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
             read = c * kv
         prefill = np.where(has_kv, (work + steps * n) / tps + steps * read, work / tps)
         decode = np.where(has_kv, out * (n / tps + read), 0.0)
+        if self.params.remaining_decode:
+            # per-sequence sums: a Python loop over the rows that decode anything (a P/D
+            # prefill pool has none); `c` per row as the loop resolves it
+            row_ids = rows.tolist()
+            busy = [i for i, row in enumerate(row_ids) if candidates.decoding(row)]
+            if busy:
+                if self.params.per_replica_decode_cost:
+                    c_rows = np.where(given_c != 0.0, given_c, c)[busy].tolist()
+                else:
+                    c_rows = [c] * len(busy)
+                decode[busy] = self._remaining_rows(
+                    request, candidates, [row_ids[i] for i in busy], tps[busy].tolist(), c_rows
+                )
         values = prefill + decode
         ids = candidates.ids if everyone else [candidates.ids[i] for i in rows.tolist()]
 

@@ -29,7 +29,7 @@ def scorer(**params: Any) -> Any:
     base: dict[str, Any] = dict(
         decode_s_per_kv_token=C,
         default_prefill_tokens_per_s=TPS,
-        remaining_decode=False,  # the profile's default is on; each test sets it
+        remaining_decode=False,  # each test sets it
     )
     return build_policy(PolicyConfig(name="token_load", params={**base, **params}))
 
@@ -145,10 +145,12 @@ def test_prefill_replicas_see_no_decode_term() -> None:
     assert got.scores["p"] == pytest.approx((5000 + 320) / TPS)
 
 
-def test_the_token_load_profile_turns_both_mechanisms_on() -> None:
-    # Defaults since 2026-12-03 (benchmarks/results/sim-route-defaults/README.md).
+def test_the_token_load_profile_prices_per_replica_but_keeps_remaining_decode_opt_in() -> None:
+    # Defaults since 2026-12-03: per-replica cost on (sim-route-defaults); the straggler-aware
+    # term off, for its decision latency at 256 replicas (router-defaults-7).
     params = build_policy(PolicyConfig(name="token_load")).scorers[0][0].params
-    assert params.remaining_decode and params.per_replica_decode_cost
+    assert params.per_replica_decode_cost
+    assert not params.remaining_decode
 
 
 def test_decode_kv_without_listed_sequences_keeps_the_plain_term() -> None:

@@ -7,15 +7,20 @@ binding budget split and the role mover's ledger.
 
 6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`); while it
    binds, the last split stands unless a fresh one gains more than `budget_margin` (0.2) in
-   estimated attainment (0: a fresh split every tick). With `budget_keep_fleet` (off by
-   default) the tick the budget *starts* binding keeps the fleet as provisioned (ready +
-   pending per pool) by the same rule: it stands while it is a valid split (within the
-   budget, each pool in [min, want]) and the fresh split gains at most `budget_margin`. Why:
+   estimated attainment (0: a fresh split every tick). With `budget_keep_fleet` (on by
+   default; false: the fresh split) the tick the budget *starts* binding keeps the fleet as
+   provisioned (ready + pending per pool) by the same rule: it stands while it is a valid
+   split (within the budget, each pool in [min, want]) and the fresh split gains at most
+   `budget_margin`. Why:
    on the whole Mooncake trace (Round 12) the budget went from fitting (P 9 + D 7 = 16) to
    binding on one window's p90 ITL breach of decode (P wants 9, D 8); the fresh split chose
    8 + 8 (estimate 0.889 against the fleet's 0.875), cancelling prefill's pending cold start
    for a decode one, and 65 s later decode's fast way down cancelled its own: a drain-and-start
-   trade that was 3 of the worst 10 minutes' 3 / 3 direction changes.
+   trade that was 3 of the worst 10 minutes' 3 / 3 direction changes. With it: 0 / 1, +0.40
+   points, -0.04 % GPU-h there; the Azure x14 prefix -3.1 % GPU-h at the same attainment; the
+   Mooncake prefix and the 600 s day the same results (the budget seldom or never binds):
+   on by default, as it won or tied everywhere it was measured
+   (benchmarks/results/autoscale-round12-roles/).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
    replicas that serve within `switch_s`, or an observed breach, beyond its ready and arriving
@@ -63,7 +68,7 @@ class CrossPoolSteps:
         stand_in: bool,
         move_stabilization: bool,
         hysteresis_window_s: float,
-        budget_keep_fleet: bool = False,
+        budget_keep_fleet: bool = True,
     ) -> None:
         self.policy = policy
         # the pools' stabilizers, shared with the planner: move stabilization records a move

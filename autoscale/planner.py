@@ -157,7 +157,7 @@ class PdorchPlanner(Planner):
         decode_wait_attribution: bool = False,
         cold_start_growth: dict[Pool, float] | None = None,
         move_stabilization: bool = False,
-        budget_keep_fleet: bool = False,
+        budget_keep_fleet: bool = True,
     ) -> None:
         self.policy = policy
         self.perf = perf_model

@@ -80,24 +80,9 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    below the current one) waits until its up count has been above the current count N ticks
    in a row (reason `persistence`): the 2-hour day's up-reversals were each a projection
    1-4 ticks long.
-6. **Budget** (`policy.gpu_budget`): split by marginal SLO gain (`autoscale.budget`); while it
-   binds, the last split stands unless a fresh one gains more than `budget_margin` (0.2) in
-   estimated attainment (0: a fresh split every tick).
-7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
-   a replica is lent from pool G to pool T when T is short *now* (its reactive term for
-   replicas that serve within `switch_s`, or an observed breach, beyond its ready and arriving
-   replicas), and only when G still meets its SLO over the next `startup_s` without it: G's slack =
-   ready - max(its floor at now and now + `startup_s`, its reactive term, its consolidation
-   count, min). A move also stands in for a cold start T is about to order (`stand_in`,
-   default on: G's horizon slack is idle). T keeps ordering the cold starts its own count
-   asks for beyond the move; when G later wants more and T has slack, the loan goes back to
-   G (cancelling a cold start G had pending), and a pool that gave a replica back does not
-   take one again within `scale_down_s` (no flapping). With `move_stabilization` (off by
-   default) a move is a direction change of both pools: the giver gives only what its
-   floor's need widened by `hysteresis` and its own way down (the largest raw count of the
-   last `scale_down_s`) leave, both pools' stabilizers record it (their
-   reversals then wait as a scale's do), and a borrow into a pool within
-   `hysteresis_window_s` after it gave one back needs a breach of that pool now (Round 11).
+6. **Budget** and 7. **Role switch**: the two steps that couple the pools
+   (`autoscale.cross_pool`, which documents them): the GPU budget split by marginal SLO gain,
+   and moving a replica between the pools instead of a cold start.
 
 `reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `ttft-queue`,
 `itl-concurrency-observed`, `kv-usage`, `ttft-breach`, `itl-breach[-pending]`, `min`, `max`,
@@ -112,8 +97,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from autoscale.budget import split_budget
-from autoscale.decision import RoleMove, ScaleDecision
+from autoscale.cross_pool import CrossPoolSteps
+from autoscale.decision import ScaleDecision
 from autoscale.forecast_seam import EwmaForecaster, Forecaster, PredictorForecaster, SlidingLoad
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_base import Planner, register_planner
@@ -129,7 +114,7 @@ from autoscale.policy import PrefillSignal, SloPolicy
 from autoscale.predictive_floor import POOLS, PredictiveFloor
 from autoscale.projections import AheadRelease, TrendAge
 from autoscale.residence import ResidenceMean
-from autoscale.role_moves import PoolView, RoleMover
+from autoscale.role_moves import PoolView
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import clamp_to_limits
 from autoscale.stabilization import PoolStabilizer, Windows
@@ -172,6 +157,7 @@ class PdorchPlanner(Planner):
         decode_wait_attribution: bool = False,
         cold_start_growth: dict[Pool, float] | None = None,
         move_stabilization: bool = False,
+        budget_keep_fleet: bool = True,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -221,10 +207,6 @@ class PdorchPlanner(Planner):
         # a reversal within `hysteresis_window_s` of a move reads the floor's need widened by
         # `hysteresis` (`autoscale.stabilization`)
         self.hysteresis = hysteresis
-        # while the budget binds, the last split stands unless a fresh one gains more than
-        # this in estimated attainment (`autoscale.budget`)
-        self.budget_margin = budget_margin
-        self._budget_split: dict[Pool, int] | None = None
         st = policy.stabilization
         windows = Windows(
             st.scale_up_s, st.scale_down_s, fast_down_s, self.floor_hold_s, self.ahead_hold_s
@@ -253,14 +235,16 @@ class PdorchPlanner(Planner):
         self._floor: dict[Pool, Term] = {}
         self._floor_at: float | None = None
         self._started: float | None = None
-        # role moves (`autoscale.role_moves`); stand_in=False: only bridge a shortage now
-        # with `move_stabilization` a move is held to the pools' reversal rules over the
-        # hysteresis window (`autoscale.role_moves`, Round 11)
+        # steps 6-7, the budget and role moves (`autoscale.cross_pool`)
         self.move_stabilization = move_stabilization
-        self.mover = RoleMover(
-            hold_s=policy.stabilization.scale_down_s,
+        self.cross = CrossPoolSteps(
+            policy,
+            self._stabilizers,
+            budget_margin=budget_margin,
             stand_in=stand_in,
-            reversal_window_s=hysteresis_window_s if move_stabilization else 0.0,
+            move_stabilization=move_stabilization,
+            hysteresis_window_s=hysteresis_window_s,
+            budget_keep_fleet=budget_keep_fleet,
         )
 
     @property
@@ -347,7 +331,6 @@ class PdorchPlanner(Planner):
             self._floor_at = now
         desired: dict[Pool, int] = {}
         reasons: dict[Pool, str] = {}
-        raw: dict[Pool, int] = {}
         details: dict[str, Any] = {"correction": {str(p): k for p, k in self.correction.items()}}
         # the reactive and fit terms read the load as the last `level_window_s`' mean (the
         # pools, queues and latencies of this window): a one-tick spike of arrivals is not a
@@ -378,7 +361,6 @@ class PdorchPlanner(Planner):
             n, bound = clamp_to_limits(self.policy, pool, term.replicas)
             hold = self._clamped(pool, max(react.replicas, counts.hold))
             up = self._clamped(pool, max(react.replicas, counts.up))
-            raw[pool] = n
             desired[pool], reasons[pool] = stabilizer.decide(
                 now,
                 n,
@@ -401,58 +383,12 @@ class PdorchPlanner(Planner):
                 "pending": obs.pool(pool).pending,
                 "draining": obs.pool(pool).draining,
             }
-        self._apply_budget(desired, reasons)
-        moves = self._role_moves(obs, desired, reasons, raw, details)
+        self.cross.apply_budget(desired, reasons, {p: obs.pool(p).provisioned for p in POOLS})
+        moves = self.cross.role_moves(now, partial(self._pool_view, obs), desired, reasons, details)
         return ScaleDecision(now, desired, reasons, moves, details)
 
     def _clamped(self, pool: Pool, n: int) -> int:
         return clamp_to_limits(self.policy, pool, n)[0]
-
-    def _apply_budget(self, desired: dict[Pool, int], reasons: dict[Pool, str]) -> None:
-        budget = self.policy.gpu_budget
-        if budget is None:
-            return
-        gpus = {p: self.policy.limits(p).gpus_per_replica for p in POOLS}
-        minimum = {p: self.policy.limits(p).min for p in POOLS}
-        split = split_budget(
-            desired,
-            minimum,
-            gpus,
-            budget,
-            self._budget_split if self.budget_margin > 0 else None,
-            self.budget_margin,
-        )
-        # the split is kept only while the budget binds; a tick it does not starts afresh
-        self._budget_split = split if split != desired else None
-        for p in POOLS:
-            if split[p] < desired[p]:
-                desired[p], reasons[p] = split[p], "budget"
-
-    def _role_moves(
-        self,
-        obs: Observation,
-        desired: dict[Pool, int],
-        reasons: dict[Pool, str],
-        raw: dict[Pool, int],
-        details: dict[str, Any] | None = None,
-    ) -> tuple[RoleMove, ...]:
-        """Step 7 of the module docstring (`autoscale.role_moves`): lend, return, hold loans."""
-        pol = self.policy
-        if not pol.role_switching:
-            return ()
-        if pol.limits(Pool.PREFILL).gpus_per_replica != pol.limits(Pool.DECODE).gpus_per_replica:
-            return ()
-        views = {p: self._pool_view(obs, p, desired[p]) for p in POOLS}
-        plan = self.mover.decide(obs.now, views)
-        if self.move_stabilization:
-            for move in plan.moves:  # a direction change of both pools (rule (c))
-                self._stabilizers[move.from_pool].record_move(obs.now, up=False)
-                self._stabilizers[move.to_pool].record_move(obs.now, up=True)
-        desired.update(plan.desired)
-        reasons.update(plan.reasons)
-        if details is not None:
-            details["role_moves"] = plan.inputs
-        return plan.moves
 
     def _pool_view(self, obs: Observation, pool: Pool, desired: int) -> PoolView:
         """What the move rules read of one pool (`autoscale.role_moves.PoolView`)."""

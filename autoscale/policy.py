@@ -263,6 +263,10 @@ class PlannerOptions(_Strict):
       taker's up (so hysteresis and `reversal_ticks` hold their reversals), and a borrow
       into a pool within `hysteresis_window_s` after that pool gave one back is refused
       unless the pool breaches now (`autoscale/role_moves.py`, Round 11).
+    - `budget_keep_fleet` (true; false: a fresh split the tick the budget starts binding): the
+      tick `gpu_budget` starts binding, the fleet as provisioned (ready + pending) is kept as
+      the split while it is valid and a fresh split gains at most `budget_margin`
+      (`autoscale/cross_pool.py`, Round 12).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -290,6 +294,7 @@ class PlannerOptions(_Strict):
     decode_wait_attribution: StrictBool = False
     cold_start_growth: dict[Pool, float] | None = None
     move_stabilization: StrictBool = False
+    budget_keep_fleet: StrictBool = True
 
     @field_validator("cold_start_growth")
     @classmethod

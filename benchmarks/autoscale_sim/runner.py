@@ -52,6 +52,10 @@ VARIANTS: dict[str, tuple[bool | None, dict[str, Any]]] = {
     "role-switching-bridge": (True, {"stand_in": False}),  # pdorch: bridge a shortage only
     # a move held to both pools' reversal rules (`autoscale.role_moves`, Round 11)
     "role-switching-stable": (True, {"move_stabilization": True}),
+    # the budget keeps the provisioned fleet the tick it starts binding (`autoscale.cross_pool`)
+    "budget-keep-fleet": (None, {"budget_keep_fleet": True}),
+    "budget-fresh": (None, {"budget_keep_fleet": False}),  # the split before Round 12
+    "role-switching-budget-keep-fleet": (True, {"budget_keep_fleet": True}),
     # the actuator's scale-up order (`SimActuator`: recall, move a draining replica, cold
     # start), each step turned off to measure what it gains (ACTUATOR_OPTIONS)
     "role-switching-no-drain-moves": (True, {}),

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from autoscale.budget import attainment_estimate, split_budget
+from autoscale.cross_pool import CrossPoolSteps
 from autoscale.decision import RoleMove
 from autoscale.forecast_seam import EwmaForecaster
 from autoscale.planner import PdorchPlanner
@@ -431,3 +432,36 @@ def test_decode_fit_check_reads_the_floors_model_on_the_observed_load() -> None:
     assert old.details["decode"]["floor"] == 2 and old.desired[D] == 2
     new = planner(decode_fit_as_floor=True).plan(obs)
     assert new.desired[D] == 3 and new.reasons[D] == "consolidation"
+
+
+def test_budget_keeps_the_provisioned_fleet_when_it_starts_binding_by_hand() -> None:
+    # Round 12's whole-Mooncake trade: the fleet is P 9 (one pending) + D 7 = 16, then one
+    # window's ITL breach makes decode want 8. Fresh split of (9, 8) in 16: (8, 8), A = 8/9 =
+    # 0.889; the fleet (9, 7) has A = 7/8 = 0.875: a gain of 0.014 <= 0.2, so with the option
+    # the fleet stands (no drain of prefill's pending start for a decode cold start).
+    def steps(keep_fleet: bool) -> CrossPoolSteps:
+        return CrossPoolSteps(
+            policy(budget=16),
+            {},
+            budget_margin=0.2,
+            stand_in=True,
+            move_stabilization=False,
+            hysteresis_window_s=600.0,
+            budget_keep_fleet=keep_fleet,
+        )
+
+    fleet = {P: 9, D: 7}
+    for keep_fleet, expect in ((False, {P: 8, D: 8}), (True, {P: 9, D: 7})):
+        desired, reasons = {P: 9, D: 8}, {P: "ttft-breach", D: "itl-breach"}
+        steps(keep_fleet).apply_budget(desired, reasons, fleet)
+        assert desired == expect
+        assert reasons[D if keep_fleet else P] == "budget"
+    # a fleet the fresh split beats by more than the margin does not stand: want P 14, D 4,
+    # fleet (8, 4): fresh (12, 4) has A = 12/14 = 0.857 against 8/14 = 0.571
+    desired = {P: 14, D: 4}
+    steps(True).apply_budget(desired, {}, {P: 8, D: 4})
+    assert desired == {P: 12, D: 4}
+    # a fleet above a pool's want is no valid split: fresh
+    desired = {P: 10, D: 7}
+    steps(True).apply_budget(desired, {}, {P: 8, D: 8})
+    assert desired == {P: 9, D: 7}

@@ -150,6 +150,7 @@ class PredictiveFloor:
         # time, as `sizing.size_window` has it
         t_term = min(t_own, ttft)
         inputs = {"rate_rps": rate, "isl": isl, "osl": osl, "hit": hit, "ttft_term_s": t_term}
+        dispersion = None if self.dispersion is None else self.dispersion.value()
         p = prefill_need(
             self.perf,
             rate,
@@ -169,10 +170,10 @@ class PredictiveFloor:
             correction[Pool.DECODE],
             self.headroom,
             self.decode_correction_on_target,
-            None if self.dispersion is None else self.dispersion.value(),
+            dispersion,
         )
-        if self.dispersion is not None:
-            inputs["dispersion"] = self.dispersion.value()
+        if dispersion is not None:
+            inputs["dispersion"] = dispersion
         return {
             Pool.PREFILL: Term(replicas_for(p), "ttft-throughput", {**inputs, "need": p}),
             Pool.DECODE: Term(replicas_for(d), "itl-concurrency", {**inputs, "need": d}),

@@ -238,9 +238,8 @@ class OraclePlanner(Planner):
                 self._decode_jobs, self._decode_kv, self._arrivals, start_s, end_s, step, q,
                 self.lookback_s,
             )  # fmt: skip
-            kv_need = kv_replicas(self.perf, kv)  # `sizing`'s KV term, on the counted tokens
-            assert kv_need is not None
-            need = max(need, kv_need)
+            # `sizing`'s KV term on the counted tokens (not None: the model has a KV size)
+            need = max(need, kv_replicas(self.perf, kv) or 0.0)
         return replicas_for(need)
 
     def _decode_at(self, tau: float) -> int:

@@ -11,7 +11,7 @@ import pytest
 from autoscale.budget import attainment_estimate, split_budget
 from autoscale.cross_pool import CrossPoolSteps
 from autoscale.decision import RoleMove
-from autoscale.forecast_seam import EwmaForecaster
+from autoscale.forecast_seam import EwmaForecaster, LoadForecast
 from autoscale.planner import PdorchPlanner
 from autoscale.planner_base import planner_factory
 from autoscale.policy import Intervals, SloPolicy
@@ -294,8 +294,8 @@ class SwitchForecaster(EwmaForecaster):
 
     ahead = 15.0
 
-    def forecast(self, horizon_s: float) -> tuple[float, float, float, float]:  # type: ignore[override]
-        return (15.0 if horizon_s < 60.0 else self.ahead, 1000.0, 200.0, 0.0)
+    def forecast(self, horizon_s: float) -> LoadForecast:
+        return LoadForecast(15.0 if horizon_s < 60.0 else self.ahead, 1000.0, 200.0, 0.0)
 
 
 def test_floor_orders_for_growth_only_once_it_is_sustained_for_30_s() -> None:
@@ -379,8 +379,8 @@ class AheadForecaster(EwmaForecaster):
 
     ahead = 8.0
 
-    def forecast(self, horizon_s: float) -> tuple[float, float, float, float]:  # type: ignore[override]
-        return (8.0 if horizon_s < 60.0 else self.ahead, 1000.0, 200.0, 0.0)
+    def forecast(self, horizon_s: float) -> LoadForecast:
+        return LoadForecast(8.0 if horizon_s < 60.0 else self.ahead, 1000.0, 200.0, 0.0)
 
 
 def _fast_path(**options: Any) -> dict[int, int]:

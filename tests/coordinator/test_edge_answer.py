@@ -88,7 +88,7 @@ async def test_the_same_bytes_and_state_as_the_asgi_path(
     assert transport.closed == asgi_transport.closed == (not keep_alive or bool(extra))
     assert done.calls == asgi_done.calls == 1
     assert cycle.transport is transport  # the cork is gone
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one loop turn: the cork's flush was a `call_soon`, it would run now
     assert len(transport.writes) == 1  # no flush of the cork later
 
 

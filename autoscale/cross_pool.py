@@ -69,6 +69,7 @@ class CrossPoolSteps:
         move_stabilization: bool,
         hysteresis_window_s: float,
         budget_keep_fleet: bool = True,
+        move_release_check: bool = False,
     ) -> None:
         self.policy = policy
         # the pools' stabilizers, shared with the planner: move stabilization records a move
@@ -88,6 +89,7 @@ class CrossPoolSteps:
             hold_s=policy.stabilization.scale_down_s,
             stand_in=stand_in,
             reversal_window_s=hysteresis_window_s if move_stabilization else 0.0,
+            release_check=move_release_check,
         )
 
     def apply_budget(

@@ -158,6 +158,7 @@ class PdorchPlanner(Planner):
         cold_start_growth: dict[Pool, float] | None = None,
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,
+        move_release_check: bool = False,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -237,6 +238,8 @@ class PdorchPlanner(Planner):
         self._started: float | None = None
         # steps 6-7, the budget and role moves (`autoscale.cross_pool`)
         self.move_stabilization = move_stabilization
+        # a move's giver clears its own way down too (rule (a) of move stabilization alone)
+        self.move_release_check = move_release_check or move_stabilization
         self.cross = CrossPoolSteps(
             policy,
             self._stabilizers,
@@ -245,6 +248,7 @@ class PdorchPlanner(Planner):
             move_stabilization=move_stabilization,
             hysteresis_window_s=hysteresis_window_s,
             budget_keep_fleet=budget_keep_fleet,
+            move_release_check=move_release_check,
         )
 
     @property
@@ -429,7 +433,7 @@ class PdorchPlanner(Planner):
             # pool's own way down would hold it at now (a move out is a way down)
             hold=max(
                 self._clamped(pool, self.floor.counts[pool].hold),
-                self._stabilizers[pool].down_limit(obs.now) if self.move_stabilization else 0,
+                self._stabilizers[pool].down_limit(obs.now) if self.move_release_check else 0,
             ),
         )
 

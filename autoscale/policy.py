@@ -267,6 +267,11 @@ class PlannerOptions(_Strict):
       tick `gpu_budget` starts binding, the fleet as provisioned (ready + pending) is kept as
       the split while it is valid and a fresh split gains at most `budget_margin`
       (`autoscale/cross_pool.py`, Round 12).
+    - `move_release_check` (false; only with `role_switching`): move stabilization's giver
+      check alone: a lender gives, and a borrower returns, only what its own way down would
+      release (its floor's need widened by `hysteresis`, the largest raw count of the last
+      `scale_down_s`); no refusal of re-borrows, no move recorded in the stabilizers
+      (`autoscale/role_moves.py`, Round 13).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -295,6 +300,7 @@ class PlannerOptions(_Strict):
     cold_start_growth: dict[Pool, float] | None = None
     move_stabilization: StrictBool = False
     budget_keep_fleet: StrictBool = True
+    move_release_check: StrictBool = False
 
     @field_validator("cold_start_growth")
     @classmethod

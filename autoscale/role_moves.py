@@ -72,6 +72,19 @@ later decode's floor read 6 (noise), the budget cut prefill back and decode orde
 start; 15 s later prefill's breach had passed, its one-tick slack returned the loan (cancelling
 decode's cold start), and 15 s after that prefill breached again and cold-started
 (benchmarks/results/autoscale-round11-roles/README.md).
+
+**Release check** (`release_check`: the planner's `move_release_check`, off by default; implied
+by move stabilization): rule (a) alone, without (b) and (c). A lender gives, and a borrower
+returns, only what its own way down would release anyway: ready minus its floor's widened
+need and minus the largest raw count of its last `scale_down_s` (`PoolView.hold`), so a lend
+is never the replica the giver's next noisy tick asks back, and a loan goes back only once
+the borrower's own need has stayed below it for the window (its cold starts landed or its
+burst passed). Re-borrows are not refused and the stabilizers are not told of moves. Why: on
+the Mooncake prefix with switching, decode lent its third replica at slack 1 (floor 3 of 4
+ready) at 275 s, read 4 at 280 s (noise), the budget cut prefill for a decode start, and a
+one-tick prefill slack (floor 7 of 12 ready, 15 s after its breach) returned two loans at
+290-295 s, after which prefill breached again at 300 s: 8 / 10 direction changes in the worst
+10 minutes (benchmarks/results/autoscale-round13-roles/).
 """
 
 from __future__ import annotations
@@ -129,8 +142,12 @@ class RoleMover:
         settle_s: float = SETTLE_S,
         stand_in: bool = True,
         reversal_window_s: float = 0.0,
+        release_check: bool = False,
     ) -> None:
         self.hold_s = hold_s
+        # rule (a) alone (`release_check`): a giver gives only what its own way down would
+        # release; move stabilization implies it (module docstring, "Release check")
+        self.release_check = release_check or reversal_window_s > 0
         self.stand_in = stand_in
         self.settle_s = settle_s
         self.reversal_window_s = reversal_window_s  # move stabilization (docstring); 0: off
@@ -147,7 +164,7 @@ class RoleMover:
         return max(0, v.ready - max(v.ahead, hold, v.now, v.keep, v.minimum))
 
     def _slack(self, v: PoolView) -> int:
-        return self.slack(v, self.reversal_window_s > 0)
+        return self.slack(v, self.release_check)
 
     def reverses(self, now: float, to_pool: Pool, v: PoolView) -> bool:
         """Rule (b) of move stabilization: a borrow into `to_pool` within the window after it

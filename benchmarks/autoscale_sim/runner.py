@@ -56,6 +56,8 @@ VARIANTS: dict[str, tuple[bool | None, dict[str, Any]]] = {
     "budget-keep-fleet": (None, {"budget_keep_fleet": True}),
     "budget-fresh": (None, {"budget_keep_fleet": False}),  # the split before Round 12
     "role-switching-budget-keep-fleet": (True, {"budget_keep_fleet": True}),
+    # a move's giver gives only what its own way down would release (`autoscale.role_moves`)
+    "role-switching-release": (True, {"move_release_check": True}),
     # the actuator's scale-up order (`SimActuator`: recall, move a draining replica, cold
     # start), each step turned off to measure what it gains (ACTUATOR_OPTIONS)
     "role-switching-no-drain-moves": (True, {}),

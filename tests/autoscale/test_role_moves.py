@@ -273,3 +273,52 @@ def test_the_planner_records_a_move_as_both_pools_direction_change() -> None:
     plain = pdorch()
     assert plain.plan(breaching_prefill(1.0)).moves
     assert not plain._stabilizers[D].reverses_down()
+
+
+# ------------------------------------------------- the release check alone (Round 13)
+
+
+def released_only() -> RoleMover:
+    return RoleMover(hold_s=180.0, release_check=True)
+
+
+def test_the_release_check_alone_gives_only_what_the_way_down_releases() -> None:
+    # rule (a) without (b): the giver's held need (hold 6 of 6 ready) refuses the lend, and a
+    # borrower whose way down holds the replica (hold 5) does not return it
+    short = {P: view(1, urgent=2, breach=True), D: view(6, ahead=5, hold=6)}
+    assert released_only().decide(0.0, short).moves == ()
+    after = {P: view(5, ahead=3, now=3, keep=3, hold=5), D: view(4, desired=5, ahead=5)}
+    m = released_only()
+    assert m.decide(0.0, {P: view(4, urgent=5, breach=True), D: view(5, ahead=4)}).moves
+    assert m.decide(20.0, after).moves == ()
+    assert m.decide(200.0, {P: replace(after[P], hold=4), D: after[D]}).moves == (
+        RoleMove(P, D, 1),
+    )
+
+
+def test_the_release_check_alone_does_not_refuse_a_re_borrow() -> None:
+    # the forecast-only re-borrow that move stabilization refuses (rule (b)) goes ahead
+    m = released_only()
+    m.decide(0.0, {P: view(1, urgent=3, desired=3), D: view(4, ahead=2)})
+    back = {P: view(5, keep=3, now=3, ahead=3), D: view(2, pending=1, desired=3, breach=True)}
+    assert m.decide(130.0, back).moves == (RoleMove(P, D, 1),)
+    forecast_only = {P: view(4, desired=5, ahead=5, now=4, keep=4), D: view(4, ahead=2)}
+    assert m.decide(400.0, forecast_only).moves == (RoleMove(D, P, 1),)
+    assert m.refused == 0
+
+
+def test_the_planners_release_check_reads_the_way_down_but_records_no_move() -> None:
+    pl = PdorchPlanner(
+        policy(role_switching=True, down_s=600.0),
+        LinearPerfModel(),
+        forecaster=EwmaForecaster(alpha=1.0),
+        headroom=1.0,
+        forecast_window_s=0.0,
+        trend_cap=4.0,
+        move_release_check=True,
+    )
+    assert pl.cross.mover.release_check and pl.cross.mover.reversal_window_s == 0
+    d = pl.plan(breaching_prefill(1.0))
+    # the first tick: decode's way down has only this tick's raw count, below its ready
+    assert d.moves and d.moves[0].from_pool is D
+    assert not pl._stabilizers[D].reverses_down()

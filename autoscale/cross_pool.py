@@ -70,7 +70,6 @@ class CrossPoolSteps:
         hysteresis_window_s: float,
         budget_keep_fleet: bool = True,
         move_release_check: bool = False,
-        move_bridge_plain: bool = False,
     ) -> None:
         self.policy = policy
         # the pools' stabilizers, shared with the planner: move stabilization records a move
@@ -91,7 +90,6 @@ class CrossPoolSteps:
             stand_in=stand_in,
             reversal_window_s=hysteresis_window_s if move_stabilization else 0.0,
             release_check=move_release_check,
-            bridge_plain=move_bridge_plain,
         )
 
     def apply_budget(

@@ -159,7 +159,6 @@ class PdorchPlanner(Planner):
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,
         move_release_check: bool = False,
-        move_bridge_plain: bool = False,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -250,7 +249,6 @@ class PdorchPlanner(Planner):
             hysteresis_window_s=hysteresis_window_s,
             budget_keep_fleet=budget_keep_fleet,
             move_release_check=move_release_check,
-            move_bridge_plain=move_bridge_plain,
         )
 
     @property

@@ -272,8 +272,6 @@ class PlannerOptions(_Strict):
       release (its floor's need widened by `hysteresis`, the largest raw count of the last
       `scale_down_s`); no refusal of re-borrows, no move recorded in the stabilizers
       (`autoscale/role_moves.py`, Round 13).
-    - `move_bridge_plain` (false; with `move_release_check`): a taker that breaches now may
-      still borrow the giver's plain horizon slack, as a bridge (a measured variant).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -303,7 +301,6 @@ class PlannerOptions(_Strict):
     move_stabilization: StrictBool = False
     budget_keep_fleet: StrictBool = True
     move_release_check: StrictBool = False
-    move_bridge_plain: StrictBool = False
 
     @field_validator("cold_start_growth")
     @classmethod

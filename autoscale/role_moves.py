@@ -143,15 +143,11 @@ class RoleMover:
         stand_in: bool = True,
         reversal_window_s: float = 0.0,
         release_check: bool = False,
-        bridge_plain: bool = False,
     ) -> None:
         self.hold_s = hold_s
         # rule (a) alone (`release_check`): a giver gives only what its own way down would
         # release; move stabilization implies it (module docstring, "Release check")
         self.release_check = release_check or reversal_window_s > 0
-        # with the release check, a taker that breaches now may still borrow the giver's
-        # plain slack as a bridge (measured variant, off; Round 13)
-        self.bridge_plain = bridge_plain
         self.stand_in = stand_in
         self.settle_s = settle_s
         self.reversal_window_s = reversal_window_s  # move stabilization (docstring); 0: off
@@ -258,13 +254,10 @@ class RoleMover:
             if last is not None and now - last < self.hold_s:
                 continue  # the taker just gave to the giver: no flapping
             room = t.maximum - t.ready - self.arriving(now, taker, t)
-            short = self.short_now(now, taker, t)
-            lack = max(short, t.desired - t.provisioned) if self.stand_in else short
+            lack = self.short_now(now, taker, t)
+            if self.stand_in:
+                lack = max(lack, t.desired - t.provisioned)
             c = min(lack, self._slack(g), room)
-            if c <= 0 and self.bridge_plain and t.breach:
-                # release check with `bridge_plain`: a breach now may take the giver's plain
-                # horizon slack, as a bridge only (what it lacks now)
-                c = min(short, self.slack(g), room)
             if c <= 0:
                 continue
             if self.reverses(now, taker, t):

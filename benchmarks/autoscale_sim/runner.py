@@ -58,11 +58,6 @@ VARIANTS: dict[str, tuple[bool | None, dict[str, Any]]] = {
     "role-switching-budget-keep-fleet": (True, {"budget_keep_fleet": True}),
     # a move's giver gives only what its own way down would release (`autoscale.role_moves`)
     "role-switching-release": (True, {"move_release_check": True}),
-    # and a taker breaching now may borrow the giver's plain slack as a bridge
-    "role-switching-release-bridge": (
-        True,
-        {"move_release_check": True, "move_bridge_plain": True},
-    ),
     # the actuator's scale-up order (`SimActuator`: recall, move a draining replica, cold
     # start), each step turned off to measure what it gains (ACTUATOR_OPTIONS)
     "role-switching-no-drain-moves": (True, {}),

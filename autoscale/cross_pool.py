@@ -36,6 +36,11 @@ binding budget split and the role mover's ledger.
    last `scale_down_s`) leave, both pools' stabilizers record it (their
    reversals then wait as a scale's do), and a borrow into a pool within
    `hysteresis_window_s` after it gave one back needs a breach of that pool now (Round 11).
+   With `move_release_check` (off by default; implied by `move_stabilization`) only the
+   giver check of that rule applies: whole Mooncake with switching 8 / 13 -> 0 / 1 direction
+   changes in the worst 10 minutes, 95.06 % at 15.756 GPU-h (95.01 % / 15.760 without
+   switching), but the stand-ins' GPU-hours go (Azure prefix +2.6 %, the 600 s day +2.1 %
+   against plain switching): off (benchmarks/results/autoscale-round13-roles/).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any
 
 from autoscale.decision import RoleMove
 from autoscale.forecast_seam import EwmaForecaster
-from autoscale.planner import PdorchPlanner
+from autoscale.planner import PdorchPlanner, _make_pdorch
 from autoscale.role_moves import PoolView, RoleMover
 from autoscale.signals import Observation, Pool
 from tests.autoscale.obs import latency, observation, policy, replicas
@@ -322,3 +322,12 @@ def test_the_planners_release_check_reads_the_way_down_but_records_no_move() -> 
     # the first tick: decode's way down has only this tick's raw count, below its ready
     assert d.moves and d.moves[0].from_pool is D
     assert not pl._stabilizers[D].reverses_down()
+
+
+def test_the_policys_move_release_check_reaches_the_mover() -> None:
+    pol = policy(role_switching=True)
+    on = pol.model_copy(
+        update={"planner": pol.planner.model_copy(update={"move_release_check": True})}
+    )
+    assert _make_pdorch(on, LinearPerfModel()).cross.mover.release_check
+    assert not _make_pdorch(pol, LinearPerfModel()).cross.mover.release_check

@@ -290,11 +290,11 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
         n = np.where(has_kv, ints[6], 0)
         budget = np.where(budget_tokens > n, budget_tokens - n, 1)
         steps = np.where(has_kv, np.where(work > budget, -(-work // budget), 1), 0)
+        c_rows: FloatArray | float = c
         if self.params.per_replica_decode_cost:
             given_c = candidates.kv_cost if everyone else candidates.kv_cost[rows]
-            read = np.where(given_c != 0.0, given_c, c) * kv
-        else:
-            read = c * kv
+            c_rows = np.where(given_c != 0.0, given_c, c)
+        read = c_rows * kv
         prefill = np.where(has_kv, (work + steps * n) / tps + steps * read, work / tps)
         decode = np.where(has_kv, out * (n / tps + read), 0.0)
         if self.params.remaining_decode:
@@ -305,10 +305,10 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
             table = self._tables.of(candidates)
             s1, s2, busy = table.sums(None if everyone else rows, out)
             if busy.any():
-                c_rows: FloatArray | float = c
-                if self.params.per_replica_decode_cost:
-                    c_rows = np.where(given_c != 0.0, given_c, c)
-                term = s1 * ((1.0 + peer_weight) / tps + peer_weight * prompt * c_rows)
+                if peer_weight:
+                    term = s1 * ((1.0 + peer_weight) / tps + peer_weight * prompt * c_rows)
+                else:  # x + 0.0 is x: `_remaining_decode`'s value with one array op less
+                    term = s1 * (1.0 / tps)
                 term += s2 * (bs * c_rows)
                 decode = np.where(busy, term, decode)
         values = prefill + decode

@@ -28,10 +28,11 @@ Parameters (defaults): `default_prefill_tokens_per_s` 10000, `max_num_batched_to
 (vLLM's), `decode_s_per_kv_token` 4e-8, `expected_output_tokens` 256, `remaining_decode`
 false, `peer_weight` 0.0 (read only with `remaining_decode`), `per_replica_decode_cost` false.
 The shipped `token_load` profile (router/profiles/token_load.yaml) sets `per_replica_decode_cost`
-true since 2026-12-03: it won or was neutral on every study it was measured on
-(benchmarks/results/sim-route-defaults/README.md). `remaining_decode` won there too but stays
-opt-in: its per-row Python sum took the decision p99 at 8k tokens x 256 replicas from 0.82 to
-1.5-1.8 ms (benchmarks/results/router-defaults-7/README.md).
+and `remaining_decode` true since 2026-12-03: each won or was neutral on every study it was
+measured on (benchmarks/results/sim-route-defaults/README.md); `remaining_decode` was opt-in
+until its per-sequence sum became array operations ("Columns" below): the Python loop took the
+decision p99 at 8k tokens x 256 replicas from 0.82 to 1.5-1.8 ms (router-defaults-7/), the
+table keeps it at 0.89 ms vs 0.94 off (median of 5 rounds, router-straggler-vec/).
 
 **Per-replica constants** (`per_replica_decode_cost: true`, issue 15). `tps(r)` is already
 each replica's own (profiled) figure. `c` is one global number, the H100's, also on H200

@@ -151,3 +151,35 @@ def test_columns_follow_a_changing_token_load() -> None:
         a, b = old.pick(req, snaps, now), new.pick(req, columns, now)
         assert (a.chosen, a.scores) == (b.chosen, b.scores)
     assert max(len(load.load(rid, 0.0).decoding) for rid in ids) > 4  # rows were widened
+
+
+def test_an_older_build_still_scores_its_own_state() -> None:
+    # Explain may re-score a kept (older) `ReplicaColumns` after newer picks: the table syncs
+    # to whichever candidates it is given, so the old columns get their own scores back.
+    ids = [f"r{i}" for i in range(20)]
+    load = TokenLoad()
+    for i, rid in enumerate(ids):
+        load.on_admitted(f"a{i}", rid, 0.0, prompt_tokens=320, uncached_tokens=0,
+                         block_size=BS, max_tokens=100 + 50 * i)  # fmt: skip
+        load.on_prefill_done(f"a{i}", rid, 0.0)
+    config = PolicyConfig(name="token_load", params={"remaining_decode": True})
+    policy = build_policy(config)
+    scorer = policy.scorers[0][0]
+    builder = ColumnBuilder()
+    req = RoutingRequest("x", 320, BS, tuple(range(20)), max_tokens=1000)
+    rows = np.arange(len(ids))
+    old = builder.build(ids, {}, load, 1.0)
+    before = scorer.score_columns(req, old, rows, 1.0).values.copy()
+    for i, rid in enumerate(ids[:10]):
+        load.on_tokens(f"a{i}", rid, 2.0, 90)  # half the fleet nears its end
+    new = builder.build(ids, {}, load, 2.0)
+    after = scorer.score_columns(req, new, rows, 2.0).values
+    assert not np.array_equal(before, after)
+    assert np.array_equal(scorer.score_columns(req, old, rows, 1.0).values, before)
+    fresh = build_policy(config).scorers[0][0]
+    assert np.array_equal(fresh.score_columns(req, new, rows, 2.0).values, after)
+    # and the table keeps one entry per candidate list, at most `KEEP`
+    tables = DecodingTables()
+    for n in range(DecodingTables.KEEP + 2):
+        tables.of(ReplicaColumns.of([ReplicaSnapshot(f"s{n}")]))
+    assert len(tables._tables) == DecodingTables.KEEP

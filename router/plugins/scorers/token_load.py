@@ -100,10 +100,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from router.plugins.base import ColumnScores, Scorer, ScorerOutput
 from router.plugins.registry import register
+from router.plugins.scorers.decoding_table import DecodingTables, shared_sums
 from router.replica_columns import SCALAR_ROWS, FloatArray, IntArray, ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
-
-from .decoding_table import DecodingTables, shared_sums
 
 _TERM_NAMES = (
     "uncached_tokens",

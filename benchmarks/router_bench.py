@@ -36,6 +36,10 @@ background blocks.
 **Ingestion.** `benchmarks.router_ingest.measure_ingest_throughput`: vLLM-format msgpack payloads
 decoded and applied to a `KvIndex` through the subscriber's frame path (no sockets), in blocks/s.
 
+**Policy.** `policy` (`--policy`) names the prefill profile in `pdorch bench sim`'s syntax
+(`benchmarks/fleet_sim/policies.py`), default `token_load` as shipped; e.g.
+`token_load@remaining_decode=true` times the straggler-aware term (issue 15).
+
 Targets (issue 5): p99 <= 1 ms at 8k tokens x 64 replicas; >= 200k blocks/s ingestion.
 """
 
@@ -51,6 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from benchmarks.fleet_sim.policies import router_config_for
 from benchmarks.router_ingest import measure_ingest_throughput
 from pdorch.app.gc_tuning import GEN0_THRESHOLD, GEN1_THRESHOLD, GEN2_THRESHOLD
 from router.kv_events import BlockStored, EngineBlockHash
@@ -106,6 +111,7 @@ class RouterBenchResult:
     ingest_seconds: float = 0.0
     block_size: int = 16
     load_average: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    policy: str = "token_load"
 
     def to_json(self) -> dict[str, Any]:
         """The `--json` object: `{"decision": [...], "ingest_blocks_per_s": Z, ...}`."""
@@ -118,6 +124,7 @@ class RouterBenchResult:
             "ingest_blocks": self.ingest_blocks,
             "ingest_seconds": round(self.ingest_seconds, 4),
             "block_size": self.block_size,
+            "policy": self.policy,
             "load_average_1_5_15m": [round(x, 2) for x in self.load_average],
             "targets": {
                 "decision_p99_us": TARGET_P99_US,
@@ -275,6 +282,7 @@ def measure_decision_latency(
     block_size: int = 16,
     seed: int = 0,
     progress: Progress | None = None,
+    policy_spec: str = "token_load",
 ) -> DecisionLatency:
     """Time `iterations` full routing decisions for one configuration (see module docstring)."""
     setup = setup_decisions(prompt_tokens, replicas, iterations, block_size, seed)
@@ -286,7 +294,7 @@ def measure_decision_latency(
         setup.now,
     )
     columns = setup.columns
-    policy = build_policy({"name": "token_load"})
+    policy = build_policy(router_config_for(policy_spec).prefill)
     pd_params = PdDecisionParams()
     # The collector as in `pdorch serve` (`pdorch/app/gc_tuning.py`): start-up heap frozen,
     # young generation collected after GEN0_THRESHOLD net allocations; restored afterwards.
@@ -369,13 +377,16 @@ def run_router_bench(
     block_size: int = 16,
     seed: int = 0,
     progress: Progress | None = None,
+    policy: str = "token_load",
 ) -> RouterBenchResult:
     """Run the decision-latency grid and the ingestion measurement."""
-    result = RouterBenchResult(block_size=block_size, load_average=os.getloadavg())
+    result = RouterBenchResult(block_size=block_size, load_average=os.getloadavg(), policy=policy)
     for tokens in prompt_tokens:
         for count in replicas:
             result.decision.append(
-                measure_decision_latency(tokens, count, iterations, block_size, seed, progress)
+                measure_decision_latency(
+                    tokens, count, iterations, block_size, seed, progress, policy
+                )
             )
     if ingest_blocks > 0:
         if progress is not None:

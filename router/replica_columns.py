@@ -154,6 +154,13 @@ class ReplicaColumns(Sequence[ReplicaSnapshot]):
             return self._snapshots[index].decoding
         return self._loads[index].decoding
 
+    def decodings(self) -> list[tuple[tuple[int, int], ...]]:
+        """Every row's `decoding` (the straggler-aware term's table syncs on these tuples'
+        identity: a `TokenLoad` keeps one until the replica's load changes)."""
+        if self._snapshots is not None:
+            return [s.decoding for s in self._snapshots]
+        return [load.decoding for load in self._loads]
+
     def column(self, name: str) -> IntArray | FloatArray | BoolArray | None:
         """The array of a numeric `ReplicaSnapshot` field (None: not a column)."""
         row = _ROW.get(name)

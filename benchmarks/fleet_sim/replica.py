@@ -8,6 +8,7 @@ static or added later by `membership.py`, is configured alike.
 from __future__ import annotations
 
 from benchmarks.fleet_sim.records import SimConfig
+from benchmarks.workloads.model import Workload
 from pools.sim.config import EngineConfig
 from pools.sim.driver import EngineDriver
 from pools.sim.engine_core import EngineCore
@@ -58,3 +59,19 @@ def make_engine_core(
         engine_id=engine_id,
     )
     return EngineCore(ecfg, timing)
+
+
+def max_model_len_for(workload: Workload, timing: TimingModel, block_size: int) -> int:
+    """Every replica's `max_model_len`: the longest request (prompt + output) plus two blocks,
+    at least 2048; a request that needs more KV blocks than a replica holds is a config error."""
+    longest = 0
+    for s in workload.sessions:
+        for k, t in enumerate(s.turns):
+            longest = max(longest, s.prompt_tokens(k) + t.output_tokens)
+    capacity = timing.num_gpu_blocks(block_size) - 1
+    if -(-longest // block_size) > capacity:
+        raise ValueError(
+            f"workload: a request of {longest} tokens needs more KV blocks than a replica "
+            f"holds ({capacity} blocks of {block_size}); use a bigger --gpu or --tp"
+        )
+    return max(2048, longest + 2 * block_size)

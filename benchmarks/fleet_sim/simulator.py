@@ -9,8 +9,10 @@ model; arrivals from a `Workload`.
 This module is the event loop and the request flow through the cores (legs, outputs,
 transfers, ticks). Its parts: `records.py` (`SimConfig`, `RequestRecord`, `SimResult`),
 `sessions.py` (turn arrivals, open and closed loop), `replica.py` (a replica's core and its P/D
-plumbing), `kv_event_bridge.py` (core KV events -> the index), `reference_caches.py` (the
-oracle and pooled-LRU hit accounting); `membership.py` adds replicas that come and go.
+plumbing), `fast_forward.py` (decode fast-forward: a replica's horizon, applying its steps),
+`collect.py` (the run's `SimResult`), `kv_event_bridge.py` (core KV events -> the index),
+`reference_caches.py` (the oracle and pooled-LRU hit accounting); `membership.py` adds
+replicas that come and go.
 
 Events (heaps ordered by `(time, sequence number)`, so runs are deterministic; the arrivals
 have their own, `sessions.SessionArrivals`, the metrics tick its own clock):
@@ -34,14 +36,9 @@ token and streams every output token, so TTFT is measured at `d`'s first token.
 Stepping: each replica's core is driven by the one engine driver loop (`pools/sim/driver.py`,
 the same the sim server and the fidelity replay use); a step event is one `EngineDriver.tick`.
 
-Decode fast-forward (the scheduler's mode, `EngineCore.fast_forward_decode`, tried by the driver
-when given a horizon): a replica whose batch is pure decode
-advances many steps in one call, up to its *horizon* = the earliest time anything can touch it:
-the next arrival or metrics tick (routing reads every replica), a KV transfer into it, the
-next step boundary of a prefill replica running a leg whose decode goes to it (and, if that
-replica's queue waits, the next transfer anywhere, which may release its held blocks). Nothing that
-reads or changes the replica happens inside the horizon, so results equal stepping one by one
-(`tests/benchmarks/test_fleet_sim.py::test_fast_forward_equivalence`).
+Decode fast-forward (`EngineCore.fast_forward_decode`): a pure-decode replica advances many
+steps in one call up to its horizon; the rule and why results equal stepping one by one are in
+`fast_forward.py`.
 
 Late binding (`SimConfig`'s router `late_binding.enabled`, policy suffix `+late`): arrivals are
 held in a `BindingQueue` (router/binding_queue.py) and admitted by its `dispatch` after each
@@ -60,12 +57,14 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.fleet_sim.collect import collect_result
+from benchmarks.fleet_sim.fast_forward import apply_fast_forward, decode_horizon
 from benchmarks.fleet_sim.kv_event_bridge import to_router_events
 from benchmarks.fleet_sim.lifecycle_adapter import SimLifecycle, build_sim_lifecycle
 from benchmarks.fleet_sim.policies import router_config_for
 from benchmarks.fleet_sim.records import RequestRecord, SimConfig, SimResult
 from benchmarks.fleet_sim.reference_caches import ReferenceCaches
-from benchmarks.fleet_sim.replica import SimReplica, make_engine_core
+from benchmarks.fleet_sim.replica import SimReplica, make_engine_core, max_model_len_for
 from benchmarks.fleet_sim.sessions import SessionArrivals
 from benchmarks.workloads.model import Workload
 from pools.sim.engine_core import StepResult
@@ -119,17 +118,7 @@ class FleetSimulator:
             config.model, config.gpu, tp=config.tp, kv_memory_gb=config.kv_memory_gb, **kw
         )
         bs = config.block_size
-        longest = 0
-        for s in workload.sessions:
-            for k, t in enumerate(s.turns):
-                longest = max(longest, s.prompt_tokens(k) + t.output_tokens)
-        capacity = self.timing.num_gpu_blocks(bs) - 1
-        if -(-longest // bs) > capacity:
-            raise ValueError(
-                f"workload: a request of {longest} tokens needs more KV blocks than a replica "
-                f"holds ({capacity} blocks of {bs}); use a bigger --gpu or --tp"
-            )
-        self.max_model_len = max(2048, longest + 2 * bs)
+        self.max_model_len = max_model_len_for(workload, self.timing, bs)
         self.replicas: list[SimReplica] = []
         for i, (rid, role) in enumerate(config.fleet.replica_ids()):
             self.replicas.append(self._make_replica(rid, role, i))
@@ -339,29 +328,15 @@ class FleetSimulator:
 
     # ------------------------------------------------------------------ replica steps
     def _horizon(self, rep: SimReplica) -> float:
-        h = self.next_tick
-        t_arr = self.arrivals.next_time()
-        if t_arr < h:
-            h = t_arr
-        if rep.transfers and rep.transfers[0] < h:
-            h = rep.transfers[0]
-        if self.binding is not None and self.binding.held:
-            # a held request may be admitted to this replica at any replica's step boundary
-            for other in self.replicas:
-                t = other.next_event
-                if t is not None and t < h and other is not rep:
-                    h = t
-        for pi, n in rep.inbound.items():
-            if n > 0:
-                p = self.replicas[pi]
-                t = p.next_event
-                if t is not None and t < h:
-                    h = t
-                # A prefill replica whose queue waits for blocks can be woken early by any
-                # transfer that releases its held blocks: bound by the next transfer anywhere.
-                if p.core.waiting and self.all_transfers and self.all_transfers[0] < h:
-                    h = self.all_transfers[0]
-        return h
+        held = self.binding is not None and bool(self.binding.held)
+        return decode_horizon(
+            rep,
+            self.replicas,
+            self.next_tick,
+            self.arrivals.next_time(),
+            held,
+            self.all_transfers,
+        )
 
     def _on_step(self, rep: SimReplica, now: float) -> None:
         rep.next_event = None
@@ -452,28 +427,7 @@ class FleetSimulator:
             self._push(done, _TRANSFER, (rep.index, ld.request_id))
 
     def _apply_fast_forward(self, rep: SimReplica, ff: DecodeFastForward) -> None:
-        bs = self.config.block_size
-        ends: list[float] = ff.step_ends
-        k = len(ends)
-        gaps = [ends[0]] + [ends[j] - ends[j - 1] for j in range(1, k)]
-        routing = self.routing
-        itl = self.itl
-        for rid, n_after in zip(ff.request_ids, ff.num_output_tokens, strict=True):
-            rec = self.records[rid]
-            first_gap = ends[0] - (rec.last_token if rec.last_token is not None else ff.start)
-            gaps[0] = first_gap
-            itl.extend(gaps)
-            worst = max(gaps)
-            if worst > rec.max_itl:
-                rec.max_itl = worst
-            n0 = n_after - k
-            # on_tokens where the context crosses into a new block: (prompt + n) % bs == 1
-            j = (1 - rec.prompt_tokens - n0 - 1) % bs
-            while j < k:
-                routing.token_output(rid, ends[j], n0 + j + 1)
-                j += bs
-            rec.last_token = ends[-1]
-            rec.num_output = n_after
+        apply_fast_forward(ff, self.records, self.routing, self.itl, self.config.block_size)
 
     def _finish(self, rec: RequestRecord, rep: SimReplica, now: float) -> None:
         rec.finish = now
@@ -521,33 +475,18 @@ class FleetSimulator:
 
     # ------------------------------------------------------------------ result
     def _result(self, wall: float) -> SimResult:
-        queries = hits = gen = steps = 0
-        for r in self.replicas:
-            st = r.core.stats()
-            queries += st.prefix_cache_queries
-            hits += st.prefix_cache_hits
-            gen += st.generation_tokens
-            steps += st.num_steps
-        starts, ends = self.arrivals.session_start, self.arrivals.session_end
-        sessions = []
-        for si, s in enumerate(self.workload.sessions):
-            if si in starts and si in ends:
-                sessions.append((s.session_id, s.group, starts[si], ends[si]))
-        return SimResult(
-            config=self.config,
-            workload_name=self.workload.name,
-            requests=self.all_records,
-            itl_samples=self.itl,
-            sessions=sessions,
-            tick_times=self.tick_times,
-            decode_kv_blocks=self.decode_kv,
-            decode_replicas=[r.id for r in self.decode_capable],
-            engine_prefix_queries=queries,
-            engine_prefix_hits=hits,
-            generation_tokens=gen,
-            num_steps=steps,
-            num_fast_forward_steps=self.ff_steps,
-            wall_s=wall,
+        return collect_result(
+            self.config,
+            self.workload,
+            self.replicas,
+            self.arrivals,
+            self.all_records,
+            self.itl,
+            self.tick_times,
+            self.decode_kv,
+            self.decode_capable,
+            self.ff_steps,
+            wall,
         )
 
 

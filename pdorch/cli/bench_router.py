@@ -45,6 +45,12 @@ def bench_router(
     ),
     block_size: int = typer.Option(16, min=1, help="Tokens per KV block (vLLM --block-size)."),
     seed: int = typer.Option(0, help="Seed of the synthetic prompts, index and event stream."),
+    policy: str = typer.Option(
+        "token_load",
+        "--policy",
+        help="Prefill profile to time, in `pdorch bench sim --policies` syntax (e.g. "
+        "token_load@remaining_decode=true).",
+    ),
     out: Path | None = typer.Option(
         None,
         "--out",
@@ -62,6 +68,13 @@ def bench_router(
     """
     prompt_tokens = split_ints(prompt_tokens_list, "--prompt-tokens")
     replicas = split_ints(replicas_list, "--replicas")
+    from benchmarks.fleet_sim.policies import router_config_for
+    from router.policies.config import build_policy
+
+    try:  # a bad name or param fails here, naming the flag, not after the index is built
+        build_policy(router_config_for(policy).prefill, field_prefix="prefill")
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--policy") from None
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     from rich.table import Table
@@ -96,6 +109,7 @@ def bench_router(
             block_size=block_size,
             seed=seed,
             progress=progress,
+            policy=policy,
         )
 
     table = Table(

@@ -79,3 +79,24 @@ def test_help_teaches_the_options() -> None:
     assert proc.returncode == 0
     for option in ("--prompt-tokens", "--replicas", "--iterations", "--ingest-blocks", "--json"):
         assert option in proc.stdout
+
+
+def test_policy_picks_the_profile_and_a_bad_param_names_the_flag() -> None:
+    proc = run_bench(
+        "--json",
+        "--policy",
+        "token_load@remaining_decode=true",
+        "--prompt-tokens",
+        "64",
+        "--replicas",
+        "12",
+        "--iterations",
+        "3",
+        "--ingest-blocks",
+        "0",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["policy"] == "token_load@remaining_decode=true"
+    bad = run_bench("--policy", "token_load@remaining_decod=true", "--ingest-blocks", "0")
+    assert bad.returncode != 0
+    assert "--policy" in bad.stderr and "remaining_decod" in bad.stderr

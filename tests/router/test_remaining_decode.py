@@ -11,6 +11,7 @@ from router.kv_index import KvIndex
 from router.lifecycle import RequestLifecycle
 from router.lifecycle_plan import KvLookup
 from router.pd_router import PdRouter
+from router.plugins.scorers.token_load import TokenLoadParams
 from router.policies.config import PolicyConfig, RouterPolicyConfig, build_policy
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 from router.token_load import TokenLoad
@@ -145,12 +146,15 @@ def test_prefill_replicas_see_no_decode_term() -> None:
     assert got.scores["p"] == pytest.approx((5000 + 320) / TPS)
 
 
-def test_the_token_load_profile_prices_per_replica_but_keeps_remaining_decode_opt_in() -> None:
+def test_the_token_load_profile_turns_on_both_the_scorer_keeps_them_off() -> None:
     # Defaults since 2026-12-03: per-replica cost on (sim-route-defaults); the straggler-aware
-    # term off, for its decision latency at 256 replicas (router-defaults-7).
+    # term on once its sum became array operations (router-straggler-vec). The scorer's own
+    # defaults stay off, so a config naming the scorer with its own params is unchanged.
     params = build_policy(PolicyConfig(name="token_load")).scorers[0][0].params
     assert params.per_replica_decode_cost
-    assert not params.remaining_decode
+    assert params.remaining_decode
+    assert not TokenLoadParams().remaining_decode
+    assert not TokenLoadParams().per_replica_decode_cost
 
 
 def test_decode_kv_without_listed_sequences_keeps_the_plain_term() -> None:

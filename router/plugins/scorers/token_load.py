@@ -28,10 +28,11 @@ Parameters (defaults): `default_prefill_tokens_per_s` 10000, `max_num_batched_to
 (vLLM's), `decode_s_per_kv_token` 4e-8, `expected_output_tokens` 256, `remaining_decode`
 false, `peer_weight` 0.0 (read only with `remaining_decode`), `per_replica_decode_cost` false.
 The shipped `token_load` profile (router/profiles/token_load.yaml) sets `per_replica_decode_cost`
-true since 2026-12-03: it won or was neutral on every study it was measured on
-(benchmarks/results/sim-route-defaults/README.md). `remaining_decode` won there too but stays
-opt-in: its per-row Python sum took the decision p99 at 8k tokens x 256 replicas from 0.82 to
-1.5-1.8 ms (benchmarks/results/router-defaults-7/README.md).
+and `remaining_decode` true since 2026-12-03: each won or was neutral on every study it was
+measured on (benchmarks/results/sim-route-defaults/README.md); `remaining_decode` was opt-in
+until its per-sequence sum became array operations ("Columns" below): the Python loop took the
+decision p99 at 8k tokens x 256 replicas from 0.82 to 1.5-1.8 ms (router-defaults-7/), the
+table keeps it at 0.89 ms vs 0.94 off (median of 5 rounds, router-straggler-vec/).
 
 **Per-replica constants** (`per_replica_decode_cost: true`, issue 15). `tps(r)` is already
 each replica's own (profiled) figure. `c` is one global number, the H100's, also on H200
@@ -71,10 +72,16 @@ so the simulator shows this term with a perfect length signal.
 
 **Columns** (issue 15): the same formula runs on `ReplicaColumns` as array operations
 (`score_columns`), the same IEEE operations in the same order, so every score is bit-identical
-to the loop's (the straggler-aware term is a per-sequence sum: a Python loop over the rows that
-decode anything, `ReplicaColumns.decoding`; a P/D prefill pool has none); a row without
-decode KV takes the `K = n = 0` branch exactly (`np.where`, not the general formula with
-zeros). At most `SCALAR_ROWS` (8) rows run the loop's Python arithmetic on the rows' values
+to the loop's; a row without decode KV takes the `K = n = 0` branch exactly (`np.where`, not
+the general formula with zeros). The straggler-aware term is computed on every path from two
+integer sums, `S1 = Σ_j s_j` and `S2 = Σ_j s_j · blocks_j` (exact in any order), as
+`S1 · ((1 + peer_weight) / tps + peer_weight · prompt · c) + S2 · (block_size · c)`
+(`own + peer_weight · peers` regrouped: within 1e-9 of the per-sequence sum,
+tests/router/test_decoding_table.py); the array path takes the sums from a padded
+(replica, sequence) table rewritten only where a replica's sequences changed
+(`decoding_table.py`; before, a Python loop over every busy row took the decision p99 at 8k
+tokens x 256 replicas from 0.82 to 1.5-1.8 ms, benchmarks/results/router-defaults-7/).
+At most `SCALAR_ROWS` (8) rows run the loop's Python arithmetic on the rows' values
 instead (the same operations, the same result): there each of the ~20 numpy calls costs
 1-3 µs, more than the loop (`benchmarks/results/proxy.md`, "leg-client-3": 62 µs per request
 with one replica per pool); the terms, read only by explain, come from the array path.
@@ -93,7 +100,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from router.plugins.base import ColumnScores, Scorer, ScorerOutput
 from router.plugins.registry import register
-from router.replica_columns import SCALAR_ROWS, IntArray, ReplicaColumns
+from router.plugins.scorers.decoding_table import DecodingTables, shared_sums
+from router.replica_columns import SCALAR_ROWS, FloatArray, IntArray, ReplicaColumns
 from router.replica_state import ReplicaSnapshot, RoutingRequest
 
 _TERM_NAMES = (
@@ -122,23 +130,12 @@ class TokenLoadParams(BaseModel):
 
 
 def _remaining_decode(
-    decoding: tuple[tuple[int, int], ...],
-    out: int,
-    block_size: int,
-    tps: float,
-    c: float,
-    peer_weight: float,
-    peer_read: float,
+    s1: int, s2: int, tps: float, c: float, block_size: int, peer_weight: float, prompt: int
 ) -> float:
-    """`own(r) + peer_weight · peers(r)` of the straggler-aware term (module docstring)."""
-    step = 1.0 / tps
-    kv_read = c * block_size
-    total = 0.0
-    for rem, blocks in decoding:
-        shared = out if rem < 0 or rem > out else rem
-        if shared:
-            total += shared * (step + kv_read * blocks + peer_weight * step + peer_read)
-    return total
+    """`own(r) + peer_weight · peers(r)` of the straggler-aware term from the integer sums
+    `S1 = Σ s_j`, `S2 = Σ s_j · blocks_j` (module docstring, "Columns"): every path runs these
+    operations in this order, so the scores agree bit for bit."""
+    return s1 * ((1.0 + peer_weight) / tps + peer_weight * prompt * c) + s2 * (block_size * c)
 
 
 @register
@@ -148,6 +145,11 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
     name = "token_load"
     params_model = TokenLoadParams
     higher_is_better = False
+
+    def __init__(self, params: TokenLoadParams) -> None:
+        super().__init__(params)
+        # `remaining_decode`'s (row, sequence) tables: a cache of the candidates' own state
+        self._tables = DecodingTables()
 
     def score(
         self, request: RoutingRequest, candidates: Sequence[ReplicaSnapshot], now: float
@@ -182,8 +184,8 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
                 prefill = work / tps
                 decode = 0.0
             if remaining and r.decoding:
-                peer_read = peer_weight * c * prompt
-                decode = _remaining_decode(r.decoding, out, bs, tps, c, peer_weight, peer_read)
+                s1, s2 = shared_sums(r.decoding, out)
+                decode = _remaining_decode(s1, s2, tps, c, bs, peer_weight, prompt)
             rid = r.replica_id
             scores[rid] = prefill + decode
             terms[rid] = {
@@ -217,27 +219,6 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
 
     def supports_columns(self) -> bool:
         return True
-
-    def _remaining_rows(
-        self,
-        request: RoutingRequest,
-        candidates: ReplicaColumns,
-        rows: list[int],
-        tps: list[float],
-        c: list[float],
-    ) -> list[float]:
-        """`decode(r)` of the straggler-aware term for each of `rows`, rows that list decoding
-        sequences (`tps`, `c`: the rows' resolved tokens/s and KV cost), as `score` computes it."""
-        bs, prompt, _, _, _, out = self._constants(request)
-        peer_weight = self.params.peer_weight
-        out_terms: list[float] = []
-        for i, row in enumerate(rows):
-            decoding = candidates.decoding(row)
-            peer_read = peer_weight * c[i] * prompt
-            out_terms.append(
-                _remaining_decode(decoding, out, bs, tps[i], c[i], peer_weight, peer_read)
-            )
-        return out_terms
 
     def score_columns(
         self, request: RoutingRequest, candidates: ReplicaColumns, rows: IntArray, now: float
@@ -283,15 +264,8 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
                 decode = 0.0
             decoding = candidates.decoding(row_ids[i]) if remaining else ()
             if decoding:
-                decode = _remaining_decode(
-                    decoding,
-                    out,
-                    bs,
-                    tps,
-                    c,
-                    peer_weight,
-                    peer_weight * c * prompt,
-                )
+                s1, s2 = shared_sums(decoding, out)
+                decode = _remaining_decode(s1, s2, tps, c, bs, peer_weight, prompt)
             values.append(prefill + decode)
         return ColumnScores(
             np.array(values, dtype=np.float64),
@@ -316,26 +290,27 @@ class TokenLoadScorer(Scorer[TokenLoadParams]):
         n = np.where(has_kv, ints[6], 0)
         budget = np.where(budget_tokens > n, budget_tokens - n, 1)
         steps = np.where(has_kv, np.where(work > budget, -(-work // budget), 1), 0)
+        c_rows: FloatArray | float = c
         if self.params.per_replica_decode_cost:
             given_c = candidates.kv_cost if everyone else candidates.kv_cost[rows]
-            read = np.where(given_c != 0.0, given_c, c) * kv
-        else:
-            read = c * kv
+            c_rows = np.where(given_c != 0.0, given_c, c)
+        read = c_rows * kv
         prefill = np.where(has_kv, (work + steps * n) / tps + steps * read, work / tps)
         decode = np.where(has_kv, out * (n / tps + read), 0.0)
         if self.params.remaining_decode:
-            # per-sequence sums: a Python loop over the rows that decode anything (a P/D
-            # prefill pool has none); `c` per row as the loop resolves it
-            row_ids = rows.tolist()
-            busy = [i for i, row in enumerate(row_ids) if candidates.decoding(row)]
-            if busy:
-                if self.params.per_replica_decode_cost:
-                    c_rows = np.where(given_c != 0.0, given_c, c)[busy].tolist()
-                else:
-                    c_rows = [c] * len(busy)
-                decode[busy] = self._remaining_rows(
-                    request, candidates, [row_ids[i] for i in busy], tps[busy].tolist(), c_rows
-                )
+            peer_weight = self.params.peer_weight
+            # the per-sequence sums as array operations over the candidates' (row, sequence)
+            # table, rewritten only where a replica's sequences changed (decoding_table.py);
+            # `_remaining_decode`'s operations in its order, `c` per row as the loop resolves it
+            table = self._tables.of(candidates)
+            s1, s2, busy = table.sums(None if everyone else rows, out)
+            if busy.any():
+                if peer_weight:
+                    term = s1 * ((1.0 + peer_weight) / tps + peer_weight * prompt * c_rows)
+                else:  # x + 0.0 is x: `_remaining_decode`'s value with one array op less
+                    term = s1 * (1.0 / tps)
+                term += s2 * (bs * c_rows)
+                decode = np.where(busy, term, decode)
         values = prefill + decode
         ids = candidates.ids if everyone else [candidates.ids[i] for i in rows.tolist()]
 

@@ -95,8 +95,7 @@ from router.lifecycle_plan import (
 )
 from router.lifecycle_pools import DEFAULT_STATIC, ApproximateIndex, PreciseIndex, ReplicaPools
 from router.pd_router import PdRouter
-from router.replica_columns import ReplicaColumns
-from router.replica_state import ReplicaStatic, RoutingRequest
+from router.replica_state import ReplicaSnapshot, ReplicaStatic, RoutingRequest
 from router.token_load import TokenLoad
 from router.vocabulary import PoolName, RouteKind
 
@@ -206,7 +205,7 @@ class RequestLifecycle:
         now: float,
         exclude: Iterable[str] = (),
         eligible: frozenset[str] | None = None,
-    ) -> ReplicaColumns:
+    ) -> Sequence[ReplicaSnapshot]:
         """Candidates of `pool`, excluded ones and (when `eligible` is given) the ones not in
         it marked unhealthy (`RoutingRequest.eligible`: a LoRA request's replicas)."""
         if eligible is not None:

@@ -120,7 +120,6 @@ class RequestLifecycle:
         self.token_load = token_load
         self.index = index
         self.approx = approx
-        self.recorder = recorder
         self.pools = ReplicaPools(index, approx)
         self._events = None if recorder is None else EventRecorder(recorder, self.pools, token_load)
         self._live: dict[str, LiveRequest] = {}
@@ -128,6 +127,17 @@ class RequestLifecycle:
         self.predictor: LatencyPredictor | None = LatencyPredictor(fit) if fit else None
         self.fits = (
             None if self.predictor is None else LatencyFits(self.predictor, self.pools, token_load)
+        )
+
+    @property
+    def recorder(self) -> list[LifecycleEvent] | None:
+        """The list every event is appended to (None: not recorded); settable at any time."""
+        return None if self._events is None else self._events.events
+
+    @recorder.setter
+    def recorder(self, events: list[LifecycleEvent] | None) -> None:
+        self._events = (
+            None if events is None else EventRecorder(events, self.pools, self.token_load)
         )
 
     # ---- fleet membership (data the caller hands in: router/lifecycle_pools.py) --------------

@@ -98,7 +98,12 @@ class DeadlineQueue:
             entries.popleft()
             entry.callback = None
             self._live -= 1
-            callback()
+            try:
+                callback()
+            except Exception as exc:  # as the loop does for a timer's callback: report, go on
+                self._loop.call_exception_handler(
+                    {"message": "deadline callback failed", "exception": exc}
+                )
 
 
 class Deadlines:

@@ -126,3 +126,20 @@ async def test_one_queue_per_duration_and_a_new_loop_starts_afresh() -> None:
     first = deadlines.queue(1.0)
     deadlines._loop = None  # as if the coordinator had moved to another loop
     assert deadlines.queue(1.0) is not first
+
+
+async def test_a_failing_callback_is_reported_and_the_next_ones_still_fire() -> None:
+    loop = asyncio.get_running_loop()
+    reported: list[object] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context["exception"]))
+    queue = DeadlineQueue(loop, 0.01)
+    done = asyncio.Event()
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    queue.add(boom)
+    queue.add(done.set)
+    await asyncio.wait_for(done.wait(), 5)
+    assert [type(e) for e in reported] == [ValueError]
+    loop.set_exception_handler(None)

@@ -72,18 +72,20 @@ retried, migrated and aborted requests are not observed. Each new estimate becom
 replica's `ReplicaStatic.latency` (merged into the caller's statics), so the snapshots carry it.
 
 Membership, statics and the index lookups live in `router/lifecycle_pools.py` (members in
-natural order: `p2` before `p10`). Optional `recorder`: a list that receives one
-`LifecycleEvent` per event, with its inputs and the token load after it (the agreement test
-replays it).
+natural order: `p2` before `p10`); the latency fits' bookkeeping in `router/lifecycle_fit.py`;
+a request's state and the event recorder in `router/lifecycle_live.py`. Optional `recorder`: a
+list that receives one `LifecycleEvent` per event, with its inputs and the token load after it
+(the agreement test replays it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, field
 
-from router.latency_predictor import LatencyPredictor, prior_prefill_s
+from router.latency_predictor import LatencyPredictor
+from router.lifecycle_fit import LatencyFits
+from router.lifecycle_live import EventRecorder, LiveRequest, blocks
 from router.lifecycle_plan import (
     DecodeLeg,
     EventKind,
@@ -95,32 +97,11 @@ from router.lifecycle_plan import (
 )
 from router.lifecycle_pools import DEFAULT_STATIC, ApproximateIndex, PreciseIndex, ReplicaPools
 from router.pd_router import PdRouter
-from router.replica_columns import ReplicaColumns
-from router.replica_state import ReplicaStatic, RoutingRequest
+from router.replica_state import ReplicaSnapshot, ReplicaStatic, RoutingRequest
 from router.token_load import TokenLoad
 from router.vocabulary import PoolName, RouteKind
 
 __all__ = ["ApproximateIndex", "PreciseIndex", "RequestLifecycle"]
-
-
-def _blocks(tokens: int, block_size: int) -> int:
-    return -(-tokens // block_size) if block_size > 0 else 0
-
-
-@dataclass(slots=True)
-class _Live:
-    """One admitted request's state."""
-
-    request: RoutingRequest
-    lookup: KvLookup
-    kind: RouteKind  # now (PD may become FALLBACK)
-    serving: PoolName  # where retries look: DECODE or COLOCATED
-    prefill: str | None  # the PD prefill replica (kept after its leg, for `prefilled_by`)
-    decode: str
-    with_kv: bool
-    prefilling: bool = False  # the PD prefill leg runs
-    generated: int = -1  # -1: no token event yet (the prompt may still be prefilling)
-    tried: list[str] = field(default_factory=list)
 
 
 class RequestLifecycle:
@@ -139,11 +120,25 @@ class RequestLifecycle:
         self.token_load = token_load
         self.index = index
         self.approx = approx
-        self.recorder = recorder
         self.pools = ReplicaPools(index, approx)
-        self._live: dict[str, _Live] = {}
+        self._events = None if recorder is None else EventRecorder(recorder, self.pools, token_load)
+        self._live: dict[str, LiveRequest] = {}
         fit = router.latency_fit()
         self.predictor: LatencyPredictor | None = LatencyPredictor(fit) if fit else None
+        self.fits = (
+            None if self.predictor is None else LatencyFits(self.predictor, self.pools, token_load)
+        )
+
+    @property
+    def recorder(self) -> list[LifecycleEvent] | None:
+        """The list every event is appended to (None: not recorded); settable at any time."""
+        return None if self._events is None else self._events.events
+
+    @recorder.setter
+    def recorder(self, events: list[LifecycleEvent] | None) -> None:
+        self._events = (
+            None if events is None else EventRecorder(events, self.pools, self.token_load)
+        )
 
     # ---- fleet membership (data the caller hands in: router/lifecycle_pools.py) --------------
 
@@ -164,17 +159,11 @@ class RequestLifecycle:
         self.pools.set_static(replica_id, self._with_fit(replica_id, static))
 
     def _with_fit(self, replica_id: str, static: ReplicaStatic) -> ReplicaStatic:
-        """The caller's statics with the replica's learnt fit (when fits are kept)."""
-        if self.predictor is None:
-            return static
-        fit = self.predictor.estimate(replica_id)
-        return static if fit is static.latency else dataclasses.replace(static, latency=fit)
+        return static if self.fits is None else self.fits.with_fit(replica_id, static)
 
     def _fit_changed(self, replica_id: str | None) -> None:
-        if replica_id is not None:
-            self.pools.set_static(
-                replica_id, self._with_fit(replica_id, self.pools.static(replica_id))
-            )
+        if self.fits is not None:
+            self.fits.changed(replica_id)
 
     def remove_replica(self, replica_id: str, now: float) -> None:
         """The replica left: forget it, its token load and the policies' state about it. (The
@@ -206,7 +195,7 @@ class RequestLifecycle:
         now: float,
         exclude: Iterable[str] = (),
         eligible: frozenset[str] | None = None,
-    ) -> ReplicaColumns:
+    ) -> Sequence[ReplicaSnapshot]:
         """Candidates of `pool`, excluded ones and (when `eligible` is given) the ones not in
         it marked unhealthy (`RoutingRequest.eligible`: a LoRA request's replicas)."""
         if eligible is not None:
@@ -274,10 +263,10 @@ class RequestLifecycle:
         d = route.decode_replica
         tl = self.token_load
         prefill: PrefillLeg | None = None
-        if self.predictor is not None:
+        if self.fits is not None:
             prefiller = route.prefill_replica if route.kind is RouteKind.PD else d
             if prefiller is not None:
-                self._predict_prefill(request, lookup, prefiller, now)
+                self.fits.predict_prefill(request, lookup, prefiller, now)
         if route.kind is RouteKind.PD and route.prefill_replica is not None:
             p = route.prefill_replica
             uncached = request.uncached_tokens(lookup.overlap.get(p, 0))
@@ -293,19 +282,21 @@ class RequestLifecycle:
             self._reserve_decode(request, d, now)
             self._record_routed(p, request, now)
             prefill = PrefillLeg(p, uncached)
-            live = _Live(request, lookup, RouteKind.PD, PoolName.DECODE, p, d, True, True)
+            live = LiveRequest(request, lookup, RouteKind.PD, PoolName.DECODE, p, d, True, True)
             leg = DecodeLeg(d, True, 0, RouteKind.PD, p)
         else:
             serving = PoolName.COLOCATED if route.kind is RouteKind.COLOCATED else PoolName.DECODE
             uncached = self._admit_local(request, lookup, d, now)
-            live = _Live(request, lookup, route.kind, serving, None, d, False)
+            live = LiveRequest(request, lookup, route.kind, serving, None, d, False)
             leg = DecodeLeg(d, False, uncached, route.kind, d)
         self._record_routed(d, request, now)
         live.tried.append(d)
         self._live[rid] = live
         plan = RequestPlan(rid, live.kind, prefill, leg)
-        if self.recorder is not None:
-            self._record(EventKind.ADMITTED, rid, now, request=request, lookup=lookup, plan=plan)
+        if self._events is not None:
+            self._events.record(
+                EventKind.ADMITTED, rid, now, request=request, lookup=lookup, plan=plan
+            )
         return plan
 
     def prefill_done(self, request_id: str, now: float, *, ok: bool) -> DecodeLeg | None:
@@ -333,15 +324,15 @@ class RequestLifecycle:
             tl.on_aborted(request_id, now, live.decode)
             uncached = self._admit_local(live.request, live.lookup, live.decode, now)
             leg = DecodeLeg(live.decode, False, uncached, RouteKind.FALLBACK, live.decode)
-        if self.recorder is not None:
-            self._record(EventKind.PREFILL_DONE, request_id, now, ok=ok, leg=leg)
+        if self._events is not None:
+            self._events.record(EventKind.PREFILL_DONE, request_id, now, ok=ok, leg=leg)
         return leg
 
     def kv_landed(self, request_id: str, now: float) -> None:
         """The prefill's KV is in the decode replica: nothing to count (it was, from
         admission); recorded so a trace shows it."""
-        if self.recorder is not None and request_id in self._live:
-            self._record(EventKind.KV_LANDED, request_id, now)
+        if self._events is not None and request_id in self._live:
+            self._events.record(EventKind.KV_LANDED, request_id, now)
 
     def tokens(self, request_id: str, now: float, generated_total: int) -> None:
         """`generated_total` output tokens exist on the decode replica (cumulative)."""
@@ -353,15 +344,15 @@ class RequestLifecycle:
         if prev >= 0:
             bs = live.request.block_size
             prompt = live.request.prompt_tokens
-            if _blocks(prompt + total, bs) == _blocks(prompt + prev, bs):
+            if blocks(prompt + total, bs) == blocks(prompt + prev, bs):
                 live.generated = total
                 return  # same blocks: the token load would not change
         live.generated = total
-        if prev < 0 and self.predictor is not None:
-            self._first_token(live, request_id, now)
+        if prev < 0 and self.fits is not None:
+            self.fits.first_token(request_id, live.request, live.decode, live.with_kv, now)
         self.token_load.on_tokens(request_id, live.decode, now, total)
-        if self.recorder is not None:
-            self._record(EventKind.TOKENS, request_id, now, generated=total)
+        if self._events is not None:
+            self._events.record(EventKind.TOKENS, request_id, now, generated=total)
 
     def decode_failed(self, request_id: str, now: float, *, reached: bool) -> None:
         """The decode leg on the current replica failed before its first byte; `reached`:
@@ -377,8 +368,8 @@ class RequestLifecycle:
             live.with_kv = False
             if live.kind is RouteKind.PD:
                 live.kind = RouteKind.FALLBACK
-        if self.recorder is not None:
-            self._record(EventKind.DECODE_FAILED, request_id, now, reached=reached)
+        if self._events is not None:
+            self._events.record(EventKind.DECODE_FAILED, request_id, now, reached=reached)
 
     def retry_decode(self, request_id: str, now: float) -> DecodeLeg | None:
         """Another replica to serve the request after the tried ones failed (the serving
@@ -403,8 +394,10 @@ class RequestLifecycle:
             else:
                 uncached = self._admit_local(request, live.lookup, chosen, now)
                 leg = DecodeLeg(chosen, False, uncached, live.kind, chosen)
-        if self.recorder is not None:
-            self._record(EventKind.DECODE_RETRIED, request_id, now, lookup=live.lookup, leg=leg)
+        if self._events is not None:
+            self._events.record(
+                EventKind.DECODE_RETRIED, request_id, now, lookup=live.lookup, leg=leg
+            )
         return leg
 
     def migrate(self, request_id: str, now: float, generated: int) -> DecodeLeg | None:
@@ -437,8 +430,8 @@ class RequestLifecycle:
             live.tried.append(chosen)
             uncached = self._admit_local(live.request, live.lookup, chosen, now)
             leg = DecodeLeg(chosen, False, uncached, live.kind, chosen)
-        if self.recorder is not None:
-            self._record(
+        if self._events is not None:
+            self._events.record(
                 EventKind.MIGRATED,
                 request_id,
                 now,
@@ -456,8 +449,8 @@ class RequestLifecycle:
             generated = live.generated if generated_total is None else generated_total
             self._fit_changed(self.predictor.finished(request_id, now, generated))
         self.token_load.on_finished(request_id, now)
-        if self.recorder is not None:
-            self._record(EventKind.FINISHED, request_id, now)
+        if self._events is not None:
+            self._events.record(EventKind.FINISHED, request_id, now)
 
     def aborted(self, request_id: str, now: float) -> None:
         """The request failed or its client left: every entry it has ends."""
@@ -465,55 +458,17 @@ class RequestLifecycle:
         if self.predictor is not None:
             self.predictor.forget(request_id)
         self.token_load.on_aborted(request_id, now)
-        if self.recorder is not None:
-            self._record(EventKind.ABORTED, request_id, now)
+        if self._events is not None:
+            self._events.record(EventKind.ABORTED, request_id, now)
 
     # ---- internals ---------------------------------------------------------------------------
-
-    def _constants(self, replica_id: str) -> tuple[float, float]:
-        """(prefill tokens/s, s per KV token) of a replica: its statics, else the fit's
-        defaults (the `latency_predictor` scorer reads them the same way)."""
-        assert self.predictor is not None
-        p = self.predictor.params
-        static = self.pools.static(replica_id)
-        return (
-            static.prefill_tokens_per_s or p.default_prefill_tokens_per_s,
-            static.decode_s_per_kv_token or p.decode_s_per_kv_token,
-        )
-
-    def _predict_prefill(
-        self, request: RoutingRequest, lookup: KvLookup, replica: str, now: float
-    ) -> None:
-        """Record the model's prefill seconds on `replica` before the request counts there."""
-        assert self.predictor is not None
-        load = self.token_load.load(replica, now)
-        tps, c = self._constants(replica)
-        kv = load.decode_blocks * request.block_size
-        work = load.prefill_tokens_queued + request.uncached_tokens(lookup.overlap.get(replica, 0))
-        seqs = load.requests_in_flight if kv > 0 else 0
-        budget = self.predictor.params.max_num_batched_tokens
-        prior = prior_prefill_s(work, seqs, kv, tps, c, budget)
-        self.predictor.admitted(request.request_id, replica, now, prior)
-
-    def _first_token(self, live: _Live, request_id: str, now: float) -> None:
-        """The first output token on the decode replica: a local prefill ended here (an
-        observation), and the decode observation starts."""
-        assert self.predictor is not None
-        if not live.with_kv:
-            self._fit_changed(self.predictor.prefill_done(request_id, now))
-        d = live.decode
-        load = self.token_load.load(d, now)
-        tps, c = self._constants(d)
-        kv = load.decode_blocks * live.request.block_size
-        seqs = load.requests_in_flight if kv > 0 else 0
-        self.predictor.decode_started(request_id, d, now, seqs / tps + c * kv)
 
     def _others(self, pool: PoolName, only: Collection[str] | None) -> Collection[str]:
         if only is None:
             return ()
         return [rid for rid in self.pools.members(pool) if rid not in only]
 
-    def _pick_other(self, live: _Live, now: float) -> str | None:
+    def _pick_other(self, live: LiveRequest, now: float) -> str | None:
         """A serving replica not tried yet: the serving pool's policy, then colocated."""
         router = self.router
         if live.serving is PoolName.COLOCATED:
@@ -560,37 +515,3 @@ class RequestLifecycle:
 
     def _record_routed(self, replica: str, request: RoutingRequest, now: float) -> None:
         self.pools.record_routed(replica, request.block_keys, now)
-
-    def _record(
-        self,
-        kind: EventKind,
-        request_id: str,
-        now: float,
-        *,
-        request: RoutingRequest | None = None,
-        lookup: KvLookup | None = None,
-        ok: bool | None = None,
-        reached: bool | None = None,
-        generated: int | None = None,
-        plan: RequestPlan | None = None,
-        leg: DecodeLeg | None = None,
-    ) -> None:
-        assert self.recorder is not None
-        tl = self.token_load
-        static = self.pools.statics() if request is not None or lookup is not None else {}
-        self.recorder.append(
-            LifecycleEvent(
-                kind,
-                request_id,
-                now,
-                request,
-                lookup,
-                static,
-                ok,
-                reached,
-                generated,
-                plan,
-                leg,
-                {rid: tl.tracked_load(rid) for rid in self.pools.ids()},
-            )
-        )

@@ -14,6 +14,8 @@ from the index that describes it.
 `snapshots` returns `ReplicaColumns` (`router/replica_columns.py`), one `ColumnBuilder` per
 pool, so a decision re-reads only the replicas whose load changed and the `token_load`
 profile and the P/D decision run on arrays (issue 15); other policies read them as snapshots.
+A pool of at most `SCALAR_ROWS` members gets plain snapshots (`scalar_rows`, proxy-7): every
+part reads so few candidates as snapshots, so the arrays were pure overhead there.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from router.lifecycle_plan import KvLookup
-from router.replica_columns import ColumnBuilder, ReplicaColumns
-from router.replica_state import LoadSource, ReplicaStatic
+from router.replica_columns import SCALAR_ROWS, ColumnBuilder, scalar_rows
+from router.replica_state import LoadSource, ReplicaSnapshot, ReplicaStatic
 from router.vocabulary import PoolName
 
 DEFAULT_STATIC = ReplicaStatic()
@@ -139,9 +141,15 @@ class ReplicaPools:
         loads: LoadSource,
         now: float,
         exclude: Iterable[str] = (),
-    ) -> ReplicaColumns:
+    ) -> Sequence[ReplicaSnapshot]:
         """Candidates of `pool` (unhealthy and excluded ones included, marked unhealthy, so
-        explain shows them)."""
+        explain shows them): `ReplicaColumns`, or plain snapshots for a pool of at most
+        `SCALAR_ROWS` members (`scalar_rows`: the routing parts read those as snapshots)."""
+        members = self._pools[pool]
+        if len(members) <= SCALAR_ROWS:
+            return scalar_rows(
+                members, lookup.overlap, loads, now, self._static, lookup.cached_blocks, exclude
+            )
         columns = self._columns[pool].build(
             self._pools[pool], lookup.overlap, loads, now, self._static, lookup.cached_blocks
         )

@@ -42,6 +42,7 @@ from router.replica_state import (
     ReplicaLoad,
     ReplicaSnapshot,
     ReplicaStatic,
+    build_snapshots,
 )
 
 INT_FIELDS = (
@@ -67,7 +68,8 @@ SCALAR_ROWS = 8
 """At most this many candidates, the routing parts run Python arithmetic on the columns'
 values (or on the snapshots) instead of numpy: a numpy call costs 1-3 µs whatever its length,
 more than the loop over a handful of rows (`Profile.pick`, `TokenLoadScorer.score_columns`,
-`decide_pd`; proxy.md, proxy-cpu-4). One constant for every part."""
+`decide_pd`; proxy.md, proxy-cpu-4). One constant for every part; `scalar_rows` (no columns
+at all) below it (proxy-7)."""
 
 
 @runtime_checkable
@@ -252,6 +254,35 @@ def overlap_of(candidates: Sequence[ReplicaSnapshot], replica_id: str) -> int:
     if isinstance(candidates, ReplicaColumns):
         return candidates.overlap_of(replica_id)
     return next((s.overlap_blocks for s in candidates if s.replica_id == replica_id), 0)
+
+
+def scalar_rows(
+    replica_ids: Sequence[str],
+    overlap: Mapping[str, int],
+    loads: LoadSource,
+    now: float,
+    static: Mapping[str, ReplicaStatic] | None = None,
+    cached_blocks: Mapping[str, int] | None = None,
+    exclude: Iterable[str] = (),
+) -> list[ReplicaSnapshot]:
+    """A small pool's candidates as plain snapshots, no arrays (`ReplicaPools.snapshots` below
+    `SCALAR_ROWS` members): `build_snapshots` with the `exclude`d ones marked unhealthy, as
+    `ColumnBuilder.build` + `ReplicaColumns.mark_unhealthy` give them.
+
+    Why: every routing part reads at most `SCALAR_ROWS` candidates as snapshots anyway
+    (`Profile.pick`, `decide_pd`), so the columns were built only to be turned back into
+    snapshots: 3 builds per request, ~4 µs each plus the snapshots, against ~0.5 µs per
+    snapshot here (a 1P1D fleet's admit; proxy.md, proxy-7). Values are the same objects'
+    fields, so the decisions are the same (tests/router/test_replica_columns.py)."""
+    if not replica_ids:
+        return []
+    snaps = build_snapshots(replica_ids, overlap, loads, now, static, cached_blocks)
+    if exclude:
+        wanted = set(exclude)
+        for snap in snaps:
+            if snap.replica_id in wanted:
+                snap.healthy = False
+    return snaps
 
 
 class ColumnBuilder:

@@ -30,12 +30,44 @@ import asyncio
 import bisect
 import itertools
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from pdorch.config.fleet import CoordinatorSettings
 
 PRIORITY_HEADER = "x-pdorch-priority"
 MAX_PRIORITY = 100
 
 Decision = Literal["admit", "queue", "shed"]
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorLimits:
+    """Request admission limits.
+
+    `max_body_bytes`: larger bodies get 413 (default 32 MiB: a 128k-token prompt as text is
+    ~0.5 MB, so this only stops abuse). `max_concurrent_requests`: requests in flight beyond
+    it wait in a queue of `max_queue` (by priority, up to `max_wait_s`) or get 429 with
+    `Retry-After: retry_after_s` (None: unlimited; the policy: `admission.py`). Read from the
+    fleet file's `coordinator:` block (`CoordinatorSettings`, same names and defaults).
+    """
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_concurrent_requests: int | None = None
+    max_queue: int = 0
+    max_wait_s: float = 5.0
+    retry_after_s: int = 1
+
+    @classmethod
+    def from_settings(cls, settings: CoordinatorSettings) -> CoordinatorLimits:
+        return cls(
+            max_body_bytes=settings.max_body_bytes,
+            max_concurrent_requests=settings.max_concurrent_requests,
+            max_queue=settings.admission.max_queue,
+            max_wait_s=settings.admission.max_wait_s,
+            retry_after_s=settings.admission.retry_after_s,
+        )
 
 
 def parse_priority(value: str | None) -> int:

@@ -46,6 +46,7 @@ from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from pdorch.app.admission import PRIORITY_HEADER, parse_priority
+from pdorch.app.deadlines import Deadline, DeadlineQueue, Deadlines
 from pdorch.app.disconnect import DISCONNECT_EXTENSION, DisconnectWatch
 from pdorch.app.edge_answer import ANSWER_EXTENSION, WholeAnswer
 from pdorch.app.head_shed import SHED_PATHS, HeadShed
@@ -197,8 +198,10 @@ def edge_protocol(
         "headers_too_large",
     )
 
+    deadlines = Deadlines()  # every connection's header and body deadlines
+
     class EdgeProtocol(HttpToolsProtocol):
-        _edge_timer: asyncio.TimerHandle | None = None
+        _edge_timer: tuple[DeadlineQueue, Deadline] | None = None  # header or body deadline
         _edge_reading_body = False
         _edge_in_head = True  # bytes now are a request head (or the gap before one)
         _edge_head_bytes = 0
@@ -334,12 +337,16 @@ def edge_protocol(
             self._edge_disarm()
 
         def _edge_arm(self, delay_s: float) -> None:
+            # two deadlines per request (headers, then body): entries in a shared queue per
+            # duration, one loop timer each (deadlines.py), not a timer handle per arm
             self._edge_disarm()
-            self._edge_timer = self.loop.call_later(delay_s, self._edge_expired)
+            queue = deadlines.queue(delay_s)
+            self._edge_timer = (queue, queue.add(self._edge_expired))
 
         def _edge_disarm(self) -> None:
-            if self._edge_timer is not None:
-                self._edge_timer.cancel()
+            timer = self._edge_timer
+            if timer is not None:
+                timer[0].cancel(timer[1])
                 self._edge_timer = None
 
         def _edge_expired(self) -> None:

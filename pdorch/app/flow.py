@@ -55,6 +55,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from pdorch.app.admission import PRIORITY_HEADER, parse_priority
+from pdorch.app.deadlines import Cut
 from pdorch.app.disconnect import watch_disconnect
 from pdorch.app.errors import ApiError
 from pdorch.app.fanout import fan_out
@@ -175,8 +176,9 @@ class RequestFlow:
 
         `work` runs in this task (one task per request less than running it beside the
         watcher: the hot path): the client's disconnect (`disconnect.py`: told by the edge, no
-        task of its own there) cancels this task, the deadline is an `asyncio.timeout`; either
-        way `work` is cancelled and unwound before we answer.
+        task of its own there) cancels this task, the deadline is a `Cut` (`deadlines.py`: an
+        `asyncio.timeout` on a timer shared by every request); either way `work` is cancelled
+        and unwound before we answer.
         """
         task = asyncio.current_task()
         assert task is not None
@@ -189,7 +191,7 @@ class RequestFlow:
             task.cancel()  # lands in `work`: this task is suspended inside it
 
         watch = watch_disconnect(self.http.scope, self.http.receive, client_left)
-        deadline = asyncio.timeout(self.c.settings.request_timeout_s)
+        deadline = Cut(self.c.deadlines.queue(self.c.settings.request_timeout_s))
         try:
             async with deadline:
                 return await work
@@ -325,7 +327,7 @@ class RequestFlow:
             return None
         body = _encode(prefill_leg_body(parsed.body))
         try:
-            async with asyncio.timeout(c.settings.prefill_timeout_s):
+            async with Cut(c.deadlines.queue(c.settings.prefill_timeout_s)):
                 return await prefill_leg(c.legs, replica.url + self.path, body, self.headers)
         except TimeoutError:
             failure = LegFailure(

@@ -8,12 +8,12 @@ reads the same as before, these are its I/O waits.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 
+from pdorch.app.deadlines import Cut
 from pdorch.app.errors import ApiError
 from pdorch.app.legs import LegFailure
 from pools.fleet import FailureKind
@@ -66,20 +66,21 @@ async def until_first_byte(
     bet (a starved box can eject a healthy replica on a late probe). A non-streamed
     answer gets no deadline: its only byte comes at its end."""
     why: list[str] = []
-    loop = asyncio.get_running_loop()
+    hung = Cut(None)  # a cancel scope without a deadline of its own (deadlines.py)
 
     def give_up(reason: str) -> None:
         if why or not can_move():
             return
         why.append(reason)
-        hung.reschedule(0)  # in the past: the block below is cancelled at once
+        hung.fire()  # the block below is cancelled at its next wait
 
     def past_deadline() -> None:
         give_up("")
 
-    timer = None if deadline_s is None else loop.call_later(deadline_s, past_deadline)
+    queue = None if deadline_s is None else c.deadlines.queue(deadline_s)
+    timer = None if queue is None else queue.add(past_deadline)
     try:
-        async with asyncio.timeout(None) as hung:
+        async with hung:
             c.waiting_legs.begin(replica_id, request_id, give_up)
             # ejected since it was routed (during the prefill leg, say): the hang-up at the
             # ejection came before this leg waited, so it would wait on a hung engine for good
@@ -104,8 +105,8 @@ async def until_first_byte(
             None, f"no first byte within first_byte_timeout_s={deadline_s:g}"
         ) from None
     finally:
-        if timer is not None:
-            timer.cancel()
+        if queue is not None and timer is not None:
+            queue.cancel(timer)
 
 
 _USAGE_KEY = b'"completion_tokens":'

@@ -46,6 +46,7 @@ import msgspec
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from pdorch.app.deadlines import Cut
 from pdorch.app.disconnect import watch_disconnect
 from pdorch.app.errors import error_event
 from pdorch.app.legs import DecodeStream, LegFailure, UpstreamAnswer, open_decode_stream
@@ -290,7 +291,7 @@ class ProxyStream(StreamingResponse):
                 len(trail.output_ids),
             )
             try:
-                async with asyncio.timeout(c.settings.prefill_timeout_s):
+                async with Cut(c.deadlines.queue(c.settings.prefill_timeout_s)):
                     stream = await open_decode_stream(
                         c.legs,
                         replica.url + COMPLETIONS_PATH,

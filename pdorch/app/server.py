@@ -28,13 +28,14 @@ from starlette.types import ASGIApp
 
 from autoscale.actuators.local import LocalActuator
 from autoscale.policy import SloPolicy, load_policy
+from pdorch.app.admission import CoordinatorLimits
 from pdorch.app.api import create_app
 from pdorch.app.auth import open_admin_warning
 from pdorch.app.edge import edge_protocol
 from pdorch.app.head_shed import HeadShed, LagProbe
 from pdorch.app.models import ModelDispatch
 from pdorch.app.scaling import ScalingControl
-from pdorch.app.state import Coordinator, CoordinatorLimits
+from pdorch.app.state import Coordinator
 from pdorch.config.coordinator import CoordinatorSettings
 from pdorch.config.fleet import FleetConfig
 from pools.inloop_server import InLoopHttpServer

@@ -28,28 +28,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import httpx
 
 from pdorch.app.adapters import AdapterLearningSink, AdapterPoller, ReplicaAdapters
-from pdorch.app.admission import Admission, AdmissionQueue, Shed
+from pdorch.app.admission import Admission, AdmissionQueue, CoordinatorLimits, Shed
 from pdorch.app.binding import Binder
+from pdorch.app.deadlines import Deadlines
 from pdorch.app.errors import ApiError
 from pdorch.app.leg_client import NativeLegClient
 from pdorch.app.metrics import CoordinatorMetrics
+from pdorch.app.pools_view import pools_view
 from pdorch.app.prompt_tokens import PromptTokens
 from pdorch.app.recent_routes import RecentRoutes
 from pdorch.app.upstream import leg_timeout, new_upstream_session
-from pdorch.config.fleet import CoordinatorSettings, FleetConfig
+from pdorch.config.fleet import FleetConfig
 from pdorch.sync import PeerSync
 from pools.drain import RequestTracker
 from pools.fleet import (
@@ -80,7 +80,6 @@ from router.vocabulary import PoolName
 log = logging.getLogger(__name__)
 
 POOLS = tuple(PoolName)
-DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 def _static_of(replica: Replica) -> ReplicaStatic:
@@ -92,34 +91,6 @@ def _static_of(replica: Replica) -> ReplicaStatic:
         prefill_tokens_per_s=ep.prefill_tokens_per_s,
         decode_s_per_kv_token=ep.decode_s_per_kv_token,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinatorLimits:
-    """Request admission limits.
-
-    `max_body_bytes`: larger bodies get 413 (default 32 MiB: a 128k-token prompt as text is
-    ~0.5 MB, so this only stops abuse). `max_concurrent_requests`: requests in flight beyond
-    it wait in a queue of `max_queue` (by priority, up to `max_wait_s`) or get 429 with
-    `Retry-After: retry_after_s` (None: unlimited; the policy: `admission.py`). Read from the
-    fleet file's `coordinator:` block (`CoordinatorSettings`, same names and defaults).
-    """
-
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_concurrent_requests: int | None = None
-    max_queue: int = 0
-    max_wait_s: float = 5.0
-    retry_after_s: int = 1
-
-    @classmethod
-    def from_settings(cls, settings: CoordinatorSettings) -> CoordinatorLimits:
-        return cls(
-            max_body_bytes=settings.max_body_bytes,
-            max_concurrent_requests=settings.max_concurrent_requests,
-            max_queue=settings.admission.max_queue,
-            max_wait_s=settings.admission.max_wait_s,
-            retry_after_s=settings.admission.retry_after_s,
-        )
 
 
 class Coordinator:
@@ -190,6 +161,8 @@ class Coordinator:
         # (`stall_timeout_s`, proxy_stream.py) ends a silent stream; aiohttp would re-arm a
         # timer per packet (upstream.py)
         self.stream_timeout = leg_timeout(self.settings.connect_timeout_s)
+        # the hot path's deadlines: one loop timer per duration (deadlines.py, proxy-7)
+        self.deadlines = Deadlines()
         tokenizer = config.tokenizer
         fixed = None
         if tokenizer.mode is not TokenizerMode.ENGINE or tokenizer.engine_url is not None:
@@ -516,86 +489,9 @@ class Coordinator:
     # ---- views -------------------------------------------------------------------------------
 
     def pools_view(self) -> dict[str, Any]:
-        """`GET /admin/pools`: every pool's replicas with health, load, KV usage and hit rate."""
-        now = self.clock()
-        pools: dict[str, Any] = {}
-        for pool in sorted(set(self.fleet.pools()) | {"prefill", "decode"}):
-            replicas = []
-            for r in self.fleet.replicas(pool):
-                load = self.token_load.load(r.replica_id, now)
-                m = r.metrics
-                replicas.append(
-                    {
-                        "id": r.replica_id,
-                        "url": r.url,
-                        "metrics_url": r.endpoint.metrics_endpoint,
-                        "kind": r.endpoint.kind,
-                        "launched": r.endpoint.launched,
-                        "state": r.state.value,
-                        "routable": r.routable,
-                        "state_since_s": round(now - r.state_since, 3),
-                        "consecutive_failures": r.consecutive_failures,
-                        "last_error": r.last_error,
-                        "load": {
-                            "prefill_tokens_queued": load.prefill_tokens_queued,
-                            "decode_blocks": load.decode_blocks,
-                            "requests_in_flight": load.requests_in_flight,
-                        },
-                        "kv_usage": m.kv_usage if m else None,
-                        "num_running": m.num_running if m else None,
-                        "num_waiting": m.num_waiting if m else None,
-                        "kv_capacity_blocks": (m.num_gpu_blocks if m else None)
-                        or r.endpoint.num_gpu_blocks,
-                        "prefix_hit_rate": m.prefix_hit_rate if m else None,
-                        "metrics_age_s": round(now - m.scraped_at, 3) if m else None,
-                        "kv_events": r.endpoint.kv_events_endpoint,
-                        "indexed_blocks": self.approx.blocks(r.replica_id)
-                        if self.lifecycle.is_approximate(r.replica_id)
-                        else self.index.blocks(r.replica_id),
-                    }
-                )
-            pools[pool] = {
-                "policy": self._policy_name(pool),
-                "routable": sum(1 for r in replicas if r["routable"]),
-                "replicas": replicas,
-            }
-        return {
-            "served_model_name": self.served_model,
-            "block_size": self.block_size,
-            "origin": self.origin,
-            "requests_in_flight": self.in_flight,
-            "requests_queued": self.admission.queued,
-            "tracked_requests": self.token_load.tracked_requests(),
-            "tokenizer": self.tokens.mode,
-            "pools": pools,
-            "kv_events": self.subscriber.metrics(),
-            "sync": self._sync_view(),
-            "hash_match": {
-                "ratio": self.hash_monitor.match_ratio,
-                "healthy": self.hash_monitor.healthy,
-                **self.hash_monitor.counters.as_dict(),
-            },
-        }
-
-    def _sync_view(self) -> dict[str, Any] | None:
-        if self.sync is None:
-            return None
-        try:
-            endpoint: str | None = self.sync.endpoint
-        except RuntimeError:  # not started (or stopped)
-            endpoint = None
-        return {
-            "endpoint": endpoint,
-            "peers": self.sync.peers(),
-            **dataclasses.asdict(self.sync.stats),
-        }
-
-    def _policy_name(self, pool: str) -> str:
-        policy = {
-            "prefill": self.router.prefill_policy,
-            "decode": self.router.decode_policy,
-        }.get(pool, self.router.colocated_policy)
-        return policy.name
+        """`GET /admin/pools`: every pool's replicas with health, load, KV usage and hit rate
+        (`pools_view.py`)."""
+        return pools_view(self)
 
 
 async def wait_routable(coordinator: Coordinator, timeout_s: float) -> bool:

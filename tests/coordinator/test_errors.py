@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from pdorch.app.admission import CoordinatorLimits
 from pdorch.app.server import run_coordinator
-from pdorch.app.state import CoordinatorLimits
 from pdorch.config.fleet import FleetConfigError, load_fleet_config
 from pools.http_client import http_client
 from pools.ports import free_port

@@ -32,7 +32,9 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    `N_d = ceil(rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k_d))`, `T_own` = the model's
    prefill time of the uncached prompt capped at the TTFT target (prefill queueing is not
    decode residence). With `cold_start_growth` g (per pool, off by default) the floor for the
-   load `startup_s` ahead is sized for at least g x the level (Round 10).
+   load `startup_s` ahead is sized for at least g x the level (Round 10); with `ramp_epsilon`
+   ε (off by default) that floor orders replica k at `need > k - ε` while it expects growth
+   (`autoscale.ramp_edge`, Round 13).
 2. **Correction** `k` = EWMA (`correction_alpha` 0.2) of observed/predicted mean latency
    (`planner_terms.prefill_correction` / `decode_correction`), clamped to
    `correction_bounds` (0.5, 2.0), updated only from windows with ≥ `min_samples` (20) requests
@@ -158,6 +160,7 @@ class PdorchPlanner(Planner):
         cold_start_growth: dict[Pool, float] | None = None,
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,
+        ramp_epsilon: float = 0.0,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -230,6 +233,7 @@ class PdorchPlanner(Planner):
             residence=ResidenceMean() if decode_residence_mean else None,
             decode_correction_on_target=decode_correction_on_target,
             growth={Pool(p): g for p, g in (cold_start_growth or {}).items()},
+            ramp_epsilon=ramp_epsilon,
         )
         self.correction: dict[Pool, float] = {p: 1.0 for p in POOLS}
         self._floor: dict[Pool, Term] = {}

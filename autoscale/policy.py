@@ -267,6 +267,9 @@ class PlannerOptions(_Strict):
       tick `gpu_budget` starts binding, the fleet as provisioned (ready + pending) is kept as
       the split while it is valid and a fresh split gains at most `budget_margin`
       (`autoscale/cross_pool.py`, Round 12).
+    - `ramp_epsilon` (0: off; in [0, 1) replicas): while the floor for the load `startup_s`
+      ahead is sized for a rate above the level, replica k is ordered once its need passes
+      `k - ramp_epsilon`, not k: `ceil(need + ε)` (`autoscale/ramp_edge.py`, Round 13).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -295,6 +298,7 @@ class PlannerOptions(_Strict):
     cold_start_growth: dict[Pool, float] | None = None
     move_stabilization: StrictBool = False
     budget_keep_fleet: StrictBool = True
+    ramp_epsilon: float = Field(default=0.0, ge=0, lt=1)
 
     @field_validator("cold_start_growth")
     @classmethod

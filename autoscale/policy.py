@@ -270,6 +270,9 @@ class PlannerOptions(_Strict):
     - `ramp_epsilon` (0: off; in [0, 1) replicas): while the floor for the load `startup_s`
       ahead is sized for a rate above the level, replica k is ordered once its need passes
       `k - ramp_epsilon`, not k: `ceil(need + ε)` (`autoscale/ramp_edge.py`, Round 13).
+    - `prefill_floor_hold_s` (null: off; seconds): once the level has fallen 25 % from its
+      peak of the last `floor_hold_s`, the prefill pool's fast way down holds its floors for
+      the load now and ahead this long only (`autoscale/prefill_release.py`, Round 13).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -299,6 +302,7 @@ class PlannerOptions(_Strict):
     move_stabilization: StrictBool = False
     budget_keep_fleet: StrictBool = True
     ramp_epsilon: float = Field(default=0.0, ge=0, lt=1)
+    prefill_floor_hold_s: float | None = Field(default=None, ge=0)
 
     @field_validator("cold_start_growth")
     @classmethod

@@ -117,6 +117,7 @@ class PredictiveFloor:
         self.ramp_epsilon = ramp_epsilon
         self.projection: dict[Pool, Projection | None] = {p: None for p in POOLS}
         self.counts: dict[Pool, FloorCounts] = {}
+        self.level_rps = 0.0  # the last `compute`'s level rate (`autoscale.prefill_release`)
         self._decode_mean = 0.0
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         self._agg: list[Observation] = []
@@ -195,6 +196,7 @@ class PredictiveFloor:
             level = LoadForecast(
                 a.arrival_rps, a.mean_isl_tokens, a.mean_osl_tokens, a.prefix_hit_rate
             )
+        self.level_rps = level.rate_rps
         if self._release is not None:
             self._release.observe(obs.now, level.rate_rps)
         # while a released projection's bar stands, nothing is projected (`autoscale.projections`)

@@ -1,4 +1,5 @@
-"""The floor's order on a ramp (`autoscale.ramp_edge`, planner option `ramp_epsilon`, Round 13)
+"""Round 13: the floor's order on a ramp (`autoscale.ramp_edge`, planner option `ramp_epsilon`)
+and the prefill pool's hold after a peak (`autoscale.prefill_release`, `prefill_floor_hold_s`)
 (LinearPerfModel: decode 100 sequences per replica at the target; 1000 + 200 tokens)."""
 
 from __future__ import annotations
@@ -6,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from autoscale.planner_terms import Term
+from autoscale.prefill_release import PeakRelease
 from autoscale.ramp_edge import ramp_term
 from autoscale.signals import Pool
+from autoscale.stabilization import PoolStabilizer, Windows
 from tests.autoscale.obs import observation, policy
 from tests.autoscale.test_planner import planner
 
@@ -56,3 +59,34 @@ def test_ramp_epsilon_is_checked_in_the_policy() -> None:
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match="ramp_epsilon"):
             policy(planner={"ramp_epsilon": bad})
+
+
+def test_peak_release_shortens_the_hold_only_after_a_fall_from_the_window_peak() -> None:
+    rel = PeakRelease(hold_s=60.0, window_s=180.0)
+    assert rel.observe(0.0, 18.0) is None  # night: flat
+    assert rel.observe(5.0, 16.0) is None  # noise within 25 % of the peak
+    assert rel.observe(100.0, 96.0) is None  # the peak
+    assert rel.observe(150.0, 73.0) is None  # 0.76 x the peak: still on it
+    assert rel.observe(200.0, 72.0) == 60.0  # 0.75 x: after the peak
+    # the peak leaves the window (> 180 s ago): the fall is measured from what remains
+    assert rel.observe(290.0, 60.0) is None
+
+
+def test_the_prefill_pool_holds_its_floors_shorter_after_a_peak() -> None:
+    # a stabilizer with floors of 6 recorded at 0 s and 2 since; the fit count is 2
+    windows = Windows(0.0, 180.0, 60.0, 180.0, 180.0)
+    st = PoolStabilizer(windows)
+    st.record_floor(0.0, (6, 6), (6, 6), None)
+    for t in range(5, 130, 5):
+        st.record_floor(float(t), (2, 2), (2, 2), None)
+        st.decide(float(t), 2, 2, "ttft-throughput", 6, float(t), lambda start, cur: start)
+    assert st._fast_down(125.0, 6, 125.0) == 6  # the 180 s hold keeps the floor of 6
+    st.short_hold_s = 60.0
+    assert st._fast_down(125.0, 6, 125.0) == 2
+
+
+def test_prefill_floor_hold_s_is_checked_in_the_policy() -> None:
+    assert policy().planner.prefill_floor_hold_s is None
+    assert policy(planner={"prefill_floor_hold_s": 60}).planner.prefill_floor_hold_s == 60.0
+    with pytest.raises(ValueError, match="prefill_floor_hold_s"):
+        policy(planner={"prefill_floor_hold_s": -1})

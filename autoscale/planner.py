@@ -164,7 +164,7 @@ class PdorchPlanner(Planner):
         cold_start_growth: dict[Pool, float] | None = None,
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,
-        ramp_epsilon: float = 0.0,
+        ramp_epsilon: float = 0.1,
         prefill_floor_hold_s: float | None = None,
     ) -> None:
         self.policy = policy

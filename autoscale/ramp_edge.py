@@ -1,5 +1,6 @@
 """The predictive floor's order on a ramp: replica `k` is ordered once the need ahead passes
-`k - ε`, not `k` (planner option `ramp_epsilon` ε, in replicas; 0: off, the default).
+`k - ε`, not `k` (planner option `ramp_epsilon` ε, in replicas; 0: off; the default 0.1 since
+Round 13).
 
 Formula: for the floor for the load `startup_s` ahead, while the rate it is sized for is above
 the level (the floor expects growth: a sustained trend, or `cold_start_growth` > 1),
@@ -17,7 +18,8 @@ tick or two later anyway; the replica costs those ticks, and a cold start ordere
 costs a whole tick of the peak. ε is an absolute share of one replica, not a fraction of the
 need, because the edge is the integer the ceiling rounds to. Source: pdorch's own measurement
 (Round 13, `benchmarks/results/autoscale-round13-prefill/`); the default stays 0 unless it wins
-on every workload measured there.
+on every workload measured there: it is, paired with the prefill-leg fit (the policy's
+defaults since Round 13).
 """
 
 from __future__ import annotations

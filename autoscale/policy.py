@@ -273,9 +273,10 @@ class PlannerOptions(_Strict):
       the load `startup_s` ahead is sized for a rate above the level, replica k is ordered
       once its need passes `k - ramp_epsilon`, not k: `ceil(need + ε)`
       (`autoscale/ramp_edge.py`, Round 13).
-    - `prefill_floor_hold_s` (null: off; seconds): once the level has fallen 25 % from its
-      peak of the last `floor_hold_s`, the prefill pool's fast way down holds its floors for
-      the load now and ahead this long only (`autoscale/prefill_release.py`, Round 13).
+    - `prefill_floor_hold_s` (60 since Round 13; null: off; seconds): once the level has
+      fallen 25 % from its peak of the last `floor_hold_s`, the prefill pool's fast way down
+      holds its floors for the load now and ahead this long only
+      (`autoscale/prefill_release.py`, Round 13).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -305,7 +306,7 @@ class PlannerOptions(_Strict):
     move_stabilization: StrictBool = False
     budget_keep_fleet: StrictBool = True
     ramp_epsilon: float = Field(default=0.1, ge=0, lt=1)
-    prefill_floor_hold_s: float | None = Field(default=None, ge=0)
+    prefill_floor_hold_s: float | None = Field(default=60.0, ge=0)
 
     @field_validator("cold_start_growth")
     @classmethod

@@ -1,5 +1,6 @@
-"""The prefill pool's way down after a peak (planner option `prefill_floor_hold_s`; null: off,
-the default): a shorter hold of the predictive floors once the load has fallen from its peak.
+"""The prefill pool's way down after a peak (planner option `prefill_floor_hold_s`; 60 s by
+default since Round 13, null: off): a shorter hold of the predictive floors once the load
+has fallen from its peak.
 
 Rule: each tick records the floor's level rate `L` (the forecaster's level, `autoscale.
 predictive_floor`). While `L <= (1 - PEAK_DROP)·max(L over the last floor_hold_s)`, the prefill

@@ -32,7 +32,9 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    `N_d = ceil(rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k_d))`, `T_own` = the model's
    prefill time of the uncached prompt capped at the TTFT target (prefill queueing is not
    decode residence). With `cold_start_growth` g (per pool, off by default) the floor for the
-   load `startup_s` ahead is sized for at least g x the level (Round 10).
+   load `startup_s` ahead is sized for at least g x the level (Round 10); with `ramp_epsilon`
+   ε (off by default) that floor orders replica k at `need > k - ε` while it expects growth
+   (`autoscale.ramp_edge`, Round 13).
 2. **Correction** `k` = EWMA (`correction_alpha` 0.2) of observed/predicted mean latency
    (`planner_terms.prefill_correction` / `decode_correction`), clamped to
    `correction_bounds` (0.5, 2.0), updated only from windows with ≥ `min_samples` (20) requests
@@ -69,6 +71,9 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    the floor then refused and decode flapped (benchmarks/results/AUTOSCALE.md, Rounds 4 and 5).
    Not the defaults: with both, Azure -3.9 % and diurnal -8.9 % GPU-h at the same attainment, but
    Mooncake -0.40 points (92.65 %) and 3/3 direction changes where main makes 1/1 (Round 5).
+   With `prefill_floor_hold_s` (60 s by default since Round 13; None: off) the prefill
+   pool's fast way down holds its floors that long only, once the level has fallen 25 % from
+   its peak of the last `floor_hold_s` (`autoscale.prefill_release`, Round 13).
    (The backlog and breach terms' high-water mark is what the fast path skips.)
    **Hysteresis** (`hysteresis` h, `hysteresis_window_s` 600): within the window after a move,
    its reversal reads the predictive floor's need widened by h (down to `ceil(need·(1+h))`
@@ -112,6 +117,7 @@ from autoscale.planner_terms import (
 )
 from autoscale.policy import PrefillSignal, SloPolicy
 from autoscale.predictive_floor import POOLS, PredictiveFloor
+from autoscale.prefill_release import PeakRelease
 from autoscale.projections import AheadRelease, TrendAge
 from autoscale.residence import ResidenceMean
 from autoscale.role_moves import PoolView
@@ -159,6 +165,8 @@ class PdorchPlanner(Planner):
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,
         move_release_check: bool = False,
+        ramp_epsilon: float = 0.1,
+        prefill_floor_hold_s: float | None = 60.0,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -231,6 +239,13 @@ class PdorchPlanner(Planner):
             residence=ResidenceMean() if decode_residence_mean else None,
             decode_correction_on_target=decode_correction_on_target,
             growth={Pool(p): g for p, g in (cold_start_growth or {}).items()},
+            ramp_epsilon=ramp_epsilon,
+        )
+        # the prefill pool's shorter hold of its floors after a peak (`autoscale.prefill_release`)
+        self._peak_release = (
+            None
+            if prefill_floor_hold_s is None
+            else PeakRelease(prefill_floor_hold_s, self.floor_hold_s)
         )
         self.correction: dict[Pool, float] = {p: 1.0 for p in POOLS}
         self._floor: dict[Pool, Term] = {}
@@ -336,6 +351,10 @@ class PdorchPlanner(Planner):
         desired: dict[Pool, int] = {}
         reasons: dict[Pool, str] = {}
         details: dict[str, Any] = {"correction": {str(p): k for p, k in self.correction.items()}}
+        if self._peak_release is not None:
+            short = self._peak_release.observe(now, self.floor.level_rps)
+            self._stabilizers[Pool.PREFILL].short_hold_s = short
+            details["prefill_short_hold_s"] = short
         # the reactive and fit terms read the load as the last `level_window_s`' mean (the
         # pools, queues and latencies of this window): a one-tick spike of arrivals is not a
         # steady need; a real burst shows up in the queue, which is read as it is

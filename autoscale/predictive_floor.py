@@ -29,6 +29,9 @@ with the observation; the state is the forecaster's and the recent ticks'.
   decode replica had to be ordered at 18 rps. Measured there (Round 10,
   `benchmarks/results/autoscale-round10/`): decode g 1.5 / 2.0 / 2.5 held 94.20 / 94.22 /
   99.63 % within both. A standing headroom, not a forecast: it costs replicas at the peaks.
+- **Ramp order** (`ramp_epsilon` ε, the policy's `planner:` option; 0: off): while the floor
+  for the load `startup_s` ahead is sized for a rate above the level, its need is `need + ε`,
+  so replica k is ordered at `need > k - ε` (`autoscale.ramp_edge`, Round 13).
 - **Learnt burst dispersion** (`perf_model.decode_burst_dispersion_online`, with
   `decode_burst_queue`; off by default): the decode floor's burst quantile reads `I` learnt
   from the arrivals of each fed window (`autoscale.dispersion`), not the fixed
@@ -49,6 +52,7 @@ from autoscale.perf_model_base import PerfModel
 from autoscale.planner_terms import Term, decode_floor_need
 from autoscale.policy import SloPolicy
 from autoscale.projections import AheadRelease, Projection, TrendAge
+from autoscale.ramp_edge import ramp_term
 from autoscale.residence import ResidenceMean
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import (
@@ -92,6 +96,7 @@ class PredictiveFloor:
         residence: ResidenceMean | None,
         decode_correction_on_target: bool,
         growth: dict[Pool, float] | None = None,
+        ramp_epsilon: float = 0.0,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -108,8 +113,11 @@ class PredictiveFloor:
         self.decode_correction_on_target = decode_correction_on_target
         # `cold_start_growth` per pool (module docstring, "Cold-start growth"); 1: off
         self.growth = {p: (growth or {}).get(p, 1.0) for p in POOLS}
+        # an order on a ramp at `need > k - ε` (`autoscale.ramp_edge`); 0: off
+        self.ramp_epsilon = ramp_epsilon
         self.projection: dict[Pool, Projection | None] = {p: None for p in POOLS}
         self.counts: dict[Pool, FloorCounts] = {}
+        self.level_rps = 0.0  # the last `compute`'s level rate (`autoscale.prefill_release`)
         self._decode_mean = 0.0
         self._ahead: dict[Pool, deque[tuple[float, float]]] = {p: deque() for p in POOLS}
         self._agg: list[Observation] = []
@@ -188,6 +196,7 @@ class PredictiveFloor:
             level = LoadForecast(
                 a.arrival_rps, a.mean_isl_tokens, a.mean_osl_tokens, a.prefix_hit_rate
             )
+        self.level_rps = level.rate_rps
         if self._release is not None:
             self._release.observe(obs.now, level.rate_rps)
         # while a released projection's bar stands, nothing is projected (`autoscale.projections`)
@@ -222,6 +231,8 @@ class PredictiveFloor:
                         )
                 load = level._replace(rate_rps=rate)
                 term = self._floor_for(load, correction)[pool]
+                if h > 0:
+                    term = ramp_term(term, rate, level.rate_rps, self.ramp_epsilon)
                 if pool is Pool.DECODE and self._residence is not None:
                     term = self._over_residence(obs.now, term, h, rate, level.rate_rps)
                 term.inputs["horizon_s"] = h

@@ -93,6 +93,10 @@ class PoolStabilizer:
     windows: Windows
     window_s: float = 0.0  # how long after a move the reversal reads the banded counts
     reversal_ticks: int = 1  # consecutive ticks a floor-ordered up after a down must last
+    # this tick's shorter hold of the floors on the fast way down (None: `windows`' own; the
+    # prefill pool after a peak, `autoscale.prefill_release`); the floors are kept for the
+    # windows' whole length either way
+    short_hold_s: float | None = None
     _raw: deque[tuple[float, int]] = field(default_factory=deque)
     _hold: deque[tuple[float, int]] = field(default_factory=deque)
     _fit: deque[tuple[float, int]] = field(default_factory=deque)
@@ -240,11 +244,14 @@ class PoolStabilizer:
             return current
         fast = max(c for _, c in self._fit)
         pick = 1 if self.banded(now) else 0
+        floor_s, ahead_s = w.floor_hold_s, w.ahead_hold_s
+        if self.short_hold_s is not None:
+            floor_s, ahead_s = min(floor_s, self.short_hold_s), min(ahead_s, self.short_hold_s)
         for t, now_counts, ahead_counts, proj in self._floors:
             f_now, f_ahead = now_counts[pick], ahead_counts[pick]
-            if now - t <= w.floor_hold_s:
+            if now - t <= floor_s:
                 fast = max(fast, f_now)
             # a released projection (its load did not come) no longer holds the pool
-            if now - t <= w.ahead_hold_s and not (proj is not None and proj.released):
+            if now - t <= ahead_s and not (proj is not None and proj.released):
                 fast = max(fast, f_ahead)
         return min(current, fast)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autoscale.policy import PoolLimits, SloPolicy, Stabilization
+from autoscale.policy import PerfModelConfig, PoolLimits, PrefillSignal, SloPolicy, Stabilization
 from autoscale.signals import (
     LatencySummary,
     Observation,
@@ -26,6 +26,8 @@ def policy(
     startup_s: float = 120.0,
     **extra: Any,
 ) -> SloPolicy:
+    # the planner rule tests read the TTFT prefill correction (the default before Round 13)
+    extra.setdefault("perf_model", PerfModelConfig(online_prefill_signal=PrefillSignal.TTFT))
     return SloPolicy(
         pools={
             Pool.PREFILL: PoolLimits(min=1, max=pmax, gpus_per_replica=pgpus, startup_s=startup_s),

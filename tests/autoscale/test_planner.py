@@ -27,6 +27,8 @@ def planner(pol: SloPolicy | None = None, **options: Any) -> PdorchPlanner:
     options.setdefault("headroom", 1.0)
     options.setdefault("forecast_window_s", 0.0)  # feed the forecaster every tick (rule tests)
     options.setdefault("level_window_s", 0.0)  # each window's load as it is (rule tests)
+    options.setdefault("ramp_epsilon", 0.0)  # the floor's plain ceil (rule tests; Round 13)
+    options.setdefault("prefill_floor_hold_s", None)  # the floor_hold_s windows (Round 13)
     return PdorchPlanner(pol or policy(), LinearPerfModel(), **options)
 
 

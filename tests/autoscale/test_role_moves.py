@@ -168,6 +168,8 @@ def pdorch(forecaster: Any | None = None) -> PdorchPlanner:
         headroom=1.0,
         forecast_window_s=0.0,
         trend_cap=4.0,
+        ramp_epsilon=0.0,  # the floor's plain ceil (Round 13's default 0.1 moves the edges)
+        prefill_floor_hold_s=None,
     )
 
 

@@ -20,7 +20,9 @@ binding budget split and the role mover's ledger.
    points, -0.04 % GPU-h there; the Azure x14 prefix -3.1 % GPU-h at the same attainment; the
    Mooncake prefix and the 600 s day the same results (the budget seldom or never binds):
    on by default, as it won or tied everywhere it was measured
-   (benchmarks/results/autoscale-round12-roles/).
+   (benchmarks/results/autoscale-round12-roles/). With `budget_now_first` (off by default)
+   the needs for the load now are split first and the headroom ahead gets what is left
+   (`autoscale.budget`, Round 13).
 7. **Role switch** (`policy.role_switching`, equal GPUs per replica; `autoscale.role_moves`):
    a replica is lent from pool G to pool T when T is short *now* (its reactive term for
    replicas that serve within `switch_s`, or an observed breach, beyond its ready and arriving
@@ -75,6 +77,7 @@ class CrossPoolSteps:
         hysteresis_window_s: float,
         budget_keep_fleet: bool = True,
         move_release_check: bool = False,
+        budget_now_first: bool = False,
     ) -> None:
         self.policy = policy
         # the pools' stabilizers, shared with the planner: move stabilization records a move
@@ -86,6 +89,8 @@ class CrossPoolSteps:
         self._budget_split: dict[Pool, int] | None = None
         # the tick the budget starts binding, the provisioned fleet is the split to keep
         self.budget_keep_fleet = budget_keep_fleet
+        # the needs for the load now are split first, the headroom ahead from what is left
+        self.budget_now_first = budget_now_first
         # role moves (`autoscale.role_moves`); stand_in=False: only bridge a shortage now;
         # with `move_stabilization` a move is held to the pools' reversal rules over the
         # hysteresis window (`autoscale.role_moves`, Round 11)
@@ -102,10 +107,12 @@ class CrossPoolSteps:
         desired: dict[Pool, int],
         reasons: dict[Pool, str],
         provisioned: dict[Pool, int] | None = None,
+        now_need: dict[Pool, int] | None = None,
     ) -> None:
         """Step 6: cut `desired` to the GPU budget (in place; reason `budget` where cut);
         `provisioned` (ready + pending per pool) is the split kept when the budget starts
-        binding, with `budget_keep_fleet`."""
+        binding, with `budget_keep_fleet`; `now_need` (each pool's need for the load now) is
+        split first with `budget_now_first` (`autoscale.budget`)."""
         budget = self.policy.gpu_budget
         if budget is None:
             return
@@ -121,6 +128,7 @@ class CrossPoolSteps:
             budget,
             keep if self.budget_margin > 0 else None,
             self.budget_margin,
+            now_need if self.budget_now_first else None,
         )
         # the split is kept only while the budget binds; a tick it does not starts afresh
         self._budget_split = split if split != desired else None

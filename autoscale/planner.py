@@ -105,6 +105,7 @@ from typing import Any
 from autoscale.cross_pool import CrossPoolSteps
 from autoscale.decision import ScaleDecision
 from autoscale.forecast_seam import EwmaForecaster, Forecaster, PredictorForecaster, SlidingLoad
+from autoscale.load_window import LoadWindow
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_base import Planner, register_planner
 from autoscale.planner_terms import (
@@ -162,11 +163,13 @@ class PdorchPlanner(Planner):
         reversal_ticks: int = 6,
         decode_wait_attribution: bool = False,
         cold_start_growth: dict[Pool, float] | None = None,
+        cold_start_spare: dict[Pool, float] | None = None,
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,
         move_release_check: bool = False,
         ramp_epsilon: float = 0.1,
         prefill_floor_hold_s: float | None = 60.0,
+        budget_now_first: bool = False,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -240,6 +243,7 @@ class PdorchPlanner(Planner):
             decode_correction_on_target=decode_correction_on_target,
             growth={Pool(p): g for p, g in (cold_start_growth or {}).items()},
             ramp_epsilon=ramp_epsilon,
+            spare={Pool(p): x for p, x in (cold_start_spare or {}).items()},
         )
         # the prefill pool's shorter hold of its floors after a peak (`autoscale.prefill_release`)
         self._peak_release = (
@@ -264,6 +268,7 @@ class PdorchPlanner(Planner):
             hysteresis_window_s=hysteresis_window_s,
             budget_keep_fleet=budget_keep_fleet,
             move_release_check=move_release_check,
+            budget_now_first=budget_now_first,
         )
 
     @property
@@ -355,6 +360,7 @@ class PdorchPlanner(Planner):
             short = self._peak_release.observe(now, self.floor.level_rps)
             self._stabilizers[Pool.PREFILL].short_hold_s = short
             details["prefill_short_hold_s"] = short
+        now_need: dict[Pool, int] = {}  # the need for the load now (`budget_now_first`)
         # the reactive and fit terms read the load as the last `level_window_s`' mean (the
         # pools, queues and latencies of this window): a one-tick spike of arrivals is not a
         # steady need; a real burst shows up in the queue, which is read as it is
@@ -395,6 +401,7 @@ class PdorchPlanner(Planner):
                 up,
                 self._clamped(pool, react.replicas),
             )
+            now_need[pool] = self._clamped(pool, max(react.replicas, counts.raw_now))
             details[str(pool)] = {
                 "floor": floor.replicas,
                 "floor_inputs": floor.inputs,
@@ -406,9 +413,15 @@ class PdorchPlanner(Planner):
                 "pending": obs.pool(pool).pending,
                 "draining": obs.pool(pool).draining,
             }
-        self.cross.apply_budget(desired, reasons, {p: obs.pool(p).provisioned for p in POOLS})
+        provisioned = {p: obs.pool(p).provisioned for p in POOLS}
+        self.cross.apply_budget(desired, reasons, provisioned, now_need)
         moves = self.cross.role_moves(now, partial(self._pool_view, obs), desired, reasons, details)
         return ScaleDecision(now, desired, reasons, moves, details)
+
+    def start_fleet(self, window: LoadWindow, fleet: dict[Pool, int]) -> dict[Pool, int]:
+        """The fleet at t = 0 the harness's `fleet` becomes with `cold_start_spare`
+        (`PredictiveFloor.start_fleet`); unchanged without it."""
+        return self.floor.start_fleet(window, fleet)
 
     def _clamped(self, pool: Pool, n: int) -> int:
         return clamp_to_limits(self.policy, pool, n)[0]

@@ -258,6 +258,10 @@ class PlannerOptions(_Strict):
     - `cold_start_growth` (null: off; per pool, in [1, 10]): the floor for the load `startup_s`
       ahead is sized for at least this x the level, the growth the pool must absorb while a
       replica ordered now starts (`autoscale/predictive_floor.py`, Round 10).
+    - `cold_start_spare` (null: off; per pool, replicas in [0, 16]): the floor for the load
+      `startup_s` ahead needs at least the floor for the load now plus this many replicas
+      (an additive spare, where `cold_start_growth` multiplies the rate), and pdorch's start
+      fleet holds it (`autoscale/predictive_floor.py`, Round 13).
     - `move_stabilization` (false; only with `role_switching`): a role move is a direction
       change of both pools, held to their reversal rules: the giver gives only what its
       floor's need widened by `hysteresis` and its own way down (the largest raw count of
@@ -282,6 +286,9 @@ class PlannerOptions(_Strict):
       fallen 25 % from its peak of the last `floor_hold_s`, the prefill pool's fast way down
       holds its floors for the load now and ahead this long only
       (`autoscale/prefill_release.py`, Round 13).
+    - `budget_now_first` (false): while `gpu_budget` binds, each pool's need for the load now
+      (its floor for the level, its reactive term) is split first and the headroom for the
+      load ahead gets what is left (`autoscale/budget.py`, Round 13).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -308,11 +315,13 @@ class PlannerOptions(_Strict):
     reversal_ticks: StrictInt = Field(default=6, ge=1)
     decode_wait_attribution: StrictBool = False
     cold_start_growth: dict[Pool, float] | None = None
+    cold_start_spare: dict[Pool, float] | None = None
     move_stabilization: StrictBool = False
     budget_keep_fleet: StrictBool = True
     move_release_check: StrictBool = False
     ramp_epsilon: float = Field(default=0.1, ge=0, lt=1)
     prefill_floor_hold_s: float | None = Field(default=60.0, ge=0)
+    budget_now_first: StrictBool = False
 
     @field_validator("cold_start_growth")
     @classmethod
@@ -320,6 +329,14 @@ class PlannerOptions(_Strict):
         for pool, g in (value or {}).items():
             if not 1.0 <= g <= 10.0:
                 raise ValueError(f"{pool.value}: growth {g} must be in [1, 10]")
+        return value
+
+    @field_validator("cold_start_spare")
+    @classmethod
+    def _spare_in_range(cls, value: dict[Pool, float] | None) -> dict[Pool, float] | None:
+        for pool, x in (value or {}).items():
+            if not 0.0 <= x <= 16.0:
+                raise ValueError(f"{pool.value}: spare {x} replicas must be in [0, 16]")
         return value
 
 

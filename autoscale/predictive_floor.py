@@ -32,6 +32,16 @@ with the observation; the state is the forecaster's and the recent ticks'.
 - **Ramp order** (`ramp_epsilon` ε, the policy's `planner:` option; 0: off): while the floor
   for the load `startup_s` ahead is sized for a rate above the level, its need is `need + ε`,
   so replica k is ordered at `need > k - ε` (`autoscale.ramp_edge`, Round 13).
+- **Cold-start spare** (`cold_start_spare` s per pool, the policy's `planner:` option; default
+  none, s = 0: off): the floor for the load `startup_s` ahead needs at least the floor for the
+  load now plus `s` replicas, `need_ahead = max(need(rate_ahead), need(L) + s)`, in replicas,
+  not a multiple of the rate. Why: a growth factor scales with the pool, so on a big pool it
+  asks for far more than the load can add in one cold start. On the Mooncake x2 prefix
+  (Round 13, `benchmarks/results/autoscale-round13-decode/`) decode g 2.5 asked for 9-15
+  decode replicas where the need for the load now read 5-7 and the oracle runs 2-4, and the
+  16-GPU budget gave the excess from prefill (85.63 % within both against the default model's
+  92.90 %); on the 600 s day's small night pool (18 rps, need 0.68) one spare replica is the
+  second replica the ramp needs (`cold_start_growth`'s reason above).
 - **Learnt burst dispersion** (`perf_model.decode_burst_dispersion_online`, with
   `decode_burst_queue`; off by default): the decode floor's burst quantile reads `I` learnt
   from the arrivals of each fed window (`autoscale.dispersion`), not the fixed
@@ -48,6 +58,7 @@ from dataclasses import dataclass
 
 from autoscale.dispersion import ArrivalDispersion
 from autoscale.forecast_seam import Forecaster, LoadForecast, aggregate
+from autoscale.load_window import LoadWindow
 from autoscale.perf_model_base import PerfModel
 from autoscale.planner_terms import Term, decode_floor_need
 from autoscale.policy import SloPolicy
@@ -97,6 +108,7 @@ class PredictiveFloor:
         decode_correction_on_target: bool,
         growth: dict[Pool, float] | None = None,
         ramp_epsilon: float = 0.0,
+        spare: dict[Pool, float] | None = None,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -115,6 +127,8 @@ class PredictiveFloor:
         self.growth = {p: (growth or {}).get(p, 1.0) for p in POOLS}
         # an order on a ramp at `need > k - ε` (`autoscale.ramp_edge`); 0: off
         self.ramp_epsilon = ramp_epsilon
+        # `cold_start_spare` per pool (module docstring, "Cold-start spare"); 0: off
+        self.spare = {p: (spare or {}).get(p, 0.0) for p in POOLS}
         self.projection: dict[Pool, Projection | None] = {p: None for p in POOLS}
         self.counts: dict[Pool, FloorCounts] = {}
         self.level_rps = 0.0  # the last `compute`'s level rate (`autoscale.prefill_release`)
@@ -207,6 +221,7 @@ class PredictiveFloor:
             at: dict[float, int] = {}
             raw_at: dict[float, int] = {}
             hold = up = 0
+            need_now = 0.0
             self.projection[pool] = None
             for h in (0.0, horizon) if project else (0.0,):
                 fc = self.forecaster.forecast(h) if self.fed else level
@@ -237,6 +252,14 @@ class PredictiveFloor:
                     term = self._over_residence(obs.now, term, h, rate, level.rate_rps)
                 term.inputs["horizon_s"] = h
                 need = float(term.inputs["need"])
+                if h <= 0:
+                    need_now = need
+                elif self.spare[pool] > 0 and need < need_now + self.spare[pool]:
+                    # at least the need now plus the spare (module docstring)
+                    need = need_now + self.spare[pool]
+                    term = Term(
+                        replicas_for(need), term.reason, {**term.inputs, "need": need, "spare": 1}
+                    )
                 at[h] = hold_count(need, self.hysteresis)
                 up = max(up, up_count(need, self.hysteresis))
                 raw_at[h] = term.replicas
@@ -246,6 +269,26 @@ class PredictiveFloor:
             assert best is not None
             out[pool] = best
             self.counts[pool] = FloorCounts(raw_at[0.0], at[0.0], hold, up)
+        return out
+
+    def start_fleet(self, window: LoadWindow, fleet: dict[Pool, int]) -> dict[Pool, int]:
+        """The fleet at t = 0 with each pool's `cold_start_spare` (module docstring): at least
+        `ceil(need(L) + s)` for the load `window` had before the run, the floor the planner
+        holds at that level; `fleet` (the harness's shared start) where it is larger, and
+        unchanged for a pool without a spare."""
+        load = LoadForecast(
+            window.arrival_rps,
+            window.mean_isl_tokens,
+            window.mean_osl_tokens,
+            window.prefix_hit_rate,
+        )
+        terms = self._floor_for(load, {p: 1.0 for p in POOLS})
+        out = dict(fleet)
+        for pool in POOLS:
+            if self.spare[pool] > 0:
+                need = float(terms[pool].inputs["need"]) + self.spare[pool]
+                lim = self.policy.limits(pool)
+                out[pool] = min(lim.max, max(out[pool], replicas_for(need)))
         return out
 
     def _over_residence(

@@ -14,7 +14,10 @@ Start: every planner starts from the same fleet, the one the oracle's window-mea
 pools' limits), ready at t = 0 (a fleet sized
 for the load before the trace began); `initial=` overrides it. A planner's first tick is at
 `interval_s`, after one whole window (at t = 0 it would see an idle fleet and no load, and
-the reactive baselines would drain the warm fleet before the first request). The static
+the reactive baselines would drain the warm fleet before the first request). A planner with
+a `start_fleet(window, fleet)` method may raise its own start from that fleet: pdorch with
+`planner.cold_start_spare` holds the spare of its floor at the first window's load (without
+it the fleet is unchanged). The static
 planners are the exception: their fixed fleet is in place from the start (that is what static
 provisioning means). The oracle's replicas start instantly (`startup_s` 0, its definition);
 it and the static planners are handed the trace as `requests=[(arrival_s, isl, osl, hit)]`
@@ -168,7 +171,13 @@ def initial_fleet(
     # the window-mean sizing (not the oracle's prefill replay): every planner's start fleet
     # stays what it was before the replay rule (autoscale/baselines/oracle.py)
     need = oracle.mean_need(0.0, oracle.interval_s)
-    return {p: max(1, clamp_to_limits(policy, p, need[p])[0]) for p in Pool}
+    fleet = {p: max(1, clamp_to_limits(policy, p, need[p])[0]) for p in Pool}
+    # a planner that holds a standing spare (pdorch's `cold_start_spare`) starts with it: the
+    # fleet its own floor holds at the first window's load, never below the shared one
+    start = getattr(planner, "start_fleet", None)
+    if callable(start):
+        fleet = dict(start(oracle.future(0.0, oracle.interval_s), fleet))
+    return fleet
 
 
 def run_planner(

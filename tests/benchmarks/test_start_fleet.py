@@ -1,0 +1,35 @@
+"""The what-if runner's start fleet (`benchmarks/autoscale_sim/runner.initial_fleet`): pdorch
+with `planner.cold_start_spare` raises its own start from the shared one; every other start is
+unchanged."""
+
+from __future__ import annotations
+
+from autoscale.policy import SloPolicy
+from autoscale.signals import Pool
+from benchmarks.autoscale_sim.runner import initial_fleet, make_planner
+
+P, D = Pool.PREFILL, Pool.DECODE
+# 20 rps of 1000-token prompts and 250-token answers for a minute: one replica per pool
+# holds it (the shared start, the oracle's first 30 s)
+REQUESTS = [(i / 20.0, 1000, 250, 0.0) for i in range(1200)]
+
+
+def start(options: dict[str, object], name: str = "pdorch") -> dict[Pool, int]:
+    pol = SloPolicy()
+    planner, _ = make_planner(name, pol, REQUESTS, options)
+    return initial_fleet(name, planner, pol, REQUESTS)
+
+
+def test_shared_start_without_a_spare() -> None:
+    shared = start({}, "oracle")
+    assert start({}) == shared
+    assert shared[D] == 1
+
+
+def test_a_decode_spare_adds_to_pdorchs_start_only() -> None:
+    # pdorch's decode floor need at 20 rps (default model, headroom 0.9) is in (0.9, 1]:
+    # `ceil(need + s)` is 2 at s = 0.1 and 3 at s = 1.5, above the shared 1; prefill as shared
+    shared = start({}, "oracle")
+    assert start({"cold_start_spare": {"decode": 0.1}}) == {P: shared[P], D: 2}
+    assert start({"cold_start_spare": {"decode": 1.5}}) == {P: shared[P], D: 3}
+    assert start({"cold_start_spare": {"prefill": 1.0}})[D] == shared[D]

@@ -40,6 +40,20 @@ class VllmEngineError(RuntimeError):
     """The engine died or did not become healthy in time; the message holds its log tail."""
 
 
+class VllmPortInUseError(VllmEngineError):
+    """A port chosen for the engine was taken by another process before the engine bound it.
+
+    Free ports are picked at run time from the ephemeral range, so any outgoing connection on
+    the host may take one in the moment between the pick and the engine's bind. vLLM's NIXL
+    handshake listener then dies in its thread while the server stays up and never turns
+    healthy, so without this check the wait ran to its whole timeout (540 s in the test
+    fixture). The caller may retry on fresh ports.
+    """
+
+
+_BIND_FAILURE = "Address already in use"
+
+
 class RunningVllm:
     """One vLLM engine process started from a `VllmEngineSpec`.
 
@@ -138,6 +152,15 @@ class RunningVllm:
         if code is not None:
             raise self._failure(f"exited with status {code}")
 
+    def check_bound(self) -> None:
+        """Raise `VllmPortInUseError` if the engine log reports a port it could not bind."""
+        tail = self.log_tail()
+        if _BIND_FAILURE in tail:
+            raise VllmPortInUseError(
+                f"vLLM {self.spec.role} engine at {self.url} could not bind a port: another "
+                f"process took it (log: {self.log_path}); last {LOG_TAIL_LINES} log lines:\n{tail}"
+            )
+
     def is_healthy(self, client: httpx.Client | None = None) -> bool:
         """One `/health` probe: True on HTTP 200, False on any error or other status."""
         try:
@@ -156,6 +179,7 @@ class RunningVllm:
         with httpx.Client() as client:
             while True:
                 self.check_alive()
+                self.check_bound()
                 if self.is_healthy(client):
                     self._read_cache_config(client.get(f"{self.url}/metrics", timeout=10.0))
                     return
@@ -169,6 +193,7 @@ class RunningVllm:
         async with http_client() as client:
             while True:
                 self.check_alive()
+                self.check_bound()
                 with contextlib.suppress(httpx.HTTPError):
                     response = await client.get(f"{self.url}/health", timeout=2.0)
                     if response.status_code == 200:

@@ -24,7 +24,7 @@ import pytest
 from pools.ports import free_ports
 from pools.roles import EngineRole
 from pools.tiny_model import TinyModelSpec, build_tiny_model
-from pools.vllm_process import RunningVllm
+from pools.vllm_process import RunningVllm, VllmPortInUseError
 from pools.vllm_spec import VllmEngineSpec
 
 VLLM_PAIR_MAX_MODEL_LEN = 1024
@@ -33,6 +33,7 @@ VLLM_PAIR_MAX_MODEL_LEN = 1024
 VLLM_PAIR_NUM_GPU_BLOCKS = 96
 VLLM_PAIR_BLOCK_SIZE = 32
 VLLM_PAIR_START_TIMEOUT_S = 540.0
+VLLM_PAIR_PORT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -229,27 +230,43 @@ def vllm_pair(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     # ipc:// paths must stay short (a unix socket path is at most ~107 bytes), so they live in
     # a fresh dir under the system temp dir rather than pytest's deep session dir.
     ipc_dir = Path(tempfile.mkdtemp(prefix="pdorch-ipc-"))
-    ports = free_ports(4)
-    prefill = RunningVllm(
-        _pair_spec(EngineRole.PREFILL, tiny_model_dir, 0, ports[0:2], ipc_dir), logs / "prefill.log"
-    )
-    decode = RunningVllm(
-        _pair_spec(EngineRole.DECODE, tiny_model_dir, 1, ports[2:4], ipc_dir), logs / "decode.log"
-    )
     waiter = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    engines: list[RunningVllm] = []
     try:
-        prefill.start()
-        decode.start()
-        waits = [
-            waiter.submit(engine.wait_healthy, VLLM_PAIR_START_TIMEOUT_S)
-            for engine in (prefill, decode)
-        ]
-        for wait in waits:
-            wait.result()
+        # A port picked free can be taken by another process's outgoing connection before the
+        # engine binds it (`VllmPortInUseError`): start both again on fresh ports.
+        for attempt in range(VLLM_PAIR_PORT_ATTEMPTS):
+            ports = free_ports(4)
+            prefill = RunningVllm(
+                _pair_spec(EngineRole.PREFILL, tiny_model_dir, 0, ports[0:2], ipc_dir),
+                logs / f"prefill-{attempt}.log",
+            )
+            decode = RunningVllm(
+                _pair_spec(EngineRole.DECODE, tiny_model_dir, 1, ports[2:4], ipc_dir),
+                logs / f"decode-{attempt}.log",
+            )
+            engines = [decode, prefill]
+            prefill.start()
+            decode.start()
+            waits = [
+                waiter.submit(engine.wait_healthy, VLLM_PAIR_START_TIMEOUT_S)
+                for engine in (prefill, decode)
+            ]
+            try:
+                for wait in waits:
+                    wait.result()
+            except VllmPortInUseError:
+                if attempt + 1 == VLLM_PAIR_PORT_ATTEMPTS:
+                    raise
+                for engine in engines:
+                    engine.stop()
+                concurrent.futures.wait(waits)
+                continue
+            break
         yield VllmPair(prefill=prefill, decode=decode)
     finally:
         # Stopping first makes a still-running wait_healthy see the exit and return at once.
-        decode.stop()
-        prefill.stop()
+        for engine in engines:
+            engine.stop()
         waiter.shutdown(wait=True)
         shutil.rmtree(ipc_dir, ignore_errors=True)

@@ -9,13 +9,14 @@ a crash with a long log, a hang before healthy, a child process, ignoring SIGTER
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
-from pools.vllm_process import RunningVllm, VllmEngineError
+from pools.vllm_process import RunningVllm, VllmEngineError, VllmPortInUseError
 from pools.vllm_spec import local_engine_spec
 from tests.waiting import wait_until
 
@@ -32,6 +33,15 @@ if mode == "crash":
         print(f"line {i}", flush=True)
     sys.exit(3)
 if mode == "hang":
+    time.sleep(600)
+if mode == "side-taken":
+    # as vLLM's NIXL handshake listener: the bind fails in a thread, the server stays up unhealthy
+    import socket, traceback
+    try:
+        socket.create_server(("127.0.0.1", int(os.environ["VLLM_NIXL_SIDE_CHANNEL_PORT"])))
+    except OSError:
+        traceback.print_exc()
+        sys.stdout.flush()
     time.sleep(600)
 if mode == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -122,6 +132,21 @@ def test_engine_not_healthy_by_the_deadline_raises(tmp_path: Path, fake_interpre
     finally:
         running.stop(grace=5)
     assert running.returncode is not None
+
+
+def test_engine_whose_side_channel_port_is_taken_fails_at_once_as_port_in_use(
+    tmp_path: Path, fake_interpreter: str
+) -> None:
+    running = engine(tmp_path, "side-taken", fake_interpreter)
+    # another process's socket on the engine's side-channel port (a real taken port)
+    with socket.create_server(("127.0.0.1", running.side_channel_port)):
+        running.start()
+        try:
+            # without the bind check this waits out the whole timeout as a plain not-healthy
+            with pytest.raises(VllmPortInUseError, match="could not bind a port"):
+                running.wait_healthy(timeout_s=120)
+        finally:
+            running.stop(grace=5)
 
 
 def test_engine_ignoring_sigterm_is_killed_after_the_grace_period(

@@ -71,9 +71,10 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    the floor then refused and decode flapped (benchmarks/results/AUTOSCALE.md, Rounds 4 and 5).
    Not the defaults: with both, Azure -3.9 % and diurnal -8.9 % GPU-h at the same attainment, but
    Mooncake -0.40 points (92.65 %) and 3/3 direction changes where main makes 1/1 (Round 5).
-   With `prefill_floor_hold_s` (60 s by default since Round 13; None: off) the prefill
-   pool's fast way down holds its floors that long only, once the level has fallen 25 % from
-   its peak of the last `floor_hold_s` (`autoscale.prefill_release`, Round 13).
+   With `prefill_floor_hold_s` (off by default: it flapped prefill on the whole Azure hour)
+   the prefill pool's fast way down holds its floors that long only, once the level has
+   fallen 25 % from its peak of the last `floor_hold_s` (`autoscale.prefill_release`,
+   Round 13).
    (The backlog and breach terms' high-water mark is what the fast path skips.)
    **Hysteresis** (`hysteresis` h, `hysteresis_window_s` 600): within the window after a move,
    its reversal reads the predictive floor's need widened by h (down to `ceil(need·(1+h))`
@@ -168,7 +169,7 @@ class PdorchPlanner(Planner):
         budget_keep_fleet: bool = True,
         move_release_check: bool = False,
         ramp_epsilon: float = 0.1,
-        prefill_floor_hold_s: float | None = 60.0,
+        prefill_floor_hold_s: float | None = None,
         budget_now_first: bool = False,
     ) -> None:
         self.policy = policy

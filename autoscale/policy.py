@@ -282,9 +282,10 @@ class PlannerOptions(_Strict):
       the load `startup_s` ahead is sized for a rate above the level, replica k is ordered
       once its need passes `k - ramp_epsilon`, not k: `ceil(need + ε)`
       (`autoscale/ramp_edge.py`, Round 13).
-    - `prefill_floor_hold_s` (60 since Round 13; null: off; seconds): once the level has
-      fallen 25 % from its peak of the last `floor_hold_s`, the prefill pool's fast way down
-      holds its floors for the load now and ahead this long only
+    - `prefill_floor_hold_s` (null: off; seconds; 60 won on the short workloads but flapped
+      prefill on the whole Azure hour, 4 direction changes in its worst 10 minutes, Round 13):
+      once the level has fallen 25 % from its peak of the last `floor_hold_s`, the prefill
+      pool's fast way down holds its floors for the load now and ahead this long only
       (`autoscale/prefill_release.py`, Round 13).
     - `budget_now_first` (false): while `gpu_budget` binds, each pool's need for the load now
       (its floor for the level, its reactive term) is split first and the headroom for the
@@ -320,7 +321,7 @@ class PlannerOptions(_Strict):
     budget_keep_fleet: StrictBool = True
     move_release_check: StrictBool = False
     ramp_epsilon: float = Field(default=0.1, ge=0, lt=1)
-    prefill_floor_hold_s: float | None = Field(default=60.0, ge=0)
+    prefill_floor_hold_s: float | None = Field(default=None, ge=0)
     budget_now_first: StrictBool = False
 
     @field_validator("cold_start_growth")

@@ -1,6 +1,7 @@
-"""The prefill pool's way down after a peak (planner option `prefill_floor_hold_s`; 60 s by
-default since Round 13, null: off): a shorter hold of the predictive floors once the load
-has fallen from its peak.
+"""The prefill pool's way down after a peak (planner option `prefill_floor_hold_s`; off by
+default: 60 s won on the three short workloads but flapped prefill on the whole Azure hour,
+13 direction changes, 4 in its worst 10 minutes, `benchmarks/results/autoscale-round13-whole/`):
+a shorter hold of the predictive floors once the load has fallen from its peak.
 
 Rule: each tick records the floor's level rate `L` (the forecaster's level, `autoscale.
 predictive_floor`). While `L <= (1 - PEAK_DROP)·max(L over the last floor_hold_s)`, the prefill

@@ -168,7 +168,7 @@ class PdorchPlanner(Planner):
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,
         move_release_check: bool = False,
-        ramp_epsilon: float = 0.1,
+        ramp_epsilon: float = 0.0,
         prefill_floor_hold_s: float | None = None,
         budget_now_first: bool = False,
     ) -> None:

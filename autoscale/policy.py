@@ -165,8 +165,10 @@ class PerfModelConfig(_Strict):
     (`OnlinePerfModel`). `online_prefill_signal` is what the prefill correction is learnt from:
     `ttft` (the window's median TTFT against prefill + transfer) or `prefill-leg` (the prefill
     leg's mean duration against the model's queue wait + prefill at the observed load; the
-    planner's own prefill correction reads the leg too; Round 11; the default since Round 13,
-    with `planner.ramp_epsilon` 0.1: `benchmarks/results/autoscale-round13-prefill/`).
+    planner's own prefill correction reads the leg too; Round 11). `ttft` is the default: the
+    leg with `planner.ramp_epsilon` 0.1 won on the short workloads (Round 13) but flapped
+    prefill on the whole Azure hour, 3 in its worst 10 minutes, at 1.03x the GPU-hours
+    (`benchmarks/results/autoscale-round13-whole/`).
     `rho_max` caps a prefill replica's utilisation whatever the queueing bound allows
     (headroom for bursts). With
     `decode_residence_at_batch_step` the decode sizing counts a sequence's residence at the
@@ -186,7 +188,7 @@ class PerfModelConfig(_Strict):
     online_max_correction: float = Field(default=4.0, gt=0)
     online_skip_decode_outliers: StrictBool = False
     online_skip_decode_wait: StrictBool = False
-    online_prefill_signal: PrefillSignal = PrefillSignal.PREFILL_LEG
+    online_prefill_signal: PrefillSignal = PrefillSignal.TTFT
     decode_residence_at_batch_step: StrictBool = False
     rho_max: float = Field(default=0.9, gt=0, lt=1)
     decode_burst_queue: StrictBool = False
@@ -278,8 +280,9 @@ class PlannerOptions(_Strict):
       release (its floor's need widened by `hysteresis`, the largest raw count of the last
       `scale_down_s`); no refusal of re-borrows, no move recorded in the stabilizers
       (`autoscale/role_moves.py`, Round 13).
-    - `ramp_epsilon` (0.1 since Round 13; 0: off; in [0, 1) replicas): while the floor for
-      the load `startup_s` ahead is sized for a rate above the level, replica k is ordered
+    - `ramp_epsilon` (0: off, the default; in [0, 1) replicas; 0.1 with the leg fit flapped
+      the whole Azure hour, Round 13): while the floor for the load `startup_s` ahead is
+      sized for a rate above the level, replica k is ordered
       once its need passes `k - ramp_epsilon`, not k: `ceil(need + ε)`
       (`autoscale/ramp_edge.py`, Round 13).
     - `prefill_floor_hold_s` (null: off; seconds; 60 won on the short workloads but flapped
@@ -320,7 +323,7 @@ class PlannerOptions(_Strict):
     move_stabilization: StrictBool = False
     budget_keep_fleet: StrictBool = True
     move_release_check: StrictBool = False
-    ramp_epsilon: float = Field(default=0.1, ge=0, lt=1)
+    ramp_epsilon: float = Field(default=0.0, ge=0, lt=1)
     prefill_floor_hold_s: float | None = Field(default=None, ge=0)
     budget_now_first: StrictBool = False
 

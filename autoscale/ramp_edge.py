@@ -1,6 +1,5 @@
 """The predictive floor's order on a ramp: replica `k` is ordered once the need ahead passes
-`k - ε`, not `k` (planner option `ramp_epsilon` ε, in replicas; 0: off; the default 0.1 since
-Round 13).
+`k - ε`, not `k` (planner option `ramp_epsilon` ε, in replicas; 0: off, the default).
 
 Formula: for the floor for the load `startup_s` ahead, while the rate it is sized for is above
 the level (the floor expects growth: a sustained trend, or `cold_start_growth` > 1),
@@ -18,8 +17,10 @@ tick or two later anyway; the replica costs those ticks, and a cold start ordere
 costs a whole tick of the peak. ε is an absolute share of one replica, not a fraction of the
 need, because the edge is the integer the ceiling rounds to. Source: pdorch's own measurement
 (Round 13, `benchmarks/results/autoscale-round13-prefill/`); the default stays 0 unless it wins
-on every workload measured there: it is, paired with the prefill-leg fit (the policy's
-defaults since Round 13).
+on every workload measured there. It won on the short workloads paired with the prefill-leg
+fit, but the pair flapped prefill on the whole Azure hour (11 direction changes, 3 in the
+worst 10 minutes, at 1.03x the GPU-hours: `benchmarks/results/autoscale-round13-whole/`), so
+both stay off.
 """
 
 from __future__ import annotations

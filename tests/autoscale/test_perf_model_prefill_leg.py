@@ -114,10 +114,10 @@ def test_planner_prefill_correction_on_the_leg() -> None:
 
 
 def test_policy_option_reaches_the_model_and_names_the_field_when_bad() -> None:
-    online = build_perf_model(load_policy("perf_model: {online_prefill_signal: ttft}"))
-    assert isinstance(online, OnlinePerfModel) and online.prefill_signal is PrefillSignal.TTFT
-    default = build_perf_model(load_policy(""))  # the leg: the default since Round 13
-    assert isinstance(default, OnlinePerfModel) and default.prefill_signal is LEG
+    online = build_perf_model(load_policy("perf_model: {online_prefill_signal: prefill-leg}"))
+    assert isinstance(online, OnlinePerfModel) and online.prefill_signal is LEG
+    default = build_perf_model(load_policy(""))  # ttft: the leg flapped the whole Azure hour
+    assert isinstance(default, OnlinePerfModel) and default.prefill_signal is PrefillSignal.TTFT
     with pytest.raises(PolicyError, match=r"perf_model\.online_prefill_signal"):
         load_policy("perf_model: {online_prefill_signal: median}")
 

@@ -9,13 +9,15 @@ the sequences `r` decodes (router/plugins/scorers/token_load.py):
 
 A Python loop over every replica's sequences at each pick cost ~1 µs per row (256 replicas:
 ~270 µs of a 0.8 ms decision, benchmarks/results/router-defaults-7/). Here each row's sequences
-sit in a padded table (rows x `cap`), one row rewritten only when that replica's
-`decoding` tuple changed (a `TokenLoad` keeps the same tuple object until the replica's load
-changes, so an identity check finds the changed rows), and both sums are three array
-operations over the table whatever the fleet size; the sums of the last horizon asked for are
-kept and updated only on the rewritten rows, so a pick after few changes costs the identity
-scan and those rows. A sequence without `max_tokens` is stored
-as `UNKNOWN_REMAINING` so that `min(out, rem)` is `out`; an empty slot is (0, 0), which adds 0.
+sit in a padded table (rows x `cap`), one row rewritten only when that replica's `decoding`
+tuple changed (a `TokenLoad` keeps the same tuple object until the replica's load changes).
+Columns from a `ColumnBuilder` say which rows got a new load since a given build
+(`RowVersions`), so a pick checks only those rows by identity; other columns get an identity
+scan of every row (~40 ns a row: ~120 µs of a 1,024-replica pick, router-straggler-vec, before
+`RowVersions`). Both sums are three array operations over the table whatever the fleet size;
+the sums of the last horizon asked for are kept and updated only on the rewritten rows. A
+sequence without `max_tokens` is stored as `UNKNOWN_REMAINING` so that `min(out, rem)` is
+`out`; an empty slot is (0, 0), which adds 0.
 
 The sums are integers (held in float64, exact below 2**53), so they are exact in any order:
 the scalar paths (`shared_sums`) and this table give the same S1, S2, and the scorer's one
@@ -34,7 +36,7 @@ from operator import is_not
 
 import numpy as np
 
-from router.replica_columns import BoolArray, FloatArray, IntArray, ReplicaColumns
+from router.replica_columns import BoolArray, FloatArray, IntArray, ReplicaColumns, RowVersions
 
 UNKNOWN_REMAINING = 1 << 62
 """Stored remaining output of a sequence without `max_tokens`: larger than any horizon."""
@@ -56,7 +58,16 @@ def shared_sums(decoding: Decoding, out: int) -> tuple[int, int]:
 class DecodingTable:
     """One candidate list's decoding sequences as a padded (row, slot) table."""
 
-    __slots__ = ("_blocks", "_count", "_decodings", "_last", "_remaining", "ids")
+    __slots__ = (
+        "_blocks",
+        "_count",
+        "_decodings",
+        "_last",
+        "_remaining",
+        "ids",
+        "version",
+        "versions",
+    )
 
     def __init__(self, ids: list[str]) -> None:
         self.ids = ids
@@ -71,6 +82,10 @@ class DecodingTable:
         # (out, S1, S2, busy) of the last horizon asked for, kept current row by row by `sync`:
         # consecutive picks mostly share a horizon (`expected_output_tokens`)
         self._last: tuple[int, FloatArray, FloatArray, BoolArray] | None = None
+        # the builder change record and build number this table was synced to last (None:
+        # synced by a full scan, or never)
+        self.versions: RowVersions | None = None
+        self.version = 0
 
     def sync(self, decodings: Sequence[Decoding]) -> None:
         """Rewrite the rows whose `decoding` tuple is not the one written last time."""
@@ -79,9 +94,36 @@ class DecodingTable:
             raise ValueError(f"{len(decodings)} decodings for a table of {len(old)} rows")
         # C-level identity scan (a comprehension costs ~3x more at 1,024 rows)
         changed = list(compress(range(len(old)), map(is_not, decodings, old)))
-        if not changed:
-            return
-        widest = max(len(decodings[i]) for i in changed)
+        if changed:
+            self._rewrite(changed, [decodings[i] for i in changed])
+        self.versions = None
+
+    def sync_columns(self, candidates: ReplicaColumns) -> None:
+        """`sync(candidates.decodings())`, reading only the rows the candidates' builder says
+        changed since the build this table was last synced to, when it was synced to the same
+        builder's columns (`RowVersions`); else the identity scan over every row.
+
+        Rows changed after min(this table's build, the candidates' build) are a superset of
+        the rows whose `decoding` can differ (a row's version only grows), also when an older
+        build is re-scored (explain); each is still checked by identity."""
+        versions = candidates.versions
+        if versions is None or versions is not self.versions:
+            self.sync(candidates.decodings())
+        else:
+            since = min(self.version, candidates.version)
+            if versions.current > since:  # else nothing changed: no array op at all
+                rows = np.flatnonzero(versions.rows > since).tolist()
+                old, decoding = self._decodings, candidates.decoding
+                changed = [i for i in rows if decoding(i) is not old[i]]
+                if changed:
+                    self._rewrite(changed, [decoding(i) for i in changed])
+        self.versions, self.version = versions, candidates.version
+
+    def _rewrite(self, changed: list[int], decodings: list[Decoding]) -> None:
+        """Write `decodings[k]` into row `changed[k]`, widening the table if needed, and patch
+        the last horizon's sums on those rows."""
+        old = self._decodings
+        widest = max(len(d) for d in decodings)
         cap = self._remaining.shape[1]
         if widest > cap:
             cap = max(widest, 2 * cap)
@@ -91,8 +133,7 @@ class DecodingTable:
                 wider[:, : narrow.shape[1]] = narrow
                 setattr(self, name, wider)
         remaining, blocks, count, last = self._remaining, self._blocks, self._count, self._last
-        for i in changed:
-            decoding = decodings[i]
+        for i, decoding in zip(changed, decodings, strict=True):
             pad = [0] * (cap - len(decoding))
             remaining[i] = [UNKNOWN_REMAINING if rem < 0 else rem for rem, _ in decoding] + pad
             blocks[i] = [b for _, b in decoding] + pad
@@ -143,5 +184,5 @@ class DecodingTables:
             table = DecodingTable(ids)
             tables.insert(0, table)
             del tables[self.KEEP :]
-        table.sync(candidates.decodings())
+        table.sync_columns(candidates)
         return table

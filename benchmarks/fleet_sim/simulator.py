@@ -377,7 +377,7 @@ class FleetSimulator:
             rec = self.records[rid]
             if rep.role == "prefill":
                 # the prefill leg finished: its KV goes to the decode replica
-                rec.hit_tokens = out.num_local_cached_tokens
+                rec.hit_tokens, rec.prefill_end = out.num_local_cached_tokens, now
                 d = self.by_id[routing.prefill_leg_done(rid, now).replica]
                 d.inbound[rep.index] -= 1
                 if out.finish_reason not in ("stop", "length") or out.kv_transfer_params is None:

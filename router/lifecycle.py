@@ -210,11 +210,13 @@ class RequestLifecycle:
         lookup: KvLookup | None = None,
         commit: bool = True,
         only: Collection[str] | None = None,
+        decisions: bool = True,
     ) -> RoutedRequest:
         """Run `PdRouter` over the current snapshots; `NoReplicaError` when nobody can serve.
         `commit=False` (explain) leaves the policies and the token load unchanged. `only`: the
         prefill and colocated replicas allowed to prefill it (late binding's choice; the
-        others are candidates marked unhealthy)."""
+        others are candidates marked unhealthy). `decisions=False`: the choices only
+        (`PdRouter.route`; `admit` reads nothing else)."""
         if lookup is None:
             lookup = self.lookup(request.block_keys, now)
         eligible = request.eligible  # a LoRA request's replicas (multi-model)
@@ -225,7 +227,9 @@ class RequestLifecycle:
         colocated = self.snapshots(
             PoolName.COLOCATED, lookup, now, self._others(PoolName.COLOCATED, only), eligible
         )
-        route = self.router.route(request, prefill, decode, now, colocated=colocated, commit=commit)
+        route = self.router.route(
+            request, prefill, decode, now, colocated=colocated, commit=commit, decisions=decisions
+        )
         return RoutedRequest(request, route, lookup, prefill, decode, colocated)
 
     def in_flight(self, request_id: str) -> bool:
@@ -256,7 +260,7 @@ class RequestLifecycle:
     ) -> RequestPlan:
         """Route `request` and count it in (module docstring); raises `NoReplicaError`.
         `only`: as in `route` (late binding)."""
-        routed = self.route(request, now, lookup=lookup, only=only)
+        routed = self.route(request, now, lookup=lookup, only=only, decisions=False)
         route = routed.route
         lookup = routed.lookup
         rid = request.request_id
@@ -477,12 +481,12 @@ class RequestLifecycle:
             pool, policy = PoolName.DECODE, router.decode_policy
         only = live.request.eligible
         snaps = self.snapshots(pool, live.lookup, now, exclude=live.tried, eligible=only)
-        chosen = policy.pick(live.request, snaps, now).chosen
+        chosen = policy.choose(live.request, snaps, now)
         if chosen is None and pool is PoolName.DECODE and self.pools.members(PoolName.COLOCATED):
             snaps = self.snapshots(
                 PoolName.COLOCATED, live.lookup, now, exclude=live.tried, eligible=only
             )
-            chosen = router.colocated_policy.pick(live.request, snaps, now).chosen
+            chosen = router.colocated_policy.choose(live.request, snaps, now)
         return chosen
 
     def _reserve_decode(self, request: RoutingRequest, replica: str, now: float) -> None:

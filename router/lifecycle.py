@@ -97,6 +97,7 @@ from router.lifecycle_plan import (
 )
 from router.lifecycle_pools import DEFAULT_STATIC, ApproximateIndex, PreciseIndex, ReplicaPools
 from router.pd_router import PdRouter
+from router.replica_columns import SCALAR_ROWS
 from router.replica_state import ReplicaSnapshot, ReplicaStatic, RoutingRequest
 from router.token_load import TokenLoad
 from router.vocabulary import PoolName, RouteKind
@@ -115,12 +116,14 @@ class RequestLifecycle:
         approx: ApproximateIndex | None = None,
         *,
         recorder: list[LifecycleEvent] | None = None,
+        scalar_rows: int = SCALAR_ROWS,
     ) -> None:
+        """`scalar_rows`: `ReplicaPools`'s bound for plain snapshots (default unchanged)."""
         self.router = router
         self.token_load = token_load
         self.index = index
         self.approx = approx
-        self.pools = ReplicaPools(index, approx)
+        self.pools = ReplicaPools(index, approx, scalar_rows)
         self._events = None if recorder is None else EventRecorder(recorder, self.pools, token_load)
         self._live: dict[str, LiveRequest] = {}
         fit = router.latency_fit()

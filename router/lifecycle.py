@@ -86,6 +86,7 @@ from collections.abc import Collection, Iterable, Sequence
 from router.latency_predictor import LatencyPredictor
 from router.lifecycle_fit import LatencyFits
 from router.lifecycle_live import EventRecorder, LiveRequest, blocks
+from router.lifecycle_load import admit_local, reserve_decode
 from router.lifecycle_plan import (
     DecodeLeg,
     EventKind,
@@ -286,14 +287,14 @@ class RequestLifecycle:
                 block_size=request.block_size,
                 decodes=False,
             )
-            self._reserve_decode(request, d, now)
+            reserve_decode(self.token_load, request, d, now)
             self._record_routed(p, request, now)
             prefill = PrefillLeg(p, uncached)
             live = LiveRequest(request, lookup, RouteKind.PD, PoolName.DECODE, p, d, True, True)
             leg = DecodeLeg(d, True, 0, RouteKind.PD, p)
         else:
             serving = PoolName.COLOCATED if route.kind is RouteKind.COLOCATED else PoolName.DECODE
-            uncached = self._admit_local(request, lookup, d, now)
+            uncached = admit_local(self.token_load, request, lookup, d, now)
             live = LiveRequest(request, lookup, route.kind, serving, None, d, False)
             leg = DecodeLeg(d, False, uncached, route.kind, d)
         self._record_routed(d, request, now)
@@ -329,7 +330,7 @@ class RequestLifecycle:
             live.with_kv = False
             live.kind = RouteKind.FALLBACK
             tl.on_aborted(request_id, now, live.decode)
-            uncached = self._admit_local(live.request, live.lookup, live.decode, now)
+            uncached = admit_local(self.token_load, live.request, live.lookup, live.decode, now)
             leg = DecodeLeg(live.decode, False, uncached, RouteKind.FALLBACK, live.decode)
         if self._events is not None:
             self._events.record(EventKind.PREFILL_DONE, request_id, now, ok=ok, leg=leg)
@@ -393,13 +394,13 @@ class RequestLifecycle:
             live.tried.append(chosen)
             live.generated = -1
             if live.with_kv:
-                self._reserve_decode(request, chosen, now)
+                reserve_decode(self.token_load, request, chosen, now)
                 if not live.prefilling:  # the prefill is done: this leg is sent at once
                     self.token_load.on_leg_sent(request_id, chosen, now)
                 by = live.prefill if live.kind is RouteKind.PD and live.prefill else chosen
                 leg = DecodeLeg(chosen, True, 0, live.kind, by)
             else:
-                uncached = self._admit_local(request, live.lookup, chosen, now)
+                uncached = admit_local(self.token_load, request, live.lookup, chosen, now)
                 leg = DecodeLeg(chosen, False, uncached, live.kind, chosen)
         if self._events is not None:
             self._events.record(
@@ -435,7 +436,7 @@ class RequestLifecycle:
         if chosen is not None:
             live.decode = chosen
             live.tried.append(chosen)
-            uncached = self._admit_local(live.request, live.lookup, chosen, now)
+            uncached = admit_local(self.token_load, live.request, live.lookup, chosen, now)
             leg = DecodeLeg(chosen, False, uncached, live.kind, chosen)
         if self._events is not None:
             self._events.record(
@@ -491,34 +492,6 @@ class RequestLifecycle:
             )
             chosen = router.colocated_policy.choose(live.request, snaps, now)
         return chosen
-
-    def _reserve_decode(self, request: RoutingRequest, replica: str, now: float) -> None:
-        """The decode side of a PD route: the whole prompt's KV blocks, no prefill tokens
-        (module docstring: vLLM allocates them at once and computes only the last token)."""
-        self.token_load.on_reserved(
-            request.request_id,
-            replica,
-            now,
-            prompt_tokens=request.prompt_tokens,
-            block_size=request.block_size,
-            max_tokens=request.max_tokens,
-        )
-
-    def _admit_local(
-        self, request: RoutingRequest, lookup: KvLookup, replica: str, now: float
-    ) -> int:
-        """`replica` prefills the prompt itself: its own uncached tokens."""
-        uncached = request.uncached_tokens(lookup.overlap.get(replica, 0))
-        self.token_load.on_admitted(
-            request.request_id,
-            replica,
-            now,
-            prompt_tokens=request.prompt_tokens,
-            uncached_tokens=uncached,
-            block_size=request.block_size,
-            max_tokens=request.max_tokens,
-        )
-        return uncached
 
     def _record_routed(self, replica: str, request: RoutingRequest, now: float) -> None:
         self.pools.record_routed(replica, request.block_keys, now)

@@ -86,6 +86,7 @@ from collections.abc import Collection, Iterable, Sequence
 from router.latency_predictor import LatencyPredictor
 from router.lifecycle_fit import LatencyFits
 from router.lifecycle_live import EventRecorder, LiveRequest, blocks
+from router.lifecycle_load import admit_local, reserve_decode
 from router.lifecycle_plan import (
     DecodeLeg,
     EventKind,
@@ -97,6 +98,7 @@ from router.lifecycle_plan import (
 )
 from router.lifecycle_pools import DEFAULT_STATIC, ApproximateIndex, PreciseIndex, ReplicaPools
 from router.pd_router import PdRouter
+from router.replica_columns import SCALAR_ROWS
 from router.replica_state import ReplicaSnapshot, ReplicaStatic, RoutingRequest
 from router.token_load import TokenLoad
 from router.vocabulary import PoolName, RouteKind
@@ -115,12 +117,14 @@ class RequestLifecycle:
         approx: ApproximateIndex | None = None,
         *,
         recorder: list[LifecycleEvent] | None = None,
+        scalar_rows: int = SCALAR_ROWS,
     ) -> None:
+        """`scalar_rows`: `ReplicaPools`'s bound for plain snapshots (default unchanged)."""
         self.router = router
         self.token_load = token_load
         self.index = index
         self.approx = approx
-        self.pools = ReplicaPools(index, approx)
+        self.pools = ReplicaPools(index, approx, scalar_rows)
         self._events = None if recorder is None else EventRecorder(recorder, self.pools, token_load)
         self._live: dict[str, LiveRequest] = {}
         fit = router.latency_fit()
@@ -210,11 +214,13 @@ class RequestLifecycle:
         lookup: KvLookup | None = None,
         commit: bool = True,
         only: Collection[str] | None = None,
+        decisions: bool = True,
     ) -> RoutedRequest:
         """Run `PdRouter` over the current snapshots; `NoReplicaError` when nobody can serve.
         `commit=False` (explain) leaves the policies and the token load unchanged. `only`: the
         prefill and colocated replicas allowed to prefill it (late binding's choice; the
-        others are candidates marked unhealthy)."""
+        others are candidates marked unhealthy). `decisions=False`: the choices only
+        (`PdRouter.route`; `admit` reads nothing else)."""
         if lookup is None:
             lookup = self.lookup(request.block_keys, now)
         eligible = request.eligible  # a LoRA request's replicas (multi-model)
@@ -225,7 +231,9 @@ class RequestLifecycle:
         colocated = self.snapshots(
             PoolName.COLOCATED, lookup, now, self._others(PoolName.COLOCATED, only), eligible
         )
-        route = self.router.route(request, prefill, decode, now, colocated=colocated, commit=commit)
+        route = self.router.route(
+            request, prefill, decode, now, colocated=colocated, commit=commit, decisions=decisions
+        )
         return RoutedRequest(request, route, lookup, prefill, decode, colocated)
 
     def in_flight(self, request_id: str) -> bool:
@@ -256,7 +264,7 @@ class RequestLifecycle:
     ) -> RequestPlan:
         """Route `request` and count it in (module docstring); raises `NoReplicaError`.
         `only`: as in `route` (late binding)."""
-        routed = self.route(request, now, lookup=lookup, only=only)
+        routed = self.route(request, now, lookup=lookup, only=only, decisions=False)
         route = routed.route
         lookup = routed.lookup
         rid = request.request_id
@@ -279,14 +287,14 @@ class RequestLifecycle:
                 block_size=request.block_size,
                 decodes=False,
             )
-            self._reserve_decode(request, d, now)
+            reserve_decode(self.token_load, request, d, now)
             self._record_routed(p, request, now)
             prefill = PrefillLeg(p, uncached)
             live = LiveRequest(request, lookup, RouteKind.PD, PoolName.DECODE, p, d, True, True)
             leg = DecodeLeg(d, True, 0, RouteKind.PD, p)
         else:
             serving = PoolName.COLOCATED if route.kind is RouteKind.COLOCATED else PoolName.DECODE
-            uncached = self._admit_local(request, lookup, d, now)
+            uncached = admit_local(self.token_load, request, lookup, d, now)
             live = LiveRequest(request, lookup, route.kind, serving, None, d, False)
             leg = DecodeLeg(d, False, uncached, route.kind, d)
         self._record_routed(d, request, now)
@@ -322,7 +330,7 @@ class RequestLifecycle:
             live.with_kv = False
             live.kind = RouteKind.FALLBACK
             tl.on_aborted(request_id, now, live.decode)
-            uncached = self._admit_local(live.request, live.lookup, live.decode, now)
+            uncached = admit_local(self.token_load, live.request, live.lookup, live.decode, now)
             leg = DecodeLeg(live.decode, False, uncached, RouteKind.FALLBACK, live.decode)
         if self._events is not None:
             self._events.record(EventKind.PREFILL_DONE, request_id, now, ok=ok, leg=leg)
@@ -386,13 +394,13 @@ class RequestLifecycle:
             live.tried.append(chosen)
             live.generated = -1
             if live.with_kv:
-                self._reserve_decode(request, chosen, now)
+                reserve_decode(self.token_load, request, chosen, now)
                 if not live.prefilling:  # the prefill is done: this leg is sent at once
                     self.token_load.on_leg_sent(request_id, chosen, now)
                 by = live.prefill if live.kind is RouteKind.PD and live.prefill else chosen
                 leg = DecodeLeg(chosen, True, 0, live.kind, by)
             else:
-                uncached = self._admit_local(request, live.lookup, chosen, now)
+                uncached = admit_local(self.token_load, request, live.lookup, chosen, now)
                 leg = DecodeLeg(chosen, False, uncached, live.kind, chosen)
         if self._events is not None:
             self._events.record(
@@ -428,7 +436,7 @@ class RequestLifecycle:
         if chosen is not None:
             live.decode = chosen
             live.tried.append(chosen)
-            uncached = self._admit_local(live.request, live.lookup, chosen, now)
+            uncached = admit_local(self.token_load, live.request, live.lookup, chosen, now)
             leg = DecodeLeg(chosen, False, uncached, live.kind, chosen)
         if self._events is not None:
             self._events.record(
@@ -477,41 +485,13 @@ class RequestLifecycle:
             pool, policy = PoolName.DECODE, router.decode_policy
         only = live.request.eligible
         snaps = self.snapshots(pool, live.lookup, now, exclude=live.tried, eligible=only)
-        chosen = policy.pick(live.request, snaps, now).chosen
+        chosen = policy.choose(live.request, snaps, now)
         if chosen is None and pool is PoolName.DECODE and self.pools.members(PoolName.COLOCATED):
             snaps = self.snapshots(
                 PoolName.COLOCATED, live.lookup, now, exclude=live.tried, eligible=only
             )
-            chosen = router.colocated_policy.pick(live.request, snaps, now).chosen
+            chosen = router.colocated_policy.choose(live.request, snaps, now)
         return chosen
-
-    def _reserve_decode(self, request: RoutingRequest, replica: str, now: float) -> None:
-        """The decode side of a PD route: the whole prompt's KV blocks, no prefill tokens
-        (module docstring: vLLM allocates them at once and computes only the last token)."""
-        self.token_load.on_reserved(
-            request.request_id,
-            replica,
-            now,
-            prompt_tokens=request.prompt_tokens,
-            block_size=request.block_size,
-            max_tokens=request.max_tokens,
-        )
-
-    def _admit_local(
-        self, request: RoutingRequest, lookup: KvLookup, replica: str, now: float
-    ) -> int:
-        """`replica` prefills the prompt itself: its own uncached tokens."""
-        uncached = request.uncached_tokens(lookup.overlap.get(replica, 0))
-        self.token_load.on_admitted(
-            request.request_id,
-            replica,
-            now,
-            prompt_tokens=request.prompt_tokens,
-            uncached_tokens=uncached,
-            block_size=request.block_size,
-            max_tokens=request.max_tokens,
-        )
-        return uncached
 
     def _record_routed(self, replica: str, request: RoutingRequest, now: float) -> None:
         self.pools.record_routed(replica, request.block_keys, now)

@@ -61,8 +61,16 @@ def natural_key(replica_id: str) -> tuple[tuple[int, str], ...]:
 class ReplicaPools:
     """Pool members, their statics and the index lookups (module docstring)."""
 
-    def __init__(self, index: PreciseIndex, approx: ApproximateIndex | None = None) -> None:
+    def __init__(
+        self,
+        index: PreciseIndex,
+        approx: ApproximateIndex | None = None,
+        scalar_rows: int = SCALAR_ROWS,
+    ) -> None:
+        """`scalar_rows`: pools of at most this many members get plain snapshots (module
+        docstring; default `SCALAR_ROWS`, 8; -1 puts every pool on the columns)."""
         self.index = index
+        self.scalar_rows = scalar_rows
         self.approx = approx
         self._pools: dict[PoolName, list[str]] = {pool: [] for pool in PoolName}
         self._pool_of: dict[str, PoolName] = {}
@@ -144,9 +152,9 @@ class ReplicaPools:
     ) -> Sequence[ReplicaSnapshot]:
         """Candidates of `pool` (unhealthy and excluded ones included, marked unhealthy, so
         explain shows them): `ReplicaColumns`, or plain snapshots for a pool of at most
-        `SCALAR_ROWS` members (`scalar_rows`: the routing parts read those as snapshots)."""
+        `self.scalar_rows` members (`scalar_rows`: the routing parts read those as snapshots)."""
         members = self._pools[pool]
-        if len(members) <= SCALAR_ROWS:
+        if len(members) <= self.scalar_rows:
             return scalar_rows(
                 members, lookup.overlap, loads, now, self._static, lookup.cached_blocks, exclude
             )

@@ -41,7 +41,7 @@ same result; the six numpy calls cost more than the loop there, `benchmarks/resu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,15 +89,27 @@ def local_finishes_sooner(
 
 @dataclass(frozen=True, slots=True)
 class PdDecision:
-    """The decision with the numbers it was made from."""
+    """The decision with the numbers it was made from.
+
+    `why` is the reason as given: the text, or a function of the decision's own numbers that
+    formats it; read it as `reason`. Why lazy: the f-string with two float formats was a
+    fifth of `decide_pd` on the proxy's hot path (issue 15, proxy-8), and only explain, reports
+    and logs read it. The text is the same either way (`tests/router/test_pd_decision.py`).
+    """
 
     disaggregate: bool
-    reason: str
+    why: str | Callable[[PdDecision], str]
     uncached_tokens: int
     min_uncached_tokens: int
     min_prefill_queue_s: float | None
     max_prefill_queue_s: float
     healthy_prefill_replicas: int
+
+    @property
+    def reason(self) -> str:
+        """Why (module docstring's rule, with the numbers): formatted on each read."""
+        why = self.why
+        return why if isinstance(why, str) else why(self)
 
 
 def decide_pd(
@@ -145,10 +157,10 @@ def decide_pd(
         ]
         min_queue = min(queue_s) if queue_s else None
 
-    def decision(disaggregate: bool, reason: str) -> PdDecision:
+    def decision(disaggregate: bool, why: str | Callable[[PdDecision], str]) -> PdDecision:
         return PdDecision(
             disaggregate=disaggregate,
-            reason=reason,
+            why=why,
             uncached_tokens=uncached,
             min_uncached_tokens=params.min_uncached_tokens,
             min_prefill_queue_s=min_queue,
@@ -159,19 +171,11 @@ def decide_pd(
     if not params.enabled:
         return decision(False, "disaggregation disabled: decode prefills locally")
     if uncached < params.min_uncached_tokens:
-        return decision(
-            False,
-            f"uncached prompt {uncached} < {params.min_uncached_tokens} tokens: "
-            "decode prefills locally",
-        )
+        return decision(False, _too_short)
     if min_queue is None:
         return decision(False, "no healthy prefill replica: decode prefills locally")
     if min_queue > params.max_prefill_queue_s:
-        return decision(
-            False,
-            f"prefill pool saturated (min queue {min_queue:.3f} s > "
-            f"{params.max_prefill_queue_s:g} s): decode prefills locally",
-        )
+        return decision(False, _saturated)
     if params.compare_finish and local is not None:
         sooner, local_s, remote_s = local_finishes_sooner(request, prefill_replicas, local, params)
         if sooner:
@@ -180,8 +184,26 @@ def decide_pd(
                 f"local prefill finishes sooner ({local_s:.3f} s < {remote_s:.3f} s on the "
                 "prefill pool, transfer included): decode prefills locally",
             )
-    return decision(
-        True,
-        f"uncached prompt {uncached} >= {params.min_uncached_tokens} tokens and min prefill "
-        f"queue {min_queue:.3f} s <= {params.max_prefill_queue_s:g} s: disaggregate",
+    return decision(True, _disaggregate)
+
+
+# The reasons read from the decision's own fields (module functions: no closure per request).
+def _too_short(d: PdDecision) -> str:
+    return (
+        f"uncached prompt {d.uncached_tokens} < {d.min_uncached_tokens} tokens: "
+        "decode prefills locally"
+    )
+
+
+def _saturated(d: PdDecision) -> str:
+    return (
+        f"prefill pool saturated (min queue {d.min_prefill_queue_s:.3f} s > "
+        f"{d.max_prefill_queue_s:g} s): decode prefills locally"
+    )
+
+
+def _disaggregate(d: PdDecision) -> str:
+    return (
+        f"uncached prompt {d.uncached_tokens} >= {d.min_uncached_tokens} tokens and min prefill "
+        f"queue {d.min_prefill_queue_s:.3f} s <= {d.max_prefill_queue_s:g} s: disaggregate"
     )

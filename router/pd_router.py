@@ -18,6 +18,10 @@ Only picks that are used are recorded with `on_request_routed` (round-robin's co
 `cache_aware` tree), so a decision that is not executed leaves the policies unchanged when
 `route(..., commit=False)` is used (explain API).
 
+`route(..., decisions=False)` (the lifecycle's admissions, issue 15 proxy-8) takes each pick
+with `Profile.choose` (the same choice, no scores, terms or reasons) and keeps only the chosen
+replica in the route's decisions: explain re-routes with `commit=False`, which builds them.
+
 Policies come from `RouterPolicyConfig` (`router/policies/config.py`): `prefill`, `decode`,
 `pd`. `PdRoute.explain(...)` builds the pydantic explain structure on demand.
 """
@@ -25,7 +29,7 @@ Policies come from `RouterPolicyConfig` (`router/policies/config.py`): `prefill`
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from router.explain import DecisionExplanation, explain_pd, explain_pick
@@ -121,15 +125,18 @@ class PdRouter:
         now: float,
         colocated: Sequence[ReplicaSnapshot] = (),
         commit: bool = True,
+        decisions: bool = True,
     ) -> PdRoute:
-        """Route one request (see the module docstring). Raises `NoReplicaError`."""
+        """Route one request (see the module docstring). Raises `NoReplicaError`.
+        `decisions=False`: choices only (module docstring)."""
         rid = request.request_id
+        pick = _pick if decisions else _choose
         if not decode:
-            return self._colocated(request, colocated, now, commit, pd=None)
-        d_pick = self.decode_policy.pick(request, decode, now)
+            return self._colocated(request, colocated, now, commit, pd=None, picking=pick)
+        d_pick = pick(self.decode_policy, request, decode, now)
         if d_pick.chosen is None:
             if colocated:
-                return self._colocated(request, colocated, now, commit, pd=None)
+                return self._colocated(request, colocated, now, commit, pd=None, picking=pick)
             raise NoReplicaError(f"request {rid}: no healthy decode replica")
         local = overlap_of(decode, d_pick.chosen)
         d_snap = None
@@ -139,7 +146,7 @@ class PdRouter:
             request, prefill, self.config.pd, now, local_overlap_blocks=local, local=d_snap
         )
         if pd.disaggregate:
-            p_pick = self.prefill_policy.pick(request, prefill, now)
+            p_pick = pick(self.prefill_policy, request, prefill, now)
             if p_pick.chosen is not None:
                 if commit:
                     self.prefill_policy.on_request_routed(request, p_pick.chosen, now)
@@ -148,7 +155,7 @@ class PdRouter:
                     rid, True, p_pick.chosen, d_pick.chosen, p_pick, d_pick, pd, RouteKind.PD
                 )
         if colocated:
-            return self._colocated(request, colocated, now, commit, pd=pd)
+            return self._colocated(request, colocated, now, commit, pd=pd, picking=pick)
         if commit:
             self.decode_policy.on_request_routed(request, d_pick.chosen, now)
         return PdRoute(rid, False, None, d_pick.chosen, None, d_pick, pd, RouteKind.LOCAL)
@@ -160,8 +167,9 @@ class PdRouter:
         now: float,
         commit: bool,
         pd: PdDecision | None,
+        picking: _Picking,
     ) -> PdRoute:
-        pick = self.colocated_policy.pick(request, colocated, now)
+        pick = picking(self.colocated_policy, request, colocated, now)
         if pick.chosen is None:
             raise NoReplicaError(f"request {request.request_id}: no healthy replica")
         if commit:
@@ -169,3 +177,24 @@ class PdRouter:
         return PdRoute(
             request.request_id, False, None, pick.chosen, None, pick, pd, RouteKind.COLOCATED
         )
+
+
+_Picking = Callable[[Profile, RoutingRequest, Sequence[ReplicaSnapshot], float], PolicyDecision]
+
+
+def _pick(
+    policy: Profile, request: RoutingRequest, replicas: Sequence[ReplicaSnapshot], now: float
+) -> PolicyDecision:
+    return policy.pick(request, replicas, now)
+
+
+def _choose(
+    policy: Profile, request: RoutingRequest, replicas: Sequence[ReplicaSnapshot], now: float
+) -> PolicyDecision:
+    """The choice only (module docstring): the decision keeps nothing else."""
+    chosen = policy.choose(request, replicas, now)
+    return PolicyDecision(policy.name, chosen, _CHOICE_ONLY if chosen is not None else _NONE)
+
+
+_CHOICE_ONLY = "choice only (route(decisions=True) builds the decision)"
+_NONE = "no candidate (route(decisions=True) says why)"

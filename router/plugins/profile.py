@@ -16,6 +16,20 @@ When the candidates are `ReplicaColumns` and every part supports columns (`suppo
 (chosen, scores, rejections, reason), with the details built only when read. Any other case,
 and columns of at most `SCALAR_ROWS` candidates (where numpy's per-call cost is more than the
 loop), runs on the snapshots (built from the columns on first access).
+
+`choose` (issue 15, proxy-8; the proxy's and the simulator's admissions) is the replica `pick`
+would choose and nothing else, for the hot path that reads only that:
+
+    > SCALAR_ROWS candidates, or a picker other than `max_score`  -> pick(...).chosen
+    filters as in `pick` (rejections and notes dropped); none left   -> None
+    one survivor                                                 -> that survivor
+    else  total(r) as in `_score` (the same float operations), chosen = `best` over it
+
+It builds no terms, `Scored`, `Pick`, reason or `PolicyDecision`, and with one survivor it
+runs no scorer (`max_score` takes a lone candidate whatever its total; scorers are pure, so
+not calling them changes nothing). The one difference: a NaN total on a lone candidate, where
+`pick` raises (`best` finds no tie at the top) and `choose` returns the candidate.
+`tests/router/test_profile_choose.py` compares it with `pick` on random states, ties included.
 """
 
 from __future__ import annotations
@@ -28,6 +42,7 @@ import numpy as np
 
 from router.latency_predictor import LatencyFitParams
 from router.plugins.base import Filter, Picker, Scored, Scorer
+from router.plugins.pickers.max_score import MaxScorePicker, best
 from router.replica_columns import SCALAR_ROWS, FloatArray, ReplicaColumns
 from router.replica_state import PolicyDecision, ReplicaSnapshot, RoutingRequest
 
@@ -61,6 +76,8 @@ class Profile:
             self.picker,
         )
         self._columnar = all(part.supports_columns() for part in self._all_parts)
+        # `choose`'s lean path is `max_score`'s rule (exactly that class: a subclass may differ)
+        self._max_score = picker if type(picker) is MaxScorePicker else None
 
     @property
     def needs_prompt_text(self) -> bool:
@@ -130,6 +147,33 @@ class Profile:
             terms=details,
             rejected=rejected,
         )
+
+    def choose(
+        self, request: RoutingRequest, replicas: Sequence[ReplicaSnapshot], now: float
+    ) -> str | None:
+        """`pick(...).chosen` without the decision around it (module docstring); no state."""
+        if len(replicas) > SCALAR_ROWS or self._max_score is None:
+            return self.pick(request, replicas, now).chosen
+        candidates = replicas
+        for f in self.filters:
+            candidates = f.filter(request, candidates, now).kept
+            if not candidates:
+                return None
+        if len(candidates) == 1:
+            return candidates[0].replica_id
+        total: dict[str, float] | None = None
+        for scorer, weight in self.scorers:
+            scores = scorer.score(request, candidates, now).scores
+            w = weight if scorer.higher_is_better == self.higher_is_better else -weight
+            if total is None and w == 1.0:
+                total = dict(scores)
+            else:
+                if total is None:
+                    total = {r.replica_id: 0.0 for r in candidates}
+                for rid in total:
+                    total[rid] += w * scores[rid]
+        assert total is not None  # a profile has at least one scorer
+        return best(candidates, total, self.higher_is_better, self._max_score.params.tie_break)
 
     def _pick_columns(
         self, request: RoutingRequest, columns: ReplicaColumns, now: float

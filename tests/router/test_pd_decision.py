@@ -58,3 +58,18 @@ def test_no_prefill_pool_or_disabled() -> None:
     off = PdDecisionParams(enabled=False)
     d = decide_pd(req(8192), [prefill("p0", 0)], off, 0.0)
     assert not d.disaggregate and "disabled" in d.reason
+
+
+def test_reasons_read_lazily_are_the_full_texts() -> None:
+    # the text once formatted eagerly in `decide_pd`, now built from the decision on read
+    yes = decide_pd(req(4096), [prefill("p0", 5000)], PARAMS, 0.0)
+    assert not isinstance(yes.why, str)
+    assert yes.reason == (
+        "uncached prompt 4096 >= 512 tokens and min prefill queue 0.500 s <= 1 s: disaggregate"
+    )
+    short = decide_pd(req(300), [prefill("p0", 0)], PARAMS, 0.0)
+    assert short.reason == "uncached prompt 300 < 512 tokens: decode prefills locally"
+    full = decide_pd(req(4096), [prefill("p0", 25_000)], PARAMS, 0.0)
+    assert full.reason == (
+        "prefill pool saturated (min queue 2.500 s > 1 s): decode prefills locally"
+    )

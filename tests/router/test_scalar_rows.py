@@ -14,7 +14,6 @@ from dataclasses import asdict
 
 import pytest
 
-import router.lifecycle_pools as lifecycle_pools
 from router.approx_index import ApproxKvIndex
 from router.kv_index import KvIndex
 from router.lifecycle import RequestLifecycle
@@ -30,7 +29,7 @@ BS = 16
 POLICIES = [("token_load", "token_load_decode"), ("dynamo", "dynamo"), ("llmd", "kv_overlap")]
 
 
-def _fleet(seed: int, prefill: str, decode: str) -> RequestLifecycle:
+def _fleet(seed: int, prefill: str, decode: str, rows: int = SCALAR_ROWS) -> RequestLifecycle:
     rng = random.Random(seed)
     config = RouterPolicyConfig(
         prefill=PolicyConfig(name=prefill),
@@ -38,7 +37,11 @@ def _fleet(seed: int, prefill: str, decode: str) -> RequestLifecycle:
         pd=PdDecisionParams(min_uncached_tokens=rng.choice([0, 64]), max_prefill_queue_s=0.05),
     )
     lc = RequestLifecycle(
-        PdRouter(config, seed=seed), TokenLoad(), KvIndex("m", BS), ApproxKvIndex()
+        PdRouter(config, seed=seed),
+        TokenLoad(),
+        KvIndex("m", BS),
+        ApproxKvIndex(),
+        scalar_rows=rows,
     )
     sizes = (rng.randint(1, SCALAR_ROWS), rng.randint(1, SCALAR_ROWS), rng.choice([0, 0, 2]))
     pools = (PoolName.PREFILL, PoolName.DECODE, PoolName.COLOCATED)
@@ -68,9 +71,9 @@ def _same_route(a: PdRoute, b: PdRoute) -> None:
     _same_decision(a.decode, b.decode)
 
 
-def _run(seed: int, prefill: str, decode: str) -> list[object]:
+def _run(seed: int, prefill: str, decode: str, rows: int = SCALAR_ROWS) -> list[object]:
     """The event stream's outputs: plans, explained routes, loads after each step."""
-    lc = _fleet(seed, prefill, decode)
+    lc = _fleet(seed, prefill, decode, rows)
     rng = random.Random(seed * 7 + 1)
     out: list[object] = []
     live: list[str] = []
@@ -106,12 +109,9 @@ def _run(seed: int, prefill: str, decode: str) -> list[object]:
 
 @pytest.mark.parametrize("policies", POLICIES, ids=lambda p: "/".join(p))
 @pytest.mark.parametrize("seed", range(6))
-def test_small_pools_route_on_snapshots_as_on_columns(
-    policies: tuple[str, str], seed: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_small_pools_route_on_snapshots_as_on_columns(policies: tuple[str, str], seed: int) -> None:
     scalar = _run(seed, *policies)
-    monkeypatch.setattr(lifecycle_pools, "SCALAR_ROWS", -1)  # every pool on the columns
-    columns = _run(seed, *policies)
+    columns = _run(seed, *policies, rows=-1)  # every pool on the columns
     assert len(scalar) == len(columns)
     for a, b in zip(scalar, columns, strict=True):
         if isinstance(a, PdRoute):

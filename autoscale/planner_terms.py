@@ -66,8 +66,8 @@ def prefill_correction(
     prefill leg's own mean (`Observation.prefill_leg`), against the same M/D/1 mean at the legs'
     mean uncached prompt and their rate: the end-to-end TTFT also holds the KV transfer and the
     decode replica's first step(s), which this model has no term for (on the 600 s day they
-    kept this ratio at ~1.9 against a perfect model: `autoscale.perf_model`, "prefill signal").
-    A window without legs is not measurable then.
+    kept this ratio at ~1.9 against a perfect model: `autoscale.perf_model_online`, "prefill
+    signal"). A window without legs is not measurable then.
     """
     if leg:
         return _prefill_leg_correction(perf, obs, min_samples)

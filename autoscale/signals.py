@@ -96,7 +96,7 @@ class Observation:
     # the prefill leg alone: each disaggregated request's arrival to its prefill's end (queue
     # wait + the prefill step(s); no KV transfer, no decode step) over the legs that ended in
     # the window, and their mean uncached prompt tokens; empty when the source cannot say
-    # (the online fit then reads `ttft`: `autoscale.perf_model`, "prefill signal")
+    # (the online fit then reads `ttft`: `autoscale.perf_model_online`, "prefill signal")
     prefill_leg: LatencySummary = field(default_factory=LatencySummary)
     prefill_leg_uncached_tokens: float = 0.0
 

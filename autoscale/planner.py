@@ -42,10 +42,10 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    measures its shortage, not the model).
 3. **Reactive term** (`planner_terms.reactive_term`): queue / concurrency / KV needs of the
    observed load (step 0), and +1 on an observed percentile breach unless replicas are pending
-   (with `decode_wait_attribution`, off by default, a TTFT breach while sequences wait for a
-   decode slot goes to decode when prefill's own queue would serve in time: Round 10). The
-   prefill queue term projects the backlog to when a cold start ordered now would serve
-   (`startup_s`; step 7 sizes moved replicas on `switch_s`).
+   (with `decode_wait_attribution`, on by default since Round 14, a TTFT breach while
+   sequences wait for a decode slot goes to decode when prefill's own queue would serve in
+   time: Round 10). The prefill queue term projects the backlog to when a cold start ordered
+   now would serve (`startup_s`; step 7 sizes moved replicas on `switch_s`).
 4. `raw = max(floor, reactive)` clamped to the pool's [min, max].
 5. **Stabilization**: going up takes the minimum recommendation of the last `scale_up_s`
    (0: at once); going down takes the maximum of the last `scale_down_s` and happens only
@@ -100,6 +100,7 @@ loan).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -117,7 +118,7 @@ from autoscale.planner_terms import (
     prefill_correction,
     reactive_term,
 )
-from autoscale.policy import PrefillSignal, SloPolicy
+from autoscale.policy import DEFAULT_COLD_START_SPARE, PrefillSignal, SloPolicy
 from autoscale.predictive_floor import POOLS, PredictiveFloor
 from autoscale.prefill_release import PeakRelease
 from autoscale.projections import AheadRelease, TrendAge
@@ -162,15 +163,15 @@ class PdorchPlanner(Planner):
         hysteresis_window_s: float = 600.0,
         budget_margin: float = 0.2,
         reversal_ticks: int = 6,
-        decode_wait_attribution: bool = False,
+        decode_wait_attribution: bool = True,
         cold_start_growth: dict[Pool, float] | None = None,
-        cold_start_spare: dict[Pool, float] | None = None,
+        cold_start_spare: Mapping[Pool, float] | None = DEFAULT_COLD_START_SPARE,
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,
         move_release_check: bool = False,
         ramp_epsilon: float = 0.0,
         prefill_floor_hold_s: float | None = None,
-        budget_now_first: bool = False,
+        budget_now_first: bool = True,
     ) -> None:
         self.policy = policy
         self.perf = perf_model

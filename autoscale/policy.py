@@ -8,8 +8,10 @@ field.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import (
@@ -34,6 +36,15 @@ from pools.yaml_errors import (
 # Ceilings past which a target is a unit mistake (seconds written as ms, ms as µs), not a SLO.
 MAX_TTFT_TARGET_MS = 600_000.0  # 10 min
 MAX_ITL_TARGET_MS = 10_000.0  # 10 s per token
+# planner.cold_start_spare's default: 1.5 decode replicas on the floor ahead and in the start
+# fleet. With the burst decode model the start fleet is otherwise 1 decode replica, and the
+# Azure trace's opening ramp (18 -> 78 rps in 50 s) queued first tokens for a whole cold start
+# (Round 13 decode: Azure x14 prefix 78.28 % without it, 97.08 % with it; Round 14: the whole
+# Azure hour 99.64 % at 0.89x main's GPU-hours).
+DEFAULT_DECODE_COLD_START_SPARE = 1.5
+DEFAULT_COLD_START_SPARE: Mapping[Pool, float] = MappingProxyType(
+    {Pool.DECODE: DEFAULT_DECODE_COLD_START_SPARE}
+)
 
 
 class PolicyError(ConfigFileError):
@@ -160,8 +171,9 @@ class PerfModelConfig(_Strict):
     an observation of the online correction weighs half; the correction stays within
     [`online_min_correction`, `online_max_correction`] of the prior; with
     `online_skip_decode_outliers` a decode replica-window past `online_max_correction` x the
-    prior's step is not learnt, with `online_skip_decode_wait` no prefill TTFT of a window that
-    ended with sequences waiting for a decode slot (their TTFT holds that wait; Round 10)
+    prior's step is not learnt, with `online_skip_decode_wait` (on by default since Round 14)
+    no prefill TTFT of a window that ended with sequences waiting for a decode slot (their TTFT
+    holds that wait; Round 10)
     (`OnlinePerfModel`). `online_prefill_signal` is what the prefill correction is learnt from:
     `ttft` (the window's median TTFT against prefill + transfer) or `prefill-leg` (the prefill
     leg's mean duration against the model's queue wait + prefill at the observed load; the
@@ -173,13 +185,15 @@ class PerfModelConfig(_Strict):
     (headroom for bursts). With
     `decode_residence_at_batch_step` the decode sizing counts a sequence's residence at the
     step time of the batch it packs, not at the ITL target (`autoscale/sizing.py`; off by
-    default: Round 8 measured it on the short day only). With `decode_burst_queue` it also
-    sizes for the queue a burst builds in front of the packed batch: the `slo.ttft_ms`
-    percentile of the sequences in flight, `m + z·sqrt(I·m)` with `I` =
-    `decode_burst_dispersion` (`autoscale/sizing.py`; the oracle counts the trace's own), and
-    for the KV those sequences hold. With `decode_burst_dispersion_online` pdorch's decode floor
-    learns `I` from the arrivals per planner window, `decode_burst_dispersion` its prior for
-    the first minute (`autoscale/dispersion.py`; off by default, Round 12)."""
+    default: Round 8 measured it on the short day only). With `decode_burst_queue` (on by
+    default since Round 14: the whole Azure hour x14 at 0.89x main's GPU-hours and the 2-hour
+    day, `benchmarks/results/autoscale-round14-default/`) it also sizes for the queue a burst
+    builds in front of the packed batch: the `slo.ttft_ms` percentile of the sequences in
+    flight, `m + z·sqrt(I·m)` with `I` = `decode_burst_dispersion` (`autoscale/sizing.py`;
+    the oracle counts the trace's own), and for the KV those sequences hold. With
+    `decode_burst_dispersion_online` pdorch's decode floor learns `I` from the arrivals per
+    planner window, `decode_burst_dispersion` its prior for the first minute
+    (`autoscale/dispersion.py`; Round 12; on by default since Round 14)."""
 
     source: PerfModelSource = PerfModelSource.ONLINE
     sweep_file: str | None = None
@@ -187,13 +201,13 @@ class PerfModelConfig(_Strict):
     online_min_correction: float = Field(default=0.25, gt=0)
     online_max_correction: float = Field(default=4.0, gt=0)
     online_skip_decode_outliers: StrictBool = False
-    online_skip_decode_wait: StrictBool = False
+    online_skip_decode_wait: StrictBool = True
     online_prefill_signal: PrefillSignal = PrefillSignal.TTFT
     decode_residence_at_batch_step: StrictBool = False
     rho_max: float = Field(default=0.9, gt=0, lt=1)
-    decode_burst_queue: StrictBool = False
+    decode_burst_queue: StrictBool = True
     decode_burst_dispersion: float = Field(default=16.0, ge=1, le=1000)
-    decode_burst_dispersion_online: StrictBool = False
+    decode_burst_dispersion_online: StrictBool = True
 
     @field_validator("sweep_file")
     @classmethod
@@ -254,16 +268,16 @@ class PlannerOptions(_Strict):
     - `reversal_ticks` (6; 1: off): within `hysteresis_window_s` after a pool went
       down, an up the predictive floor alone orders (not the reactive terms) happens only
       once its up count has been above the current count this many ticks in a row.
-    - `decode_wait_attribution` (false): a TTFT breach while sequences wait for a decode slot
-      grows decode, not prefill, when prefill's own queue would serve in time; no prefill
-      correction from such a window (`autoscale/planner_terms.py`, Round 10).
+    - `decode_wait_attribution` (true since Round 14; false before): a TTFT breach while sequences
+      wait for a decode slot grows decode, not prefill, when prefill's own queue would serve in
+      time; no prefill correction from such a window (`autoscale/planner_terms.py`, Round 10).
     - `cold_start_growth` (null: off; per pool, in [1, 10]): the floor for the load `startup_s`
       ahead is sized for at least this x the level, the growth the pool must absorb while a
       replica ordered now starts (`autoscale/predictive_floor.py`, Round 10).
-    - `cold_start_spare` (null: off; per pool, replicas in [0, 16]): the floor for the load
-      `startup_s` ahead needs at least the floor for the load now plus this many replicas
-      (an additive spare, where `cold_start_growth` multiplies the rate), and pdorch's start
-      fleet holds it (`autoscale/predictive_floor.py`, Round 13).
+    - `cold_start_spare` ({decode: 1.5} since Round 14; null: off; per pool, replicas in [0, 16]):
+      the floor for the load `startup_s` ahead needs at least the floor for the load now plus this
+      many replicas (an additive spare, where `cold_start_growth` multiplies the rate), and pdorch's
+      start fleet holds it (`autoscale/predictive_floor.py`, Round 13).
     - `move_stabilization` (false; only with `role_switching`): a role move is a direction
       change of both pools, held to their reversal rules: the giver gives only what its
       floor's need widened by `hysteresis` and its own way down (the largest raw count of
@@ -290,9 +304,9 @@ class PlannerOptions(_Strict):
       once the level has fallen 25 % from its peak of the last `floor_hold_s`, the prefill
       pool's fast way down holds its floors for the load now and ahead this long only
       (`autoscale/prefill_release.py`, Round 13).
-    - `budget_now_first` (false): while `gpu_budget` binds, each pool's need for the load now
-      (its floor for the level, its reactive term) is split first and the headroom for the
-      load ahead gets what is left (`autoscale/budget.py`, Round 13).
+    - `budget_now_first` (true since Round 14; false before): while `gpu_budget` binds, each pool's
+      need for the load now (its floor for the level, its reactive term) is split first and the
+      headroom for the load ahead gets what is left (`autoscale/budget.py`, Round 13).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -317,15 +331,17 @@ class PlannerOptions(_Strict):
     hysteresis_window_s: float = Field(default=600.0, ge=0)
     budget_margin: float = Field(default=0.2, ge=0, le=1)
     reversal_ticks: StrictInt = Field(default=6, ge=1)
-    decode_wait_attribution: StrictBool = False
+    decode_wait_attribution: StrictBool = True
     cold_start_growth: dict[Pool, float] | None = None
-    cold_start_spare: dict[Pool, float] | None = None
+    cold_start_spare: dict[Pool, float] | None = Field(
+        default_factory=lambda: dict(DEFAULT_COLD_START_SPARE)
+    )
     move_stabilization: StrictBool = False
     budget_keep_fleet: StrictBool = True
     move_release_check: StrictBool = False
     ramp_epsilon: float = Field(default=0.0, ge=0, lt=1)
     prefill_floor_hold_s: float | None = Field(default=None, ge=0)
-    budget_now_first: StrictBool = False
+    budget_now_first: StrictBool = True
 
     @field_validator("cold_start_growth")
     @classmethod

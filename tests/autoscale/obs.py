@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from autoscale.policy import PerfModelConfig, PoolLimits, PrefillSignal, SloPolicy, Stabilization
+from autoscale.perf_model_base import PerfModel
+from autoscale.planner import PdorchPlanner
+from autoscale.policy import PoolLimits, PrefillSignal, SloPolicy, Stabilization
 from autoscale.signals import (
     LatencySummary,
     Observation,
@@ -12,6 +14,27 @@ from autoscale.signals import (
     PoolStatus,
     ReplicaSignals,
 )
+
+LEGACY_PERF_MODEL: dict[str, Any] = {
+    "online_prefill_signal": PrefillSignal.TTFT,
+    "decode_burst_queue": False,
+    "decode_burst_dispersion_online": False,
+    "online_skip_decode_wait": False,
+}
+LEGACY_PLANNER: dict[str, Any] = {
+    "decode_wait_attribution": False,
+    "cold_start_spare": None,
+    "budget_now_first": False,
+}
+
+
+def _pinned(given: Any, legacy: dict[str, Any]) -> Any:
+    """`legacy` under a test's own dict; a config object the test built stays as it is."""
+    if given is None:
+        return dict(legacy)
+    if isinstance(given, dict):
+        return {**legacy, **given}
+    return given
 
 
 def policy(
@@ -26,8 +49,13 @@ def policy(
     startup_s: float = 120.0,
     **extra: Any,
 ) -> SloPolicy:
-    # the planner rule tests read the TTFT prefill correction (the default before Round 13)
-    extra.setdefault("perf_model", PerfModelConfig(online_prefill_signal=PrefillSignal.TTFT))
+    # The planner rule tests hand-compute their counts with the models before Round 14: the
+    # TTFT prefill correction, the mean decode residence (no burst queue, no learnt dispersion,
+    # no decode-wait skip), no decode-wait attribution, no cold-start spare, the budget split
+    # in one tier. A test passing its own `perf_model` / `planner` dict overrides these keys; a
+    # test of the shipped defaults builds `SloPolicy()` itself.
+    extra["perf_model"] = _pinned(extra.get("perf_model"), LEGACY_PERF_MODEL)
+    extra["planner"] = _pinned(extra.get("planner"), LEGACY_PLANNER)
     return SloPolicy(
         pools={
             Pool.PREFILL: PoolLimits(min=1, max=pmax, gpus_per_replica=pgpus, startup_s=startup_s),
@@ -78,3 +106,12 @@ def observation(
         itl=itl or LatencySummary(),
         replicas=reps,
     )
+
+
+def pinned_planner(pol: SloPolicy, perf: PerfModel, **options: Any) -> PdorchPlanner:
+    """`PdorchPlanner` with the planner options before Round 14 (`LEGACY_PLANNER`) unless the
+    test gives its own: the rule tests hand-compute their counts without the decode spare,
+    the decode-wait attribution and the two-tier budget split."""
+    for name, value in LEGACY_PLANNER.items():
+        options.setdefault(name, value)
+    return PdorchPlanner(pol, perf, **options)

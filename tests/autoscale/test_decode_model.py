@@ -16,7 +16,6 @@ import pytest
 from autoscale.baselines.oracle_decode import decode_in_flight_quantile
 from autoscale.forecast_seam import EwmaForecaster
 from autoscale.perf_model import OnlinePerfModel, TimingPerfModel
-from autoscale.planner import PdorchPlanner
 from autoscale.planner_terms import (
     fits,
     prefill_correction,
@@ -26,7 +25,7 @@ from autoscale.planner_terms import (
 from autoscale.signals import Observation, Pool, ReplicaSignals
 from autoscale.sizing import burst_quantile, decode_burst, decode_need
 from pools.sim.timing import make_timing
-from tests.autoscale.obs import latency, observation, policy, replicas
+from tests.autoscale.obs import latency, observation, pinned_planner, policy, replicas
 from tests.autoscale.perf_double import LinearPerfModel
 
 D = Pool.DECODE
@@ -58,7 +57,7 @@ def test_the_correction_moves_the_itl_target_and_the_kv_pool_still_caps_the_batc
 def test_the_floor_with_a_low_decode_correction_sizes_what_the_kv_pool_holds() -> None:
     # the Mooncake case: k_d at its 0.5 bound, KV-bound batch. ceil(101 / 32) = 4, where
     # dividing the capped batch by k counted 64 per replica: ceil(101 / 64) = 2
-    pl = PdorchPlanner(
+    pl = pinned_planner(
         policy(),
         KV_32,
         forecaster=EwmaForecaster(alpha=1.0),
@@ -109,7 +108,7 @@ def test_online_decode_fit_skips_a_window_beyond_the_correction_bound() -> None:
 def test_decode_floor_is_its_need_averaged_over_the_residence_time() -> None:
     # residence R = 0.1 s own prefill + 200 * 0.05 s = 10.1 s: the ticks of the last 10.1 s.
     # need(rate) = rate * 10.1 / 100 (step-bound batch 100): 10 rps -> 1.01, 30 rps -> 3.03
-    pl = PdorchPlanner(
+    pl = pinned_planner(
         policy(), LinearPerfModel(), forecaster=EwmaForecaster(alpha=1.0), headroom=1.0,
         forecast_window_s=0.0, decode_residence_mean=True,
     )  # fmt: skip
@@ -120,7 +119,7 @@ def test_decode_floor_is_its_need_averaged_over_the_residence_time() -> None:
     # ceil(1.01), ceil((1.01 + 3.03) / 2 = 2.02), ceil(7.07 / 3 = 2.36), then t = 0 is 15 s old:
     # ceil(3.03)
     assert floors == [2, 3, 3, 4]
-    off = PdorchPlanner(
+    off = pinned_planner(
         policy(), LinearPerfModel(), forecaster=EwmaForecaster(alpha=1.0), headroom=1.0,
         forecast_window_s=0.0, decode_residence_mean=False,
     )  # fmt: skip

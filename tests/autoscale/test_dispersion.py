@@ -7,12 +7,11 @@ import pytest
 from autoscale.dispersion import ArrivalDispersion
 from autoscale.forecast_seam import EwmaForecaster
 from autoscale.perf_model import TimingPerfModel
-from autoscale.planner import PdorchPlanner
 from autoscale.planner_terms import decode_floor_need
 from autoscale.signals import Pool
 from autoscale.sizing import decode_need
 from pools.sim.timing import make_timing
-from tests.autoscale.obs import observation, policy
+from tests.autoscale.obs import observation, pinned_planner, policy
 
 
 def _fed(counts: list[int], history_s: float = 300.0) -> ArrivalDispersion:
@@ -56,7 +55,7 @@ def test_bad_parameters_are_refused() -> None:
 def test_the_decode_floor_reads_the_learnt_dispersion() -> None:
     pol = policy(perf_model={"decode_burst_queue": True, "decode_burst_dispersion_online": True})
     perf = TimingPerfModel(make_timing("llama-3.1-8b", "h100"))
-    planner = PdorchPlanner(pol, perf, forecaster=EwmaForecaster())
+    planner = pinned_planner(pol, perf, forecaster=EwmaForecaster())
     # 40 rps as 150 / 250 requests a 5 s window (alternating): differences 100, variance
     # 5,000, mean 200: I = 25
     for i in range(24):
@@ -79,7 +78,7 @@ def test_the_decode_floor_reads_the_learnt_dispersion() -> None:
     }  # fmt: skip
     assert inputs["need"] == pytest.approx(at[25.0]) and at[25.0] > at[16.0]
     # off by default: the fixed I, no learnt input
-    off = PdorchPlanner(policy(perf_model={"decode_burst_queue": True}), perf)
+    off = pinned_planner(policy(perf_model={"decode_burst_queue": True}), perf)
     d = off.plan(observation(5.0, rate=40.0))
     assert "dispersion" not in d.details["decode"]["floor_inputs"]
     assert Pool.DECODE in d.desired

@@ -16,7 +16,7 @@ from autoscale.planner import PdorchPlanner
 from autoscale.planner_base import planner_factory
 from autoscale.policy import Intervals, SloPolicy
 from autoscale.signals import Observation, Pool
-from tests.autoscale.obs import latency, observation, policy, replicas
+from tests.autoscale.obs import latency, observation, pinned_planner, policy, replicas
 from tests.autoscale.perf_double import LinearPerfModel
 
 P, D = Pool.PREFILL, Pool.DECODE
@@ -29,7 +29,7 @@ def planner(pol: SloPolicy | None = None, **options: Any) -> PdorchPlanner:
     options.setdefault("level_window_s", 0.0)  # each window's load as it is (rule tests)
     options.setdefault("ramp_epsilon", 0.0)  # the floor's plain ceil (rule tests; Round 13)
     options.setdefault("prefill_floor_hold_s", None)  # the floor_hold_s windows (Round 13)
-    return PdorchPlanner(pol or policy(), LinearPerfModel(), **options)
+    return pinned_planner(pol or policy(), LinearPerfModel(), **options)
 
 
 def test_predictive_floor_sizes_prefill_by_tokens_and_decode_by_littles_law() -> None:
@@ -362,7 +362,7 @@ def test_floor_and_reactive_terms_read_the_load_as_the_last_30_s_mean() -> None:
     # within the last 30 s, (5 * 8 + 20) / 6 = 10 rps (the t = 5 window began 35 s ago).
     # floor ceil(10k / 8k) = 2, not the spike's ceil(20k / 8k) = 3; the reactive steady need
     # ceil(10k / 10k raw) = 1, not 2
-    assert PdorchPlanner(policy(), LinearPerfModel()).level_window_s == 0.0  # off by default
+    assert pinned_planner(policy(), LinearPerfModel()).level_window_s == 0.0  # off by default
     pl = planner(level_window_s=30.0)
     for t in range(5, 35, 5):
         pl.plan(observation(float(t), rate=8.0, p=(4, 0), d=(8, 0)))

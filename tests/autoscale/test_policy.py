@@ -156,3 +156,19 @@ def test_bad_planner_options_name_the_field_and_line(
     err = _bad(tmp_path, text)
     assert [(i.path, i.line) for i in err.issues] == [(path, 2)]
     assert why in err.issues[0].message
+
+
+def test_the_shipped_decode_defaults_are_round_14s() -> None:
+    from autoscale.policy import PerfModelConfig, PlannerOptions
+
+    perf, plan = SloPolicy().perf_model, SloPolicy().planner
+    assert (perf.decode_burst_queue, perf.decode_burst_dispersion_online) == (True, True)
+    assert perf.online_skip_decode_wait is True
+    assert (plan.decode_wait_attribution, plan.budget_now_first) == (True, True)
+    assert plan.cold_start_spare == {Pool.DECODE: 1.5}
+    # the example file spells out every default, and `null` turns the spare off
+    assert load_policy(EXAMPLE).perf_model == PerfModelConfig()
+    off = SloPolicy.model_validate({"planner": {"cold_start_spare": None}})
+    assert off.planner.cold_start_spare is None
+    # each policy gets its own dict (a default_factory), never one shared, mutable default
+    assert PlannerOptions().cold_start_spare is not PlannerOptions().cold_start_spare

@@ -12,7 +12,7 @@ from autoscale.forecast_seam import EwmaForecaster
 from autoscale.planner import PdorchPlanner, _make_pdorch
 from autoscale.role_moves import PoolView, RoleMover
 from autoscale.signals import Observation, Pool
-from tests.autoscale.obs import latency, observation, policy, replicas
+from tests.autoscale.obs import latency, observation, pinned_planner, policy, replicas
 from tests.autoscale.perf_double import LinearPerfModel
 
 P, D = Pool.PREFILL, Pool.DECODE
@@ -161,7 +161,7 @@ class Forecast:
 
 
 def pdorch(forecaster: Any | None = None) -> PdorchPlanner:
-    return PdorchPlanner(
+    return pinned_planner(
         policy(role_switching=True, down_s=600.0),
         LinearPerfModel(),
         forecaster=forecaster or EwmaForecaster(alpha=1.0),
@@ -257,7 +257,7 @@ def mover_borrows(views: dict[Pool, PoolView]) -> bool:
 
 
 def test_the_planner_records_a_move_as_both_pools_direction_change() -> None:
-    pl = PdorchPlanner(
+    pl = pinned_planner(
         policy(role_switching=True, down_s=600.0),
         LinearPerfModel(),
         forecaster=EwmaForecaster(alpha=1.0),
@@ -310,7 +310,7 @@ def test_the_release_check_alone_does_not_refuse_a_re_borrow() -> None:
 
 
 def test_the_planners_release_check_reads_the_way_down_but_records_no_move() -> None:
-    pl = PdorchPlanner(
+    pl = pinned_planner(
         policy(role_switching=True, down_s=600.0),
         LinearPerfModel(),
         forecaster=EwmaForecaster(alpha=1.0),

@@ -171,8 +171,8 @@ def test_fast_forward_equals_stepping_with_membership_changes() -> None:
 # ---------------------------------------------------------------- planners
 
 
-def test_pdorch_scales_prefill_for_long_prompts_decode_for_long_outputs_then_down() -> None:
-    wl = phases(
+def prompts_then_outputs() -> Workload:
+    return phases(
         [
             (60, 2.0, 1000, 100),  # warm-up, 30 s
             (500, 10.0, 7000, 20),  # long prompts, 50 s
@@ -181,11 +181,54 @@ def test_pdorch_scales_prefill_for_long_prompts_decode_for_long_outputs_then_dow
             (300, 1.0, 1000, 100),  # quiet tail, 300 s
         ]
     )
-    pol = small_policy()
+
+
+def run_prompts_then_outputs(pol: SloPolicy) -> dict[str, Any]:
+    wl = prompts_then_outputs()
     # phases of 30-60 s are shorter than the forecaster's 60 s window: feed it every tick
     fast = {"pdorch": {"forecast_window_s": 0.0}}
     cfg = AutoscaleSimConfig(initial={Pool.PREFILL: 1, Pool.DECODE: 1}, planner_options=fast)
     r = run_planner(wl, pol, "pdorch", cfg)
+    assert r["lost"] == 0 and r["completed"] == r["requests"] == wl.num_requests
+    return r
+
+
+def mean_decode_policy() -> SloPolicy:
+    """`small_policy` with the decode model and planner options before Round 14: the mean
+    decode residence, no decode spare, no decode-wait attribution (decode then moves only for
+    the outputs, which is what the test below follows phase by phase)."""
+    pol = small_policy()
+    perf = pol.perf_model.model_copy(
+        update={"decode_burst_queue": False, "decode_burst_dispersion_online": False}
+    )
+    plan = pol.planner.model_copy(
+        update={"cold_start_spare": None, "decode_wait_attribution": False}
+    )
+    return pol.model_copy(update={"perf_model": perf, "planner": plan})
+
+
+def test_pdorch_with_the_shipped_policy_holds_each_phase_then_comes_down() -> None:
+    # Round 14's defaults size decode for bursts and keep a decode spare, so decode is already
+    # up before the long outputs arrive: check what each phase is served with, not the events
+    r = run_prompts_then_outputs(small_policy())
+
+    def provisioned(pool: str, t0: float, t1: float) -> list[int]:
+        return [
+            int(row[pool]["ready"] + row[pool]["pending"])
+            for row in r["timeline"]
+            if t0 <= row["t_s"] <= t1
+        ]
+
+    assert max(provisioned("prefill", 30, 80)) >= 3  # the long prompts
+    assert min(provisioned("decode", 100, 150)) >= 3  # the long outputs
+    end = r["timeline"][-1]
+    assert end["prefill"]["ready"] < max(provisioned("prefill", 30, 80))
+    assert end["decode"]["ready"] < min(provisioned("decode", 100, 150))
+
+
+def test_pdorch_scales_prefill_for_long_prompts_decode_for_long_outputs_then_down() -> None:
+    wl = prompts_then_outputs()
+    r = run_prompts_then_outputs(mean_decode_policy())
     assert r["lost"] == 0 and r["completed"] == r["requests"] == wl.num_requests
     timeline = r["timeline"]
 

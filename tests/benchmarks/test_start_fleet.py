@@ -14,16 +14,30 @@ P, D = Pool.PREFILL, Pool.DECODE
 REQUESTS = [(i / 20.0, 1000, 250, 0.0) for i in range(1200)]
 
 
-def start(options: dict[str, object], name: str = "pdorch") -> dict[Pool, int]:
-    pol = SloPolicy()
+# the hand-computed counts below read the mean decode model (the default before Round 14)
+MEAN_DECODE = {"decode_burst_queue": False, "decode_burst_dispersion_online": False}
+
+
+def start(
+    options: dict[str, object], name: str = "pdorch", pol: SloPolicy | None = None
+) -> dict[Pool, int]:
+    pol = pol or SloPolicy.model_validate({"perf_model": MEAN_DECODE})
     planner, _ = make_planner(name, pol, REQUESTS, options)
     return initial_fleet(name, planner, pol, REQUESTS)
 
 
 def test_shared_start_without_a_spare() -> None:
     shared = start({}, "oracle")
-    assert start({}) == shared
+    assert start({"cold_start_spare": None}) == shared
     assert shared[D] == 1
+
+
+def test_the_shipped_policy_starts_pdorch_with_its_decode_spare() -> None:
+    # Round 14's defaults: the burst decode model and a 1.5-replica decode spare
+    shipped = SloPolicy()
+    shared = start({}, "oracle", shipped)
+    assert start({}, pol=shipped)[D] > shared[D]
+    assert start({"cold_start_spare": None}, pol=shipped) == shared
 
 
 def test_a_decode_spare_adds_to_pdorchs_start_only() -> None:

@@ -166,6 +166,7 @@ class PdorchPlanner(Planner):
         decode_wait_attribution: bool = True,
         cold_start_growth: dict[Pool, float] | None = None,
         cold_start_spare: Mapping[Pool, float] | None = DEFAULT_COLD_START_SPARE,
+        cold_start_spare_until_s: float | None = None,
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,
         move_release_check: bool = False,
@@ -246,6 +247,7 @@ class PdorchPlanner(Planner):
             growth={Pool(p): g for p, g in (cold_start_growth or {}).items()},
             ramp_epsilon=ramp_epsilon,
             spare={Pool(p): x for p, x in (cold_start_spare or {}).items()},
+            spare_until_s=cold_start_spare_until_s,
         )
         # the prefill pool's shorter hold of its floors after a peak (`autoscale.prefill_release`)
         self._peak_release = (

@@ -278,6 +278,9 @@ class PlannerOptions(_Strict):
       the floor for the load `startup_s` ahead needs at least the floor for the load now plus this
       many replicas (an additive spare, where `cold_start_growth` multiplies the rate), and pdorch's
       start fleet holds it (`autoscale/predictive_floor.py`, Round 13).
+    - `cold_start_spare_until_s` (null: the spare stands the whole run; seconds >= 0): the
+      spare applies to ticks before this time only (the opening ramps it was measured on);
+      after it the floor ahead is the plain one (`autoscale/predictive_floor.py`, Round 14).
     - `move_stabilization` (false; only with `role_switching`): a role move is a direction
       change of both pools, held to their reversal rules: the giver gives only what its
       floor's need widened by `hysteresis` and its own way down (the largest raw count of
@@ -336,6 +339,7 @@ class PlannerOptions(_Strict):
     cold_start_spare: dict[Pool, float] | None = Field(
         default_factory=lambda: dict(DEFAULT_COLD_START_SPARE)
     )
+    cold_start_spare_until_s: float | None = Field(default=None, ge=0)
     move_stabilization: StrictBool = False
     budget_keep_fleet: StrictBool = True
     move_release_check: StrictBool = False

@@ -42,6 +42,10 @@ with the observation; the state is the forecaster's and the recent ticks'.
   16-GPU budget gave the excess from prefill (85.63 % within both against the default model's
   92.90 %); on the 600 s day's small night pool (18 rps, need 0.68) one spare replica is the
   second replica the ramp needs (`cold_start_growth`'s reason above).
+  `cold_start_spare_until_s` T (default null: always): the spare applies to ticks before T
+  only. Why: measured, it is the whole Azure hour's largest decode excess over the oracle
+  (Round 14, `benchmarks/results/autoscale-round14-bound/`: 1.51 decode GPU-h in steady
+  segments, the spare 1.5 held the whole hour), while its wins were opening ramps.
 - **Learnt burst dispersion** (`perf_model.decode_burst_dispersion_online`, with
   `decode_burst_queue`; off by default): the decode floor's burst quantile reads `I` learnt
   from the arrivals of each fed window (`autoscale.dispersion`), not the fixed
@@ -109,6 +113,7 @@ class PredictiveFloor:
         growth: dict[Pool, float] | None = None,
         ramp_epsilon: float = 0.0,
         spare: dict[Pool, float] | None = None,
+        spare_until_s: float | None = None,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -129,6 +134,8 @@ class PredictiveFloor:
         self.ramp_epsilon = ramp_epsilon
         # `cold_start_spare` per pool (module docstring, "Cold-start spare"); 0: off
         self.spare = {p: (spare or {}).get(p, 0.0) for p in POOLS}
+        # `cold_start_spare_until_s`: the spare stands before this time only; None: always
+        self.spare_until_s = spare_until_s
         self.projection: dict[Pool, Projection | None] = {p: None for p in POOLS}
         self.counts: dict[Pool, FloorCounts] = {}
         self.level_rps = 0.0  # the last `compute`'s level rate (`autoscale.prefill_release`)
@@ -254,7 +261,11 @@ class PredictiveFloor:
                 need = float(term.inputs["need"])
                 if h <= 0:
                     need_now = need
-                elif self.spare[pool] > 0 and need < need_now + self.spare[pool]:
+                elif (
+                    self.spare[pool] > 0
+                    and need < need_now + self.spare[pool]
+                    and (self.spare_until_s is None or obs.now < self.spare_until_s)
+                ):
                     # at least the need now plus the spare (module docstring)
                     need = need_now + self.spare[pool]
                     term = Term(

@@ -15,9 +15,9 @@ pools' limits), ready at t = 0 (a fleet sized
 for the load before the trace began); `initial=` overrides it. A planner's first tick is at
 `interval_s`, after one whole window (at t = 0 it would see an idle fleet and no load, and
 the reactive baselines would drain the warm fleet before the first request). A planner with
-a `start_fleet(window, fleet)` method may raise its own start from that fleet: pdorch with
-`planner.cold_start_spare` holds the spare of its floor at the first window's load (without
-it the fleet is unchanged). The static
+a `start_fleet(window, fleet)` method (the `StartsFleet` protocol) may raise its own start
+from that fleet: pdorch with `planner.cold_start_spare` holds the spare of its floor at the
+first window's load (without it the fleet is unchanged). The static
 planners are the exception: their fixed fleet is in place from the start (that is what static
 provisioning means). The oracle's replicas start instantly (`startup_s` 0, its definition);
 it and the static planners are handed the trace as `requests=[(arrival_s, isl, osl, hit)]`
@@ -29,9 +29,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from autoscale.baselines.oracle import OraclePlanner
+from autoscale.load_window import LoadWindow
 from autoscale.perf_model import build_perf_model
 from autoscale.planner_base import Planner
 from autoscale.planners import planner_factory
@@ -158,6 +159,15 @@ def make_planner(
     return planner_factory(name)(policy, perf, **opts), perf
 
 
+@runtime_checkable
+class StartsFleet(Protocol):
+    """A planner that may raise the shared start fleet (module docstring): pdorch's
+    `start_fleet` holds its `cold_start_spare` at the first window's load. Structural, so a
+    planner opts in by having the method, as before, but the call is typed."""
+
+    def start_fleet(self, window: LoadWindow, fleet: dict[Pool, int]) -> dict[Pool, int]: ...
+
+
 def initial_fleet(
     name: str, planner: Planner, policy: SloPolicy, requests: list[tuple[float, int, int, float]]
 ) -> dict[Pool, int]:
@@ -174,9 +184,8 @@ def initial_fleet(
     fleet = {p: max(1, clamp_to_limits(policy, p, need[p])[0]) for p in Pool}
     # a planner that holds a standing spare (pdorch's `cold_start_spare`) starts with it: the
     # fleet its own floor holds at the first window's load, never below the shared one
-    start = getattr(planner, "start_fleet", None)
-    if callable(start):
-        fleet = dict(start(oracle.future(0.0, oracle.interval_s), fleet))
+    if isinstance(planner, StartsFleet):
+        fleet = dict(planner.start_fleet(oracle.future(0.0, oracle.interval_s), fleet))
     return fleet
 
 

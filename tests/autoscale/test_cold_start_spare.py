@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from autoscale.load_window import LoadWindow
+from autoscale.planner import PdorchPlanner
 from autoscale.signals import Pool
 from tests.autoscale.obs import observation, policy
 from tests.autoscale.test_planner import planner
@@ -63,3 +64,17 @@ def test_cold_start_spare_is_checked_in_the_policy() -> None:
         policy(planner={"cold_start_spare": {"decode": -1.0}})
     with pytest.raises(ValueError, match="cold_start_spare"):
         policy(planner={"cold_start_spare": {"gpu": 1.0}})
+
+
+def test_spare_until_s_stands_before_it_only() -> None:
+    # the first test's 9 rps: one spare asks 2 decode before 300 s, the plain 1 from 300 s on
+    def pl() -> PdorchPlanner:
+        return planner(cold_start_spare={"decode": 1.0}, cold_start_spare_until_s=300.0)
+
+    before = pl().plan(observation(rate=9.0, p=(2, 0), d=(1, 0), now=295.0))
+    after = pl().plan(observation(rate=9.0, p=(2, 0), d=(1, 0), now=300.0))
+    assert before.desired[D] == 2
+    assert after.desired[D] == 1
+    assert "spare" not in after.details["decode"]["floor_inputs"]
+    with pytest.raises(ValueError, match="cold_start_spare_until_s"):
+        policy(planner={"cold_start_spare_until_s": -1.0})

@@ -4,9 +4,12 @@ unchanged."""
 
 from __future__ import annotations
 
+from autoscale.decision import ScaleDecision
+from autoscale.load_window import LoadWindow
+from autoscale.planner_base import Planner
 from autoscale.policy import SloPolicy
-from autoscale.signals import Pool
-from benchmarks.autoscale_sim.runner import initial_fleet, make_planner
+from autoscale.signals import Observation, Pool
+from benchmarks.autoscale_sim.runner import StartsFleet, initial_fleet, make_planner
 
 P, D = Pool.PREFILL, Pool.DECODE
 # 20 rps of 1000-token prompts and 250-token answers for a minute: one replica per pool
@@ -47,3 +50,30 @@ def test_a_decode_spare_adds_to_pdorchs_start_only() -> None:
     assert start({"cold_start_spare": {"decode": 0.1}}) == {P: shared[P], D: 2}
     assert start({"cold_start_spare": {"decode": 1.5}}) == {P: shared[P], D: 3}
     assert start({"cold_start_spare": {"prefill": 1.0}})[D] == shared[D]
+
+
+def test_only_a_planner_with_start_fleet_is_asked() -> None:
+    pol = SloPolicy()
+    pdorch, _ = make_planner("pdorch", pol, REQUESTS, {})
+    oracle, _ = make_planner("oracle", pol, REQUESTS, {})
+    assert isinstance(pdorch, StartsFleet)
+    assert not isinstance(oracle, StartsFleet)
+
+
+class _Raises(Planner):
+    """A planner with a start of its own (not pdorch): the runner must call it."""
+
+    def plan(self, observation: Observation) -> ScaleDecision:
+        raise AssertionError("initial_fleet does not plan a non-static planner")
+
+    def start_fleet(self, window: LoadWindow, fleet: dict[Pool, int]) -> dict[Pool, int]:
+        assert window.arrival_rps == 20.0  # the first window's load, not an empty one
+        return {P: fleet[P] + 2, D: fleet[D] + 1}
+
+
+def test_a_start_fleet_method_raises_the_shared_start() -> None:
+    pol = SloPolicy()
+    shared = start({}, "oracle")
+    planner = _Raises()
+    assert isinstance(planner, StartsFleet)
+    assert initial_fleet("custom", planner, pol, REQUESTS) == {P: shared[P] + 2, D: shared[D] + 1}

@@ -41,6 +41,8 @@ NEW = "decode-1"  # the actuator's id for the second decode replica
 POLICY = {
     "pools": {"prefill": {"min": 1, "max": 1}, "decode": {"min": 2, "max": 2}},
     "intervals": {"reactive_s": 1},
+    # the decode pool's min binds here, not the default cold-start spare (Round 14)
+    "planner": {"cold_start_spare": None},
 }
 
 

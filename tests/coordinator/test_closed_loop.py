@@ -47,6 +47,9 @@ POLICY = {
     },
     "intervals": {"reactive_s": 0.25, "predictive_s": 1.0},
     "stabilization": {"scale_up_s": 0.0, "scale_down_s": SCALE_DOWN_S},
+    # The default decode cold-start spare (Round 14) would hold the second decode replica the
+    # whole run: this test follows the reactive up and down of a 2 s cold start, not the spare.
+    "planner": {"cold_start_spare": None},
 }
 
 

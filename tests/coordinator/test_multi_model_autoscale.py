@@ -30,6 +30,9 @@ POLICY = {
     },
     "intervals": {"reactive_s": 0.25, "predictive_s": 1.0},
     "stabilization": {"scale_up_s": 0.0, "scale_down_s": 30.0},
+    # without the default decode cold-start spare (Round 14), which would raise both models'
+    # decode pools at once: this test tells a burst on one model from quiet on the other
+    "planner": {"cold_start_spare": None},
 }
 
 

@@ -31,6 +31,7 @@ gpu_budget: 4
 intervals: {predictive_s: 10, reactive_s: 2.5}
 stabilization: {scale_up_s: 0, scale_down_s: 5}
 perf_model: {source: timing-model}
+planner: {cold_start_spare: null}  # as slo-policy-live.yaml: no standing decode spare
 """
 
 

@@ -78,13 +78,6 @@ class TimingPerfModel(CurvePerfModel):
         self.timing = timing
         self.include_transfer = include_transfer
 
-    @classmethod
-    def from_profiles(
-        cls, model_profile: str, gpu: str, tp: int = 1, **kwargs: object
-    ) -> TimingPerfModel:
-        """From profile names (`pdorch profile`); KeyError lists the valid names."""
-        return cls(make_timing(model_profile, gpu, tp=tp), **kwargs)  # type: ignore[arg-type]
-
     def transfer_s(self, uncached_tokens: int) -> float:
         return self.timing.kv_transfer_time(uncached_tokens) if self.include_transfer else 0.0
 

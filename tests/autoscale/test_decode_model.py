@@ -80,15 +80,17 @@ def _decode_obs(running_per_replica: int, n: int = 2) -> Observation:
 
 def test_reactive_and_fit_terms_count_the_kv_capped_batch_under_a_low_correction() -> None:
     obs = _decode_obs(40)  # 80 sequences of 1,100 tokens on 2 replicas, 32 fit in each
-    on = {"min_samples": 20, "kv_high": 0.9, "decode_on_target": True}
-    react = reactive_term(KV_32, policy(), obs, D, 0.5, **on)  # type: ignore[arg-type]
+    react = reactive_term(
+        KV_32, policy(), obs, D, 0.5, min_samples=20, kv_high=0.9, decode_on_target=True
+    )
     assert react.inputs["batch_at_target"] == 32.0
     assert react.replicas == 3  # ceil(80 / 32)
     off = reactive_term(KV_32, policy(), obs, D, 0.5, min_samples=20, kv_high=0.9)
     assert off.replicas == 2  # the default: 80 / (32 / 0.5)
     args = (KV_32, policy(), obs, D)
-    assert not fits(*args, 2, 0.5, margin=0.8, **on)  # type: ignore[arg-type]
-    assert fits(*args, 3, 0.5, margin=0.8, **on)  # type: ignore[arg-type]
+    for n, fit in ((2, False), (3, True)):
+        on = fits(*args, n, 0.5, margin=0.8, min_samples=20, kv_high=0.9, decode_on_target=True)
+        assert on is fit
 
 
 def test_online_decode_fit_skips_a_window_beyond_the_correction_bound() -> None:

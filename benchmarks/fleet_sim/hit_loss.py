@@ -20,15 +20,12 @@ the wrapper reads the index before the request is routed and changes nothing.
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from benchmarks.fleet_sim.fleet import FleetSpec
-from benchmarks.fleet_sim.prefill_floor import TRACE
-from benchmarks.fleet_sim.records import RequestRecord, SimConfig
+from benchmarks.fleet_sim.mooncake_study import study_cell, study_parser
+from benchmarks.fleet_sim.records import RequestRecord
 from benchmarks.fleet_sim.reference_caches import ReferenceCaches
 from benchmarks.fleet_sim.simulator import FleetSimulator
-from benchmarks.workloads.traces import load_mooncake
 
 
 class _Watching(ReferenceCaches):
@@ -53,8 +50,7 @@ def measure(
     fleet: str, rate_scale: float, policy: str, max_requests: int | None
 ) -> dict[str, object]:
     """One run's hit-loss split (module docstring)."""
-    wl = load_mooncake(TRACE, rate_scale=rate_scale, max_requests=max_requests)
-    config = SimConfig(FleetSpec.parse(fleet), policy=policy, gpu="h200", block_size=512)
+    wl, config = study_cell(fleet, rate_scale, policy, max_requests)
     sim = FleetSimulator(wl, config)
     bs = config.block_size
     watch = _Watching(sim, bs, sim.references.lru_capacity)
@@ -88,12 +84,7 @@ def measure(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fleet", default="16C")
-    ap.add_argument("--rate-scale", type=float, default=3.0)
-    ap.add_argument("--policy", default="token_load")
-    ap.add_argument("--max-requests", type=int, default=None)
-    args = ap.parse_args()
+    args = study_parser(__doc__, fleet="16C").parse_args()
     print(json.dumps(measure(args.fleet, args.rate_scale, args.policy, args.max_requests)))
 
 

@@ -12,31 +12,21 @@ prefill alone with the pooled-LRU hits is above a goal, scheduling cannot reach 
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 
 import numpy as np
 
-from benchmarks.fleet_sim.fleet import FleetSpec
-from benchmarks.fleet_sim.simulator import SimConfig, run_simulation
-from benchmarks.workloads.traces import load_mooncake
+from benchmarks.fleet_sim.mooncake_study import study_cell, study_parser
+from benchmarks.fleet_sim.simulator import run_simulation
 from pools.sim.timing import make_timing
-
-TRACE = Path("benchmarks/traces/mooncake/conversation_trace.jsonl")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fleet", default="16C")
-    ap.add_argument("--rate-scale", type=float, default=3.0)
-    ap.add_argument("--policy", default="token_load")
+    ap = study_parser(__doc__, fleet="16C")
     ap.add_argument("--gpu", default="h200")
-    ap.add_argument("--max-requests", type=int, default=None)
     args = ap.parse_args()
-    wl = load_mooncake(TRACE, rate_scale=args.rate_scale, max_requests=args.max_requests)
-    config = SimConfig(
-        FleetSpec.parse(args.fleet), policy=args.policy, gpu=args.gpu, block_size=512
+    wl, config = study_cell(
+        args.fleet, args.rate_scale, args.policy, args.max_requests, gpu=args.gpu
     )
     result = run_simulation(wl, config)
     timing = make_timing(config.model, args.gpu)

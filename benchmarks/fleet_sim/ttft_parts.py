@@ -20,18 +20,14 @@ they were) and the part's mean over the requests whose TTFT is in the p90-p99 ba
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 
 import numpy as np
 
-from benchmarks.fleet_sim.fleet import FleetSpec
-from benchmarks.fleet_sim.simulator import SimConfig, run_simulation
-from benchmarks.workloads.traces import load_mooncake
+from benchmarks.fleet_sim.mooncake_study import study_cell, study_parser
+from benchmarks.fleet_sim.simulator import run_simulation
 from pools.sim.timing import make_timing
 
-TRACE = Path("benchmarks/traces/mooncake/conversation_trace.jsonl")
 PARTS = ("alone_lru", "lost_hits", "prefill_wait", "after_prefill", "transfer")
 
 
@@ -39,8 +35,7 @@ def measure(
     fleet: str, rate_scale: float, policy: str, max_requests: int | None = None
 ) -> dict[str, object]:
     """The run's TTFT parts (module docstring), in ms."""
-    wl = load_mooncake(TRACE, rate_scale=rate_scale, max_requests=max_requests)
-    config = SimConfig(FleetSpec.parse(fleet), policy=policy, gpu="h200", block_size=512)
+    wl, config = study_cell(fleet, rate_scale, policy, max_requests)
     result = run_simulation(wl, config)
     timing = make_timing(config.model, "h200")
     rows: list[tuple[float, ...]] = []
@@ -80,12 +75,7 @@ def measure(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fleet", default="8P8D")
-    ap.add_argument("--rate-scale", type=float, default=3.0)
-    ap.add_argument("--policy", default="token_load")
-    ap.add_argument("--max-requests", type=int, default=None)
-    args = ap.parse_args()
+    args = study_parser(__doc__, fleet="8P8D").parse_args()
     print(json.dumps(measure(args.fleet, args.rate_scale, args.policy, args.max_requests)))
 
 

@@ -35,7 +35,7 @@ not calling them changes nothing). The one difference: a NaN total on a lone can
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -161,17 +161,12 @@ class Profile:
                 return None
         if len(candidates) == 1:
             return candidates[0].replica_id
+        ids = [r.replica_id for r in candidates]
         total: dict[str, float] | None = None
         for scorer, weight in self.scorers:
             scores = scorer.score(request, candidates, now).scores
             w = weight if scorer.higher_is_better == self.higher_is_better else -weight
-            if total is None and w == 1.0:
-                total = dict(scores)
-            else:
-                if total is None:
-                    total = {r.replica_id: 0.0 for r in candidates}
-                for rid in total:
-                    total[rid] += w * scores[rid]
+            total = _accumulate(total, ids, w, scores)
         assert total is not None  # a profile has at least one scorer
         return best(candidates, total, self.higher_is_better, self._max_score.params.tie_break)
 
@@ -258,13 +253,7 @@ class Profile:
             by_scorer[name] = scores
             directions[name] = scorer.higher_is_better
             w = weight if scorer.higher_is_better == self.higher_is_better else -weight
-            if total is None and w == 1.0:
-                total = dict(scores)
-            else:
-                if total is None:
-                    total = dict.fromkeys(ids, 0.0)
-                for rid in ids:
-                    total[rid] += w * scores[rid]
+            total = _accumulate(total, ids, w, scores)
             _merge_terms(terms, ids, name, scores, out.terms)
         assert total is not None  # a profile has at least one scorer
         return Scored(total, self.higher_is_better, by_scorer, directions, terms)
@@ -308,6 +297,21 @@ class Profile:
 
     def _parts(self) -> list[Filter[Any] | Scorer[Any] | Picker[Any]]:
         return [*self.filters, *(s for s, _ in self.scorers), self.picker]
+
+
+def _accumulate(
+    total: dict[str, float] | None, ids: Sequence[str], w: float, scores: Mapping[str, float]
+) -> dict[str, float]:
+    """`total + w * scores`, the one float order `pick` and `choose` share (so they agree to
+    the bit): a leading weight-1 scorer's scores are copied as they are (0.0 + 1.0 * s == s),
+    any other starts from 0.0."""
+    if total is None and w == 1.0:
+        return dict(scores)
+    if total is None:
+        total = dict.fromkeys(ids, 0.0)
+    for rid in ids:
+        total[rid] += w * scores[rid]
+    return total
 
 
 def _merge_terms(

@@ -57,7 +57,7 @@ async def until_first_byte(
 ) -> _T:
     """Run a decode leg up to its first byte (a stream's first chunk; a non-streamed
     answer's whole body). The leg is given up, a `LegFailure` that the flow retries on
-    another replica (`RequestFlow._decode`), when the health checker finds the replica
+    another replica (`decode_attempts.py`), when the health checker finds the replica
     unhealthy meanwhile (`Coordinator.waiting_legs`: a hung engine sends no byte, no reset;
     kind TIMEOUT), or already is when the leg starts (ejected after the routing decision), or,
     for a stream, past `deadline_s` (`first_byte_timeout_s`; no health kind: a slow

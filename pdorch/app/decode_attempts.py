@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
 
+from pdorch.app.edge_answer import whole_response
 from pdorch.app.errors import ApiError
 from pdorch.app.leg_bytes import decode_leg_bytes
 from pdorch.app.leg_wait import completion_tokens, until_first_byte
@@ -160,7 +161,7 @@ async def decode_until_answer(
         output = completion_tokens(content)
         if output is not None:
             c.metrics.completed(flow.route_kind, output)
-        return Response(content, status_code=200, media_type=ctype, headers=flow.route_headers())
+        return whole_response(content, ctype, flow.route_raw_headers())
     raise ApiError(
         502, f"Every decode attempt failed ({tried}); last: {last}", code="decode_failed"
     )

@@ -108,44 +108,28 @@ class PromptTokens:
         tokenizer = self._tokenizer()
         if tokenizer is None:
             return None
-        if not isinstance(tokenizer, EnginePromptTokenizer):
-            # a local tokenizer (chars, Hugging Face): no engine that could hang, so no
-            # hang-up scope (a timeout object and a set per request, proxy-9)
-            try:
-                return await self._encode(tokenizer, request)
-            except Exception as exc:
-                self._failed(exc)
-                return None
-        url = tokenizer.engine_url
+        url = tokenizer.engine_url if isinstance(tokenizer, EnginePromptTokenizer) else ""
         try:
             async with asyncio.timeout(None) as hung:
                 waiting = self._waiting.setdefault(url, set())
                 waiting.add(hung)
                 try:
-                    return await self._encode(tokenizer, request)
+                    if request.kind == "chat":
+                        assert request.messages is not None
+                        return await tokenizer.encode_chat(
+                            request.messages, chat_template_kwargs=request.chat_template_kwargs
+                        )
+                    assert isinstance(request.prompt, str)
+                    return await tokenizer.encode_completion(request.prompt)
                 finally:
                     waiting.discard(hung)
                     if not waiting:
                         self._waiting.pop(url, None)
-        except Exception as exc:
-            self._failed(exc)
+        except Exception as exc:  # routing degrades to load-only; the request goes on
+            self.failures += 1
+            if self.failures == 1 or self.failures % 1000 == 0:
+                log.warning("tokenization failed (%d so far): %r", self.failures, exc)
             return None
-
-    @staticmethod
-    async def _encode(tokenizer: PromptTokenizer, request: ParsedRequest) -> list[int]:
-        if request.kind == "chat":
-            assert request.messages is not None
-            return await tokenizer.encode_chat(
-                request.messages, chat_template_kwargs=request.chat_template_kwargs
-            )
-        assert isinstance(request.prompt, str)
-        return await tokenizer.encode_completion(request.prompt)
-
-    def _failed(self, exc: Exception) -> None:
-        """Routing degrades to load-only; the request goes on."""
-        self.failures += 1
-        if self.failures == 1 or self.failures % 1000 == 0:
-            log.warning("tokenization failed (%d so far): %r", self.failures, exc)
 
     async def aclose(self) -> None:
         if self._fixed is not None:

@@ -242,7 +242,14 @@ class CharsPromptTokenizer:
         self.chars_per_token = chars_per_token
 
     def encode_text(self, text: str) -> list[int]:
+        """Token i = xxh3_64 of the UTF-8 bytes of characters [i*k, (i+1)*k), masked to 31 bits.
+
+        ASCII text (one byte per character) is encoded once and sliced as bytes: the same
+        chunks, without a str slice and an encode per token (proxy-9)."""
         k = self.chars_per_token
+        if text.isascii():
+            data = text.encode("ascii")
+            return [xxh3_64_intdigest(data[i : i + k]) & 0x7FFFFFFF for i in range(0, len(data), k)]
         return [
             xxh3_64_intdigest(text[i : i + k].encode("utf-8")) & 0x7FFFFFFF
             for i in range(0, len(text), k)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from starlette.responses import Response
 from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, STATUS_LINE
 
 ANSWER_EXTENSION = "pdorch.answer"
@@ -87,3 +88,27 @@ class WholeAnswer:
             transport.close()
         cycle.on_response()
         return True
+
+
+def whole_response(
+    content: bytes, content_type: str, headers: list[tuple[bytes, bytes]]
+) -> Response:
+    """A 200 whole answer (`content` as the engine sent it) with `headers` (lower-case raw
+    pairs): the `Response` starlette's constructor would build from the same headers as a
+    dict, raw headers in its order (`headers`, content-length, content-type), without its
+    per-header lower/encode and key scans (proxy-9). A `text/` type without a charset, which
+    starlette completes, takes starlette's constructor."""
+    if content_type.startswith("text/"):
+        named = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+        return Response(content, 200, headers=named, media_type=content_type)
+    response = Response.__new__(Response)
+    response.status_code = 200
+    response.media_type = content_type
+    response.background = None
+    response.body = content
+    response.raw_headers = [
+        *headers,
+        (b"content-length", b"%d" % len(content)),
+        (b"content-type", content_type.encode("latin-1")),
+    ]
+    return response

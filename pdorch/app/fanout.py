@@ -111,7 +111,7 @@ async def _run_one(flow: RequestFlow) -> Response:
 
 def _headers(parent: RequestFlow, flows: list[RequestFlow]) -> dict[str, str]:
     def each(name: str) -> str:
-        return ",".join(f._route_headers()[name] for f in flows)
+        return ",".join(f.route_headers()[name] for f in flows)
 
     return {
         "x-request-id": parent.request_id,

@@ -20,6 +20,7 @@ admit (429) → read body (413) → validate (400/404) → tokenize → block ke
   (`migration_limit` too)
 ```
 
+The decode legs (tries, retries, a whole answer's migration) are `decode_attempts.py`'s.
 A batch of prompts runs one such flow per prompt (`fanout.py`), merged into one answer.
 
 Everything up to the decode leg's first byte runs in one task raced against the client's
@@ -47,7 +48,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
-from functools import partial
 from typing import Any
 
 import msgspec
@@ -56,25 +56,20 @@ from starlette.responses import Response, StreamingResponse
 
 from pdorch.app.admission import PRIORITY_HEADER, parse_priority
 from pdorch.app.deadlines import Cut
+from pdorch.app.decode_attempts import decode_until_answer
 from pdorch.app.disconnect import watch_disconnect
 from pdorch.app.errors import ApiError
 from pdorch.app.fanout import fan_out
 from pdorch.app.faults import RequestFaults
-from pdorch.app.leg_bytes import decode_leg_bytes
 from pdorch.app.leg_wait import (
     ClientGone,
-    completion_tokens,
     read_body,
-    until_first_byte,
 )
 from pdorch.app.legs import (
     LegFailure,
-    UpstreamAnswer,
-    decode_whole,
-    open_decode_stream,
     prefill_leg,
 )
-from pdorch.app.migration import StreamTrail, not_migratable, with_token_ids
+from pdorch.app.migration import StreamTrail
 from pdorch.app.openai_schema import ParsedRequest, RequestKind, parse_request
 from pdorch.app.proxy_stream import ProxyStream
 from pdorch.app.state import Coordinator
@@ -94,7 +89,23 @@ _encode = msgspec.json.Encoder().encode
 PATHS: dict[RequestKind, str] = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
 ENDPOINTS: dict[RequestKind, str] = {"completion": "completions", "chat": "chat"}
 SESSION_HEADER = "x-session-id"
-_SERVING = ("decode", "colocated")  # the pools a stream can continue in (migration.py)
+_PRIORITY = PRIORITY_HEADER.encode("latin-1")
+_SESSION = SESSION_HEADER.encode("latin-1")
+
+
+def _routing_headers(raw: list[tuple[bytes, bytes]]) -> tuple[int, str | None]:
+    """(priority, session id) from the request's raw ASGI headers, in one pass: the first of
+    each, as starlette's `Headers.get` gives it, without its per-lookup scan and decode of
+    every header (three lookups per request, proxy-9)."""
+    priority: str | None = None
+    session: str | None = None
+    for name, value in raw:
+        if name == _PRIORITY:
+            if priority is None:
+                priority = value.decode("latin-1")
+        elif name == _SESSION and session is None:
+            session = value.decode("latin-1")
+    return parse_priority(priority), session
 
 
 class RequestFlow:
@@ -129,6 +140,7 @@ class RequestFlow:
         self._admitted = False
         self._admitted_to_lifecycle = False
         self.faults = RequestFaults(coordinator.report_failure)  # whose fault a 5xx is
+        self.priority, self.session = _routing_headers(request.scope["headers"])
         # migration (migration.py): a streamed request that may move gets a trail of what the
         # client got; `not_migratable` says why another does not; `carried` output tokens are
         # in the current replica's prompt already
@@ -143,7 +155,7 @@ class RequestFlow:
         status = 500
         streaming = False
         try:
-            await self.c.admit(parse_priority(self.http.headers.get(PRIORITY_HEADER)))
+            await self.c.admit(self.priority)
             self._admitted = True
             raw = await read_body(self.http, self.c.limits.max_body_bytes)
             self.parsed = parse_request(raw, self.kind, self.c.served_model, self.c.adapter_names())
@@ -239,21 +251,21 @@ class RequestFlow:
             prompt_tokens,
             c.block_size,
             keys,
-            self.http.headers.get(SESSION_HEADER),
+            self.session,
             parsed.prompt_text,
             parsed.max_tokens,
             eligible,
         )
         lifecycle = c.lifecycle
         try:
-            plan = await c.bind(request, parse_priority(self.http.headers.get(PRIORITY_HEADER)))
+            plan = await c.bind(request, self.priority)
         except NoReplicaError as err:
             raise ApiError(
                 503, f"No healthy replica can serve the request: {err}", code="no_replica"
             ) from None
         self._admitted_to_lifecycle = True
         leg = plan.decode
-        self._show(leg)
+        self.show(leg)
         kv_params: bytes | None = None  # the prefill's checked kv_transfer_params, as JSON
         if plan.prefill is not None:
             prefill = plan.prefill.replica
@@ -268,7 +280,7 @@ class RequestFlow:
             confirmed = lifecycle.prefill_done(self.request_id, c.now(), ok=kv_params is not None)
             assert confirmed is not None  # a PD plan's request is in flight until we end it
             leg = confirmed
-            self._show(leg)
+            self.show(leg)
         else:
             c.expect_blocks(leg.replica, keys, now)
         c.metrics.routed(self.route_kind, prompt_tokens)
@@ -281,9 +293,9 @@ class RequestFlow:
             prompt_tokens,
         )
         c.token_load_changed()
-        return await self._decode(leg, parsed, kv_params)
+        return await decode_until_answer(self, leg, parsed, kv_params)
 
-    def _show(self, leg: DecodeLeg) -> None:
+    def show(self, leg: DecodeLeg) -> None:
         """The response headers follow the leg being sent."""
         if self.decode_replica is not None and self.decode_replica != leg.replica:
             self.untrack(self.decode_replica)
@@ -346,155 +358,25 @@ class RequestFlow:
         )
         return None
 
-    def _plan_migration(self, parsed: ParsedRequest, decode: str) -> dict[str, Any]:
-        """The decode legs' base body: with `return_token_ids` when the stream may migrate.
-
-        Only while a migration is possible: with no other routable replica to serve it (a fleet
-        of one decode replica) the stream keeps no trail and asks for no token ids, so the
-        relay passes the engine's chunks on as they are (the trail cost ~2.9 µs per event,
-        proxy.md). A replica that joins later does not make such a stream migratable."""
-        if not parsed.stream or self.c.settings.migration_limit == 0:
-            self.not_migratable = "migration_limit=0" if parsed.stream else None
-            return parsed.body
-        self.not_migratable = not_migratable(parsed)
-        if self.not_migratable is not None:
-            return parsed.body
-        if not self._other_server(decode):
-            self.not_migratable = "no other replica could continue it when it started"
-            return parsed.body
-        self.trail = StreamTrail(keep_ids=parsed.body.get("return_token_ids") is True)
-        return with_token_ids(parsed.body)
-
-    async def _decode(
-        self, leg: DecodeLeg, parsed: ParsedRequest, kv_params: bytes | None
-    ) -> Response:
-        """Decode legs until one answers. Before the first byte a failure moves to another
-        replica (`decode_retries`); a non-streamed answer whose engine died after getting it
-        (a connection failure, no HTTP answer) starts over elsewhere as a migration
-        (`migration_limit`, `pdorch_migrations_total`): no byte reached the client, so the
-        continuation is the whole request."""
-        c = self.c
-        lifecycle = c.lifecycle
-        tried = retries = migrations = 0
-        last = "no decode replica"
-        base = self._plan_migration(parsed, leg.replica)
-        next_leg: DecodeLeg | None = leg
-        tried_replicas: set[str] = set()
-        while True:
-            if next_leg is None:
-                if retries >= c.settings.decode_retries:
-                    break
-                retries += 1
-                retry = lifecycle.retry_decode(self.request_id, c.now())
-                if retry is None:
-                    break
-                c.metrics.decode_retries.inc()
-                next_leg = retry
-            leg, next_leg = next_leg, None
-            self._show(leg)
-            tried += 1
-            decode = leg.replica
-            replica = c.replica(decode)
-            if replica is None:
-                last = f"{decode}: removed from the fleet"
-                lifecycle.decode_failed(self.request_id, c.now(), reached=False)
-                continue
-            sent = kv_params if leg.with_kv else None
-            body = decode_leg_bytes(parsed, base, sent)
-            url = replica.url + self.path
-            tried_replicas.add(decode)
-            if parsed.stream:
-                budget = retries < c.settings.decode_retries
-            else:
-                budget = migrations < c.settings.migration_limit
-            can_move = partial(self._can_move, budget, replica.pool, frozenset(tried_replicas))
-            try:
-                if parsed.stream:
-                    deadline = c.settings.first_byte_deadline_s()
-                    stream = await until_first_byte(
-                        c,
-                        self.request_id,
-                        decode,
-                        open_decode_stream(c.legs, url, body, self.headers, c.stream_timeout),
-                        deadline,
-                        can_move,
-                    )
-                else:
-                    content, ctype = await until_first_byte(
-                        c,
-                        self.request_id,
-                        decode,
-                        decode_whole(c.legs, url, body, self.headers),
-                        None,
-                        can_move,
-                    )
-            except UpstreamAnswer as answer:
-                return Response(
-                    answer.content,
-                    status_code=answer.status,
-                    media_type=answer.content_type,
-                    headers=self._route_headers(),
-                )
-            except LegFailure as failure:
-                last = f"{decode}: {failure.detail}"
-                self.faults.failed(decode, failure.kind, failure.detail)
-                log.info("request %s: decode on %s failed: %s", self.request_id, decode, last)
-                mid_answer = not parsed.stream and failure.reached and failure.status == 0
-                if mid_answer and migrations < c.settings.migration_limit:
-                    migrations += 1
-                    reason = "stall" if failure.kind is FailureKind.TIMEOUT else "connection"
-                    c.metrics.migrations.labels(reason).inc()
-                    next_leg = lifecycle.migrate(self.request_id, c.now(), 0)
-                    if next_leg is None:
-                        c.metrics.migrations_refused.labels("no_replica").inc()
-                        break
-                    continue
-                if mid_answer:
-                    c.metrics.migrations_refused.labels("limit").inc()
-                    break
-                # `reached`: the engine may have claimed the blocks, the next one prefills
-                lifecycle.decode_failed(self.request_id, c.now(), reached=failure.reached)
-                continue
-            c.report_success(decode)
-            self.faults.served(decode)
-            # the decode engine answered: the KV is pulled, the prefill replica is free
-            if self.prefill_replica is not None and self.prefill_replica != decode:
-                self.untrack(self.prefill_replica)
-            first_byte = time.monotonic() - self.started
-            c.metrics.decode_first_byte(self.endpoint, first_byte)
-            if parsed.stream:
-                prefilled = c.replica(leg.prefilled_by) if leg.prefilled_by != decode else replica
-                if prefilled is not None:
-                    c.metrics.first_token(prefilled.pool, prefilled.replica_id, first_byte)
-                return ProxyStream(self, stream, decode, replica.pool)
-            output = completion_tokens(content)
-            if output is not None:
-                c.metrics.completed(self.route_kind, output)
-            headers = self._route_headers()
-            return Response(content, status_code=200, media_type=ctype, headers=headers)
-        raise ApiError(
-            502, f"Every decode attempt failed ({tried}); last: {last}", code="decode_failed"
-        )
-
-    def _other_server(self, decode: str) -> bool:
-        """Some routable decode or colocated replica other than `decode` exists."""
-        fleet = self.c.fleet
-        return any(r.replica_id != decode for pool in _SERVING for r in fleet.routable(pool))
-
-    def _can_move(self, budget: bool, pool: str, tried: frozenset[str]) -> bool:
-        """Another try is allowed and another replica is routable: only then is a leg waiting
-        on a slow or ejected replica given up (`leg_wait.until_first_byte`)."""
-        return budget and any(r.replica_id not in tried for r in self.c.fleet.routable(pool))
-
     # ---- bookkeeping -------------------------------------------------------------------------
 
-    def _route_headers(self) -> dict[str, str]:
+    def route_headers(self) -> dict[str, str]:
         return {
             "x-request-id": self.request_id,
             "x-pdorch-prefill": self.prefill_replica or self.decode_replica or "",
             "x-pdorch-decode": self.decode_replica or "",
             "x-pdorch-route": self.route_kind,
         }
+
+    def route_raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """`route_headers` as the raw pairs a response sends (`edge_answer.whole_response`)."""
+        decode = self.decode_replica or ""
+        return [
+            (b"x-request-id", self.request_id.encode("latin-1")),
+            (b"x-pdorch-prefill", (self.prefill_replica or decode).encode("latin-1")),
+            (b"x-pdorch-decode", decode.encode("latin-1")),
+            (b"x-pdorch-route", self.route_kind.encode("latin-1")),
+        ]
 
     def _finish(self, ok: bool, status: int) -> None:
         """Release the request (exactly once): token load, admission slot, metrics."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 
 from pdorch.app.deadlines import Cut
 from pdorch.app.errors import ApiError
@@ -30,21 +30,47 @@ class ClientGone(Exception):
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, 413 past `limit` bytes (checked on Content-Length and while reading)."""
-    length = request.headers.get("content-length")
+    """The request body, 413 past `limit` bytes (checked on Content-Length and while reading).
+
+    Read from the ASGI `receive` directly, not through starlette's `Request.stream()` (an
+    async generator, and a `Headers` object built for the one Content-Length lookup): ~10 µs
+    of the ~15 µs this took per request (proxy-9). Same messages, same errors: a disconnect
+    mid-body is `ClientGone`."""
+    length = _content_length(request.scope["headers"])
     if length is not None and length.isdigit() and int(length) > limit:
         raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
+    cached = getattr(request, "_body", None)  # read already (`Request.body()`): as stream()
+    if isinstance(cached, bytes):
+        if len(cached) > limit:
+            raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
+        return cached
+    receive = request.receive
     chunks: list[bytes] = []
     size = 0
-    try:
-        async for chunk in request.stream():
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.disconnect":  # left (or cut at body_timeout_s, edge.py) mid-body
+            raise ClientGone()
+        if kind != "http.request":
+            continue
+        chunk = message.get("body", b"")
+        if chunk:
             size += len(chunk)
             if size > limit:
                 raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
             chunks.append(chunk)
-    except ClientDisconnect:  # left (or cut at body_timeout_s, edge.py) mid-body: not a bug
-        raise ClientGone() from None
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _content_length(raw: list[tuple[bytes, bytes]]) -> str | None:
+    """The first Content-Length of the raw ASGI headers (as starlette's `Headers.get`)."""
+    for name, value in raw:
+        if name == b"content-length":
+            return value.decode("latin-1")
+    return None
 
 
 async def until_first_byte(
@@ -57,7 +83,7 @@ async def until_first_byte(
 ) -> _T:
     """Run a decode leg up to its first byte (a stream's first chunk; a non-streamed
     answer's whole body). The leg is given up, a `LegFailure` that the flow retries on
-    another replica (`RequestFlow._decode`), when the health checker finds the replica
+    another replica (`decode_attempts.py`), when the health checker finds the replica
     unhealthy meanwhile (`Coordinator.waiting_legs`: a hung engine sends no byte, no reset;
     kind TIMEOUT), or already is when the leg starts (ejected after the routing decision), or,
     for a stream, past `deadline_s` (`first_byte_timeout_s`; no health kind: a slow

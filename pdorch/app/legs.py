@@ -46,7 +46,15 @@ from pools.health import classify_error
 from pools.pd_protocol import kv_transfer_params_of
 
 _decode_json = msgspec.json.Decoder().decode
-_encode_json = msgspec.json.Encoder().encode
+
+
+class _PrefillAnswer(msgspec.Struct):
+    """What the flow reads of a prefill answer: its `kv_transfer_params`, unparsed."""
+
+    kv_transfer_params: msgspec.Raw = msgspec.Raw(b"null")  # absent: as a JSON null
+
+
+_decode_prefill = msgspec.json.Decoder(_PrefillAnswer).decode
 JSON_HEADERS = {"content-type": "application/json"}
 # what the leg functions turn into `LegFailure` (aiohttp's timeouts are `TimeoutError`s)
 UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, LegClientError)
@@ -119,9 +127,10 @@ async def prefill_leg(session: LegSession, url: str, body: bytes, headers: dict[
         text = content[:300].decode("utf-8", errors="replace")
         raise LegFailure(kind, f"prefill answered {status}: {text}", status=status)
     try:
-        answer = _decode_json(content)
-        kv_transfer_params_of(answer)  # usable for a remote prefill, else ValueError
-        wire: bytes = _encode_json(answer["kv_transfer_params"])
+        # only the params are read (the rest of the answer is skipped, not built), and kept
+        # as the bytes the engine sent: no re-encode for the decode leg's splice (proxy-9)
+        wire = bytes(_decode_prefill(content).kv_transfer_params)
+        kv_transfer_params_of({"kv_transfer_params": _decode_json(wire)})  # else ValueError
         return wire
     except (msgspec.DecodeError, ValueError, AttributeError) as exc:
         raise LegFailure(None, f"prefill answer unusable: {exc}", status=200) from None

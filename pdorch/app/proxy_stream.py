@@ -131,7 +131,7 @@ class ProxyStream(StreamingResponse):
             self._body(),
             status_code=200,
             media_type="text/event-stream",
-            headers={**flow._route_headers(), "cache-control": "no-cache"},
+            headers={**flow.route_headers(), "cache-control": "no-cache"},
         )
 
     # ---- the relay ---------------------------------------------------------------------------

@@ -12,11 +12,8 @@ It owns, per process:
   the probes too when the caller passes its own `client`);
 - the prompt tokenizer and the coordinator's Prometheus metrics.
 
-Fleet events drive the router state (listener `_on_fleet_event`):
-`ReplicaAdded` → follow its KV events, make it a lifecycle member; `ReplicaRemoved` → stop
-following, drop its index entries, token load and policy state; `ReplicaHealthChanged` →
-candidate health;
-`ReplicaMetricsUpdated` → `TokenLoad.observe_metrics` (reconciliation).
+Fleet events drive the router state (`fleet_follow.py`: KV-event following, lifecycle
+membership and health, token-load reconciliation).
 
 Several coordinators (issue 6 item 6) plug in through `export_token_load_deltas()` and
 `apply_token_load_deltas()`: a transport (e.g. ZMQ pub/sub) drains the first periodically and
@@ -33,6 +30,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -43,6 +41,7 @@ from pdorch.app.admission import Admission, AdmissionQueue, CoordinatorLimits, S
 from pdorch.app.binding import Binder
 from pdorch.app.deadlines import Deadlines
 from pdorch.app.errors import ApiError
+from pdorch.app.fleet_follow import follow_fleet_event
 from pdorch.app.leg_client import NativeLegClient
 from pdorch.app.metrics import CoordinatorMetrics
 from pdorch.app.pools_view import pools_view
@@ -55,24 +54,20 @@ from pools.drain import RequestTracker
 from pools.fleet import (
     FailureKind,
     Fleet,
-    FleetEvent,
     ReplicaAdded,
-    ReplicaHealthChanged,
-    ReplicaMetricsUpdated,
-    ReplicaRemoved,
 )
 from pools.health import HealthChecker
 from pools.http_client import client_limits, http_client
 from pools.metrics_scrape import MetricsScraper
-from pools.replica import Replica, ReplicaState
+from pools.replica import Replica
 from router.approx_index import ApproxKvIndex
 from router.hash_match_monitor import HashMatchMonitor
-from router.kv_event_subscriber import EngineEventSource, KvEventSubscriber
+from router.kv_event_subscriber import KvEventSubscriber
 from router.kv_index import KvIndex
 from router.lifecycle import RequestLifecycle
 from router.lifecycle_plan import LifecycleEvent, RequestPlan
 from router.pd_router import PdRouter
-from router.replica_state import ReplicaStatic, RoutingRequest
+from router.replica_state import RoutingRequest
 from router.token_load import TokenLoad, TokenLoadDelta
 from router.tokenization import TokenizerMode
 from router.vocabulary import PoolName
@@ -80,17 +75,6 @@ from router.vocabulary import PoolName
 log = logging.getLogger(__name__)
 
 POOLS = tuple(PoolName)
-
-
-def _static_of(replica: Replica) -> ReplicaStatic:
-    """The router's statics of a replica: health, and the routing constants of its
-    hardware profile (fleet file `hardware:`, pools/hardware.py; None without one)."""
-    ep = replica.endpoint
-    return ReplicaStatic(
-        healthy=replica.routable,
-        prefill_tokens_per_s=ep.prefill_tokens_per_s,
-        decode_s_per_kv_token=ep.decode_s_per_kv_token,
-    )
 
 
 class Coordinator:
@@ -146,7 +130,7 @@ class Coordinator:
         )
         # checks that our block keys match what engines report storing (tokenizer drift)
         self.hash_monitor = HashMatchMonitor()
-        self._hash_checked_at = float("-inf")
+        self.hash_checked_at = float("-inf")
         self._own_client = client is None
         self.client = client or http_client(
             limits=client_limits(max_connections=None, max_keepalive_connections=1024),
@@ -181,7 +165,7 @@ class Coordinator:
             self.client,
             clock=clock,
         )
-        self._adapter_polls: set[asyncio.Task[bool]] = set()
+        self.adapter_polls: set[asyncio.Task[bool]] = set()
         self.health = (
             HealthChecker.from_config(fleet, self.client, config.health)
             if run_health_checks
@@ -195,7 +179,7 @@ class Coordinator:
         # client requests per replica, for drains (pools/drain.py); the flow keeps it
         self.requests = RequestTracker()
         # non-streamed decode legs waiting on each replica: one found unhealthy hangs them up,
-        # so they start over elsewhere (flow.py `_whole`) instead of waiting on a hung engine
+        # so they start over elsewhere (`leg_wait.until_first_byte`), not wait on a hung engine
         self.waiting_legs = RequestTracker()
         # the scaling control (pdorch/app/scaling.py) when the fleet can be scaled
         self.scaling: Any = None
@@ -226,10 +210,10 @@ class Coordinator:
         if self._started:
             return
         self._started = True
-        self._unsubscribe = self.fleet.subscribe(self._on_fleet_event)
+        self._unsubscribe = self.fleet.subscribe(partial(follow_fleet_event, self))
         now = self.clock()
         for replica in self.fleet.replicas():
-            self._on_fleet_event(ReplicaAdded(replica, now))
+            follow_fleet_event(self, ReplicaAdded(replica, now))
         await self.subscriber.start()
         await self.adapter_poller.start()
         if self.sync is not None:
@@ -252,7 +236,7 @@ class Coordinator:
                 await self.sync.stop()
         if self._unsubscribe is not None:
             self._unsubscribe()
-        for task in list(self._adapter_polls):
+        for task in list(self.adapter_polls):
             task.cancel()
         for loop in (self.scraper, self.health, self.adapter_poller):
             if loop is not None:
@@ -275,6 +259,11 @@ class Coordinator:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    @property
+    def running(self) -> bool:
+        """Between `start()` and `stop()`."""
+        return self._started
 
     def now(self) -> float:
         return self.clock()
@@ -314,58 +303,6 @@ class Coordinator:
         if session is None or session.closed:
             session = self._probes = new_upstream_session(self.settings.connect_timeout_s, 0)
         return session
-
-    # ---- fleet → router state ----------------------------------------------------------------
-
-    def _on_fleet_event(self, event: FleetEvent) -> None:
-        replica = event.replica
-        rid = replica.replica_id
-        if isinstance(event, ReplicaAdded):
-            ep = replica.endpoint
-            self.lifecycle.add_replica(
-                rid,
-                PoolName(replica.pool),
-                _static_of(replica),
-                approximate=ep.kv_events_endpoint is None,
-            )
-            if self._started:  # a replica joining later: learn its adapters now
-                poll = asyncio.get_running_loop().create_task(
-                    self.adapter_poller.poll(rid, replica.url)
-                )
-                self._adapter_polls.add(poll)
-                poll.add_done_callback(self._adapter_polls.discard)
-            if ep.kv_events_endpoint is not None:
-                self.subscriber.add_engine(
-                    EngineEventSource(
-                        rid, ep.kv_events_endpoint, ep.kv_events_replay_endpoint, ep.kv_events_topic
-                    )
-                )
-        elif isinstance(event, ReplicaRemoved):
-            self.lifecycle.remove_replica(rid, event.now)
-            self.subscriber.remove_engine(rid)
-            self.index.remove_replica(rid)
-            self.approx.remove_replica(rid)
-            self.adapters.remove(rid)
-            self.tokens.forget(replica.url)
-        elif isinstance(event, ReplicaHealthChanged):
-            self.lifecycle.set_static(rid, _static_of(replica))
-            if event.new is ReplicaState.UNHEALTHY:
-                self.waiting_legs.cut(rid, event.reason)
-                self.tokens.hang_up(replica.url)  # a hung engine's /tokenize calls too
-            log.info("replica %s: %s → %s (%s)", rid, event.old, event.new, event.reason)
-        elif isinstance(event, ReplicaMetricsUpdated):
-            if event.now - self._hash_checked_at >= 1.0:  # piggy-backs on the scrape loop
-                self._hash_checked_at = event.now
-                self.hash_monitor.evaluate(self.index, event.now)
-            m = event.metrics
-            self.token_load.observe_metrics(
-                rid,
-                event.now,
-                num_running=m.num_running,
-                num_waiting=m.num_waiting,
-                kv_usage=m.kv_usage,
-                kv_capacity_blocks=m.num_gpu_blocks or replica.endpoint.num_gpu_blocks or 0,
-            )
 
     def _tokenize_urls(self) -> list[str]:
         return [r.url for pool in ("decode", "colocated", "prefill") for r in self.routable(pool)]

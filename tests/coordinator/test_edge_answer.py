@@ -15,7 +15,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from pdorch.app.edge import HeadCork
-from pdorch.app.edge_answer import WholeAnswer
+from pdorch.app.edge_answer import WholeAnswer, whole_response
 from tests.coordinator.test_head_cork import RecordingTransport
 
 pytestmark = pytest.mark.unit
@@ -119,3 +119,24 @@ async def test_an_answer_for_a_client_gone_is_dropped() -> None:
     cycle.disconnected = True
     assert WholeAnswer(cycle, cork).send_whole(499, [(b"content-length", b"0")], b"")
     assert transport.writes == [] and done.calls == 0
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "application/json; charset=utf-8", "text/plain"]
+)
+def test_whole_response_is_the_response_starlette_builds(content_type: str) -> None:
+    """`whole_response` (the decode leg's 200 answer) has the status, body and raw headers,
+    in order, that `Response(content, headers=dict, media_type=...)` gives."""
+    content = b'{"id":"cmpl-1","choices":[{"text":"hi"}]}'
+    named = {
+        "x-request-id": "pdorch-00ff",
+        "x-pdorch-prefill": "p0",
+        "x-pdorch-decode": "d1",
+        "x-pdorch-route": "pd",
+    }
+    raw = [(k.encode(), v.encode()) for k, v in named.items()]
+    lean = whole_response(content, content_type, raw)
+    built = Response(content, status_code=200, headers=named, media_type=content_type)
+    assert (lean.status_code, lean.body, lean.background) == (200, content, None)
+    assert lean.raw_headers == built.raw_headers
+    assert lean.headers["content-length"] == str(len(content))

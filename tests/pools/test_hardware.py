@@ -84,18 +84,18 @@ def test_a_bad_profile_names_the_field(tmp_path: Path) -> None:
 
 
 def test_the_coordinators_statics_carry_the_constants() -> None:
-    from pdorch.app.state import _static_of
+    from pdorch.app.fleet_follow import static_of
     from pools.replica import Replica
 
     tps, c = HardwareSpec(gpu="h200").costs()
     ep = ReplicaEndpoint("p0", "prefill", "http://p:1", "m", 16, prefill_tokens_per_s=tps,
                          decode_s_per_kv_token=c)  # fmt: skip
-    static = _static_of(Replica(ep))
+    static = static_of(Replica(ep))
     assert (static.healthy, static.prefill_tokens_per_s, static.decode_s_per_kv_token) == (
         True,
         tps,
         c,
     )
-    assert not _static_of(Replica(ep, healthy=False)).healthy
-    bare = _static_of(Replica(ReplicaEndpoint("p1", "prefill", "http://p:2", "m", 16)))
+    assert not static_of(Replica(ep, healthy=False)).healthy
+    bare = static_of(Replica(ReplicaEndpoint("p1", "prefill", "http://p:2", "m", 16)))
     assert bare.prefill_tokens_per_s is None and bare.decode_s_per_kv_token is None

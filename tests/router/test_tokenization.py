@@ -10,6 +10,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from xxhash import xxh3_64_intdigest
 
 from pools.http_client import http_client
 from router.tokenization import (
@@ -157,6 +158,19 @@ async def test_chars_mode_makes_prefix_stable_pseudo_tokens() -> None:
     assert all(0 <= t < 2**31 for t in a)
     chat = await tok.encode_chat(MESSAGES)
     assert chat == tok.encode_text("system\nYou are terse.\nuser\nName three colours.\n")
+
+
+@pytest.mark.parametrize("k", [1, 3, 4])
+def test_chars_tokens_are_the_hashes_of_character_chunks_ascii_or_not(k: int) -> None:
+    """The ASCII fast path (bytes sliced once) and the general one give the documented
+    tokens: xxh3_64 of each k-character chunk's UTF-8 bytes, masked to 31 bits."""
+    tok = CharsPromptTokenizer(chars_per_token=k)
+    for text in ("", "a", "plain ascii prompt, 0123456789 ~", "héllo wörld ✓ 漢字 ", "é" * 7):
+        expected = [
+            xxh3_64_intdigest(text[i : i + k].encode("utf-8")) & 0x7FFFFFFF
+            for i in range(0, len(text), k)
+        ]
+        assert tok.encode_text(text) == expected  # non-ASCII: byte slices would differ
 
 
 def test_config_names_the_missing_field() -> None:

@@ -126,6 +126,7 @@ from autoscale.residence import ResidenceMean
 from autoscale.role_moves import PoolView
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import clamp_to_limits
+from autoscale.spare import DEFAULT_LEARNT_SPARE, LearntSpareOptions, SpareMode
 from autoscale.stabilization import PoolStabilizer, Windows
 
 
@@ -167,6 +168,8 @@ class PdorchPlanner(Planner):
         cold_start_growth: dict[Pool, float] | None = None,
         cold_start_spare: Mapping[Pool, float] | None = DEFAULT_COLD_START_SPARE,
         cold_start_spare_until_s: float | None = None,
+        cold_start_spare_mode: SpareMode | str = SpareMode.FIXED,
+        cold_start_spare_learnt: LearntSpareOptions | Mapping[str, Any] = DEFAULT_LEARNT_SPARE,
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,
         move_release_check: bool = False,
@@ -248,6 +251,12 @@ class PdorchPlanner(Planner):
             ramp_epsilon=ramp_epsilon,
             spare={Pool(p): x for p, x in (cold_start_spare or {}).items()},
             spare_until_s=cold_start_spare_until_s,
+            # `learnt`: the spare measured from the floor's need (`autoscale.spare`)
+            spare_learnt=(
+                LearntSpareOptions.model_validate(cold_start_spare_learnt)
+                if SpareMode(cold_start_spare_mode) is SpareMode.LEARNT
+                else None
+            ),
         )
         # the prefill pool's shorter hold of its floors after a peak (`autoscale.prefill_release`)
         self._peak_release = (

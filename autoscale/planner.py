@@ -90,7 +90,8 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    (`autoscale.cross_pool`, which documents them): the GPU budget split by marginal SLO gain,
    and moving a replica between the pools instead of a cold start.
 
-`reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `ttft-queue`,
+`reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `cold-start-spare`
+(the floor ahead is the need now plus the spare: `autoscale.spare`), `ttft-queue`,
 `itl-concurrency-observed`, `kv-usage`, `ttft-breach`, `itl-breach[-pending]`, `min`, `max`,
 `stabilization`, `consolidation`, `hysteresis`, `persistence`, `budget`, `role-move`,
 `role-return`, `role-loan`); `details`

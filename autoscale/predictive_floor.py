@@ -141,12 +141,12 @@ class PredictiveFloor:
         self.spare = {p: (spare or {}).get(p, 0.0) for p in POOLS}
         # `cold_start_spare_until_s`: the spare stands before this time only; None: always
         self.spare_until_s = spare_until_s
-        # `cold_start_spare_mode: learnt`: the spare measured per pool, `spare` its prior
-        # (`autoscale.spare`); None: the fixed spare
+        # `cold_start_spare_mode: learnt`: the spare measured for each pool `spare` names, its
+        # value the prior (0: none; `autoscale.spare`); None: the fixed spare
         self.learnt = {
             p: LearntSpare(policy.limits(p).startup_s, self.spare[p], spare_learnt)
             for p in POOLS
-            if spare_learnt is not None and self.spare[p] > 0
+            if spare_learnt is not None and p in (spare or {})
         }
         self.projection: dict[Pool, Projection | None] = {p: None for p in POOLS}
         self.counts: dict[Pool, FloorCounts] = {}

@@ -151,3 +151,12 @@ def test_the_planner_keeps_a_learnt_spare_where_the_need_jumped_within_a_cold_st
     assert d is not None
     assert d.desired[D] == 5 and d.reasons[D] == "cold-start-spare"
     assert d.details["decode"]["floor_inputs"]["spare"] == pytest.approx(1.818, abs=1e-3)
+
+
+def test_a_zero_prior_learns_from_the_first_tick_and_an_unnamed_pool_has_no_spare() -> None:
+    # `{decode: 0}` in learnt mode: no prior, so a flat 9 rps plans its plain 1 decode at once;
+    # prefill, not named, gets no learnt spare at all
+    pl = planner(cold_start_spare={"decode": 0.0}, cold_start_spare_mode="learnt")
+    assert set(pl.floor.learnt) == {D}
+    d = pl.plan(observation(now=5.0, rate=9.0, p=(2, 0), d=(1, 0)))
+    assert d.desired[D] == 1 and d.reasons[D] == "itl-concurrency"

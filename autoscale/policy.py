@@ -287,7 +287,7 @@ class PlannerOptions(_Strict):
       `cold_start_spare_learnt.quantile` of the last `window_s`, at most `cap`, the given
       replicas its prior for the first `prior_s`; `autoscale/spare.py`, Round 15).
     - `cold_start_spare_learnt` (`window_s` 1200, `quantile` 0.95, `cap` 3.0 replicas,
-      `prior_s` 300): the learnt spare's parameters (read in `learnt` mode only).
+      `prior_s` 300, `smooth_s` 0): the learnt spare's parameters (read in `learnt` mode only).
     - `move_stabilization` (false; only with `role_switching`): a role move is a direction
       change of both pools, held to their reversal rules: the giver gives only what its
       floor's need widened by `hysteresis` and its own way down (the largest raw count of

@@ -29,6 +29,8 @@ Parameters (`LearntSpareOptions`, the policy's `planner.cold_start_spare_learnt`
   would otherwise stand for W).
 - `prior_s` (default 300): how long the prior stands as a minimum (one cold start plus the
   `scale_down_s` window's worth of points).
+- `smooth_s` (default 0: off): need(τ) is the mean of the points of the last `smooth_s`, so
+  a 5 s window's arrival noise (Azure x14: ±18 % per window) is not read as growth.
 
 Pure: `now` comes with each point; the state is the recent points and growths.
 """
@@ -60,6 +62,7 @@ class LearntSpareOptions(BaseModel):
     quantile: float = Field(default=0.95, ge=0, le=1)
     cap: float = Field(default=3.0, ge=0, le=16)
     prior_s: float = Field(default=300.0, ge=0)
+    smooth_s: float = Field(default=0.0, ge=0)
 
 
 # the planner's keyword default: the options' defaults, as `PlannerOptions.model_dump()` has them
@@ -89,6 +92,7 @@ class LearntSpare:
         self._first: float | None = None
         self._last: float | None = None
         self._value = prior
+        self._recent: deque[tuple[float, float]] = deque()  # the points of the last `smooth_s`
 
     def observe(self, now: float, need: float) -> float:
         """Add the need for the load now at `now` (a repeated or older `now` is ignored);
@@ -98,6 +102,12 @@ class LearntSpare:
         if self._first is None:
             self._first = now
         self._last = now
+        if self.options.smooth_s > 0:
+            # the mean over the last `smooth_s`: a 5 s window's need is arrival noise
+            self._recent.append((now, need))
+            while self._recent[0][0] <= now - self.options.smooth_s + 1e-9:
+                self._recent.popleft()
+            need = sum(n for _, n in self._recent) / len(self._recent)
         while self._open and self._open[0][0] + self.startup_s <= now + 1e-9:
             _, before = self._open.popleft()
             self._growth.append((now, max(0.0, need - before)))

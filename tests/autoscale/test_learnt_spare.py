@@ -160,3 +160,13 @@ def test_a_zero_prior_learns_from_the_first_tick_and_an_unnamed_pool_has_no_spar
     assert set(pl.floor.learnt) == {D}
     d = pl.plan(observation(now=5.0, rate=9.0, p=(2, 0), d=(1, 0)))
     assert d.desired[D] == 1 and d.reasons[D] == "itl-concurrency"
+
+
+def test_smoothing_reads_the_need_through_tick_noise() -> None:
+    # a need repeating 1, 3, 1, 3, 3 per 5 s tick is flat on average; raw, 2 in 5 of its
+    # growths over 120 s (24 ticks) are +2; its mean over the last 25 s (5 ticks) is 2.2 on
+    # every tick from the fifth, so past the first ticks' partial means it grows by nothing
+    needs = [1.0, 3.0, 1.0, 3.0, 3.0] * 40
+    assert feed(spare(), needs)[-1] == pytest.approx(2.0)
+    smooth = LearntSpare(120.0, 0.0, LearntSpareOptions(smooth_s=25.0, prior_s=0.0))
+    assert feed(smooth, needs)[-1] == pytest.approx(0.0)

@@ -13,6 +13,7 @@ from autoscale.signals import Pool
 from autoscale.spare import LearntSpare, LearntSpareOptions, SpareMode, quantile
 from tests.autoscale.obs import observation
 from tests.autoscale.test_planner import planner
+from tests.autoscale.test_policy import ROOT
 
 D = Pool.DECODE
 
@@ -170,3 +171,30 @@ def test_smoothing_reads_the_need_through_tick_noise() -> None:
     assert feed(spare(), needs)[-1] == pytest.approx(2.0)
     smooth = LearntSpare(120.0, 0.0, LearntSpareOptions(smooth_s=25.0, prior_s=0.0))
     assert feed(smooth, needs)[-1] == pytest.approx(0.0)
+
+
+def test_the_live_examples_small_steady_decode_pool_learns_no_spare() -> None:
+    # the live example (Qwen3-32B on A100, 30 s cold starts, pools of 1-3) in learnt mode with
+    # no prior: a steady 2 rps holds its plain decode count, no standing spare replica
+    from autoscale.perf_model import build_perf_model
+    from autoscale.planner_base import planner_factory
+
+    live = load_policy(ROOT / "deploy" / "examples" / "slo-policy-live.yaml")
+    pol = live.model_copy(
+        update={
+            "planner": live.planner.model_copy(
+                update={
+                    "cold_start_spare": {D: 0.0},
+                    "cold_start_spare_mode": SpareMode.LEARNT,
+                }
+            )
+        }
+    )
+    pl = planner_factory("pdorch")(pol, build_perf_model(pol))
+    needs, spares = [], []
+    for i in range(1, 61):
+        d = pl.plan(observation(now=5.0 * i, rate=2.0, p=(1, 0), d=(1, 0)))
+        needs.append(d.details["decode"]["floor_inputs"]["need"])
+        spares.append(pl.floor.learnt[D].value())
+    assert 0.0 < needs[-1] < 3.0  # a small pool
+    assert max(spares[12:]) < 0.05  # ~0 once the first cold start's growths are read

@@ -177,6 +177,7 @@ def test_the_live_examples_small_steady_decode_pool_learns_no_spare() -> None:
     # the live example (Qwen3-32B on A100, 30 s cold starts, pools of 1-3) in learnt mode with
     # no prior: a steady 2 rps holds its plain decode count, no standing spare replica
     from autoscale.perf_model import build_perf_model
+    from autoscale.planner import PdorchPlanner
     from autoscale.planner_base import planner_factory
 
     live = load_policy(ROOT / "deploy" / "examples" / "slo-policy-live.yaml")
@@ -191,6 +192,7 @@ def test_the_live_examples_small_steady_decode_pool_learns_no_spare() -> None:
         }
     )
     pl = planner_factory("pdorch")(pol, build_perf_model(pol))
+    assert isinstance(pl, PdorchPlanner)
     needs, spares = [], []
     for i in range(1, 61):
         d = pl.plan(observation(now=5.0 * i, rate=2.0, p=(1, 0), d=(1, 0)))

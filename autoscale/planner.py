@@ -90,7 +90,8 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    (`autoscale.cross_pool`, which documents them): the GPU budget split by marginal SLO gain,
    and moving a replica between the pools instead of a cold start.
 
-`reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `ttft-queue`,
+`reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `cold-start-spare`
+(the floor ahead is the need now plus the spare: `autoscale.spare`), `ttft-queue`,
 `itl-concurrency-observed`, `kv-usage`, `ttft-breach`, `itl-breach[-pending]`, `min`, `max`,
 `stabilization`, `consolidation`, `hysteresis`, `persistence`, `budget`, `role-move`,
 `role-return`, `role-loan`); `details`
@@ -126,6 +127,7 @@ from autoscale.residence import ResidenceMean
 from autoscale.role_moves import PoolView
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import clamp_to_limits
+from autoscale.spare import DEFAULT_LEARNT_SPARE, LearntSpareOptions, SpareMode
 from autoscale.stabilization import PoolStabilizer, Windows
 
 
@@ -167,6 +169,8 @@ class PdorchPlanner(Planner):
         cold_start_growth: dict[Pool, float] | None = None,
         cold_start_spare: Mapping[Pool, float] | None = DEFAULT_COLD_START_SPARE,
         cold_start_spare_until_s: float | None = None,
+        cold_start_spare_mode: SpareMode | str = SpareMode.FIXED,
+        cold_start_spare_learnt: LearntSpareOptions | Mapping[str, Any] = DEFAULT_LEARNT_SPARE,
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,
         move_release_check: bool = False,
@@ -248,6 +252,12 @@ class PdorchPlanner(Planner):
             ramp_epsilon=ramp_epsilon,
             spare={Pool(p): x for p, x in (cold_start_spare or {}).items()},
             spare_until_s=cold_start_spare_until_s,
+            # `learnt`: the spare measured from the floor's need (`autoscale.spare`)
+            spare_learnt=(
+                LearntSpareOptions.model_validate(cold_start_spare_learnt)
+                if SpareMode(cold_start_spare_mode) is SpareMode.LEARNT
+                else None
+            ),
         )
         # the prefill pool's shorter hold of its floors after a peak (`autoscale.prefill_release`)
         self._peak_release = (

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from autoscale.signals import Pool
+from autoscale.spare import LearntSpareOptions, SpareMode
 from pools.yaml_errors import (
     ConfigFileError,
     FieldPathError,
@@ -281,6 +282,12 @@ class PlannerOptions(_Strict):
     - `cold_start_spare_until_s` (null: the spare stands the whole run; seconds >= 0): the
       spare applies to ticks before this time only (the opening ramps it was measured on);
       after it the floor ahead is the plain one (`autoscale/predictive_floor.py`, Round 14).
+    - `cold_start_spare_mode` (`fixed`: `cold_start_spare` stands as given; `learnt`: each pool
+      it names gets the growth of its floor's need within one `startup_s`, the
+      `cold_start_spare_learnt.quantile` of the last `window_s`, at most `cap`, the given
+      replicas its prior for the first `prior_s`; `autoscale/spare.py`, Round 15).
+    - `cold_start_spare_learnt` (`window_s` 1200, `quantile` 0.95, `cap` 3.0 replicas,
+      `prior_s` 300, `smooth_s` 0): the learnt spare's parameters (read in `learnt` mode only).
     - `move_stabilization` (false; only with `role_switching`): a role move is a direction
       change of both pools, held to their reversal rules: the giver gives only what its
       floor's need widened by `hysteresis` and its own way down (the largest raw count of
@@ -340,6 +347,8 @@ class PlannerOptions(_Strict):
         default_factory=lambda: dict(DEFAULT_COLD_START_SPARE)
     )
     cold_start_spare_until_s: float | None = Field(default=None, ge=0)
+    cold_start_spare_mode: SpareMode = SpareMode.FIXED
+    cold_start_spare_learnt: LearntSpareOptions = Field(default_factory=LearntSpareOptions)
     move_stabilization: StrictBool = False
     budget_keep_fleet: StrictBool = True
     move_release_check: StrictBool = False

@@ -46,6 +46,9 @@ with the observation; the state is the forecaster's and the recent ticks'.
   only. Why: measured, it is the whole Azure hour's largest decode excess over the oracle
   (Round 14, `benchmarks/results/autoscale-round14-bound/`: 1.51 decode GPU-h in steady
   segments, the spare 1.5 held the whole hour), while its wins were opening ramps.
+  `cold_start_spare_mode: learnt`: s is measured per pool, the growth of the need for the
+  load now within one `startup_s` over the recent past (`autoscale.spare`, Round 15), the
+  policy's s its prior. Reason `cold-start-spare` where the spare sets the floor.
 - **Learnt burst dispersion** (`perf_model.decode_burst_dispersion_online`, with
   `decode_burst_queue`; off by default): the decode floor's burst quantile reads `I` learnt
   from the arrivals of each fed window (`autoscale.dispersion`), not the fixed
@@ -77,6 +80,7 @@ from autoscale.sizing import (
     ttft_target_s,
     uncached_tokens,
 )
+from autoscale.spare import LearntSpare, LearntSpareOptions
 from autoscale.stabilization import hold_count, up_count
 
 POOLS = (Pool.PREFILL, Pool.DECODE)
@@ -114,6 +118,7 @@ class PredictiveFloor:
         ramp_epsilon: float = 0.0,
         spare: dict[Pool, float] | None = None,
         spare_until_s: float | None = None,
+        spare_learnt: LearntSpareOptions | None = None,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -136,6 +141,13 @@ class PredictiveFloor:
         self.spare = {p: (spare or {}).get(p, 0.0) for p in POOLS}
         # `cold_start_spare_until_s`: the spare stands before this time only; None: always
         self.spare_until_s = spare_until_s
+        # `cold_start_spare_mode: learnt`: the spare measured for each pool `spare` names, its
+        # value the prior (0: none; `autoscale.spare`); None: the fixed spare
+        self.learnt = {
+            p: LearntSpare(policy.limits(p).startup_s, self.spare[p], spare_learnt)
+            for p in POOLS
+            if spare_learnt is not None and p in (spare or {})
+        }
         self.projection: dict[Pool, Projection | None] = {p: None for p in POOLS}
         self.counts: dict[Pool, FloorCounts] = {}
         self.level_rps = 0.0  # the last `compute`'s level rate (`autoscale.prefill_release`)
@@ -228,7 +240,7 @@ class PredictiveFloor:
             at: dict[float, int] = {}
             raw_at: dict[float, int] = {}
             hold = up = 0
-            need_now = 0.0
+            need_now = spare = 0.0
             self.projection[pool] = None
             for h in (0.0, horizon) if project else (0.0,):
                 fc = self.forecaster.forecast(h) if self.fed else level
@@ -261,16 +273,17 @@ class PredictiveFloor:
                 need = float(term.inputs["need"])
                 if h <= 0:
                     need_now = need
+                    learnt = self.learnt.get(pool)
+                    spare = self.spare[pool] if learnt is None else learnt.observe(obs.now, need)
                 elif (
-                    self.spare[pool] > 0
-                    and need < need_now + self.spare[pool]
+                    spare > 0
+                    and need < need_now + spare
                     and (self.spare_until_s is None or obs.now < self.spare_until_s)
                 ):
                     # at least the need now plus the spare (module docstring)
-                    need = need_now + self.spare[pool]
-                    term = Term(
-                        replicas_for(need), term.reason, {**term.inputs, "need": need, "spare": 1}
-                    )
+                    need = need_now + spare
+                    inputs = {**term.inputs, "need": need, "spare": spare}
+                    term = Term(replicas_for(need), "cold-start-spare", inputs)
                 at[h] = hold_count(need, self.hysteresis)
                 up = max(up, up_count(need, self.hysteresis))
                 raw_at[h] = term.replicas

@@ -67,6 +67,10 @@ VARIANTS: dict[str, tuple[bool | None, dict[str, Any]]] = {
     "role-switching-no-drain-moves": (True, {}),
     "role-switching-no-recall": (True, {}),
     "no-recall": (None, {}),
+    # the decode cold-start spare as given, learnt from the load, or none (`autoscale.spare`)
+    "spare-fixed": (None, {"cold_start_spare_mode": "fixed"}),
+    "spare-learnt": (None, {"cold_start_spare_mode": "learnt"}),
+    "spare-none": (None, {"cold_start_spare": None}),
 }
 ACTUATOR_OPTIONS: dict[str, dict[str, bool]] = {
     "role-switching-no-drain-moves": {"drain_moves": False},

@@ -310,6 +310,12 @@ class PlannerOptions(_Strict):
     - `budget_now_first` (true since Round 14; false before): while `gpu_budget` binds, each pool's
       need for the load now (its floor for the level, its reactive term) is split first and the
       headroom for the load ahead gets what is left (`autoscale/budget.py`, Round 13).
+    - `prefill_scale_down_s` (null: `stabilization.scale_down_s`; seconds >= 0): the prefill
+      pool's own scale-down window; its fast way down holds its floors at most this long
+      (`autoscale/prefill_down.py`, Round 15).
+    - `prefill_fall_release` (false): while the forecast's mean growth `startup_s` ahead over
+      the last `trend_hold_s` is at most -10 % of the level, the prefill pool's fast way down
+      holds no earlier tick's floor for the load ahead (`autoscale/prefill_down.py`, Round 15).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -346,6 +352,8 @@ class PlannerOptions(_Strict):
     ramp_epsilon: float = Field(default=0.0, ge=0, lt=1)
     prefill_floor_hold_s: float | None = Field(default=None, ge=0)
     budget_now_first: StrictBool = True
+    prefill_scale_down_s: float | None = Field(default=None, ge=0)
+    prefill_fall_release: StrictBool = False
 
     @field_validator("cold_start_growth")
     @classmethod

@@ -74,8 +74,9 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    With `prefill_floor_hold_s` (off by default: it flapped prefill on the whole Azure hour)
    the prefill pool's fast way down holds its floors that long only, once the level has
    fallen 25 % from its peak of the last `floor_hold_s` (`autoscale.prefill_release`,
-   Round 13). `prefill_scale_down_s` (prefill's own window) and `prefill_fall_release` (no
-   hold of the floors ahead while the trend falls): `autoscale.prefill_down`, Round 15, off.
+   Round 13). `prefill_scale_down_s` (prefill's own window), `prefill_fall_release` (no hold
+   of the floors ahead while the trend falls) and `prefill_fit_margin` (the prefill check's
+   margin): `autoscale.prefill_down`, Round 15, off.
    (The backlog and breach terms' high-water mark is what the fast path skips.)
    **Hysteresis** (`hysteresis` h, `hysteresis_window_s` 600): within the window after a move,
    its reversal reads the predictive floor's need widened by h (down to `ceil(need·(1+h))`
@@ -176,9 +177,12 @@ class PdorchPlanner(Planner):
         budget_now_first: bool = True,
         prefill_scale_down_s: float | None = None,
         prefill_fall_release: bool = False,
+        prefill_fit_margin: float | None = None,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
+        # the prefill consolidation check's own margin (`autoscale.prefill_down`; None: margin)
+        self.prefill_fit_margin = margin if prefill_fit_margin is None else prefill_fit_margin
         # a TTFT breach while sequences wait for a decode slot is decode's (`planner_terms`)
         self.decode_wait_attribution = decode_wait_attribution
         self.headroom = headroom
@@ -323,7 +327,7 @@ class PdorchPlanner(Planner):
             pool,
             m,
             self.correction[pool],
-            margin=self.margin,
+            margin=self.margin if pool is Pool.DECODE else self.prefill_fit_margin,
             min_samples=self.min_samples,
             kv_high=self.kv_high,
             decode_as_floor=self.decode_fit_as_floor,

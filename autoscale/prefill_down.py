@@ -1,5 +1,5 @@
-"""The prefill pool's own way down (planner options `prefill_scale_down_s` and
-`prefill_fall_release`; both off by default, Round 15).
+"""The prefill pool's own way down (planner options `prefill_scale_down_s`,
+`prefill_fall_release` and `prefill_fit_margin`; all off by default, Round 15).
 
 **Prefill scale-down window** (`prefill_scale_down_s` W; null: `stabilization.scale_down_s`,
 the planner-wide 180 s): the prefill pool's `autoscale.stabilization.Windows` read W for the
@@ -25,6 +25,14 @@ the load one cold start ahead; once the trend says the load is leaving, an earli
 forecast of growth is contradicted and holding it only pays for replicas the load has left.
 `FALL` 0.1: beyond the noise of a Holt trend over 5 s windows (Azure x14 projects +-18 % per
 window, `predictive_floor._sustained`; its 30 s mean a third of that).
+**Prefill fit margin** (`prefill_fit_margin` m_p; null: the planner's `margin`, 0.8): the
+prefill pool's consolidation check (`planner_terms.fits`: `λ_tok <= m_p·M·C_p/k` and
+`t_own + (Q/M)/(μ/k) <= m_p·TTFT`) reads m_p; decode's keeps `margin`. Why: per tick on the
+Azure x14 prefix the largest keeper of prefill replicas above the floor for the load now is
+this check refusing N-1 (0.27 of 0.64 replica-hours): at 0.8 it asks for more than the floor
+sizes at `headroom` 0.9, so a count the floor calls enough cannot be reached on the way down
+until a whole `fast_down_s` of 5 s windows, noisy ones included, fits 0.8.
+
 Source: pdorch's own measurement (Round 15, `benchmarks/results/autoscale-round15-prefill/`).
 """
 

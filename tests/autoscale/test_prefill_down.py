@@ -1,6 +1,7 @@
 """Round 15: the prefill pool's own way down (`autoscale.prefill_down`): its scale-down window
 (`prefill_scale_down_s`) and the release of the floors ahead on a sustained fall
-(`prefill_fall_release`) (LinearPerfModel: prefill 8k tok/s per replica at the target;
+(`prefill_fall_release`) and the prefill consolidation check's margin (`prefill_fit_margin`)
+(LinearPerfModel: prefill 8k tok/s per replica at the target;
 1000-token prompts, so 8 rps fill one replica)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from autoscale.policy import Intervals
 from autoscale.prefill_down import FallGate, prefill_windows
 from autoscale.signals import Pool
 from autoscale.stabilization import PoolStabilizer, Windows
-from tests.autoscale.obs import observation, policy
+from tests.autoscale.obs import observation, policy, replicas
 from tests.autoscale.test_planner import planner
 
 P, D = Pool.PREFILL, Pool.DECODE
@@ -117,6 +118,29 @@ def test_a_sustained_fall_releases_the_floor_ahead_of_a_ramp_tick() -> None:
     assert _after_a_ramp_forecast(8.0, prefill_fall_release=True)[130] == 3
 
 
+def _prefill_after_a_fit_minute(**options: Any) -> int:
+    """4 prefill replicas at 7 rps = 7k tok/s (floor 7k / 8k = 0.875 -> 1) for 60 s."""
+    pl = planner(policy(down_s=600.0), **options)
+    for t in range(0, 65, 5):
+        d = pl.plan(observation(float(t), rate=7.0, p=(4, 0), d=(8, 0)))
+    return d.desired[P]
+
+
+def test_the_prefill_fit_margin_moves_the_prefill_check_alone() -> None:
+    # margin 0.8: 7k > 0.8 * 1 * 8k = 6.4k, 1 does not fit, 2 does -> 2 after the fit minute;
+    # 0.9: 7k <= 7.2k and t_own 0.1 s <= 1.8 s -> 1
+    assert _prefill_after_a_fit_minute() == 2
+    assert _prefill_after_a_fit_minute(prefill_fit_margin=0.9) == 1
+    # decode keeps `margin` 0.8: 250 sequences on 3 replicas step 43.6 ms > 0.8 * 50 ms -> 4
+    # (at 0.9, 45 ms, 3 would fit)
+    reps = replicas(D, 5, num_running=50)
+    obs = observation(rate=0.1, d=(5, 0), reps=reps)
+    for fm in (None, 0.9):
+        d = planner(decode_fit_as_floor=False, prefill_fit_margin=fm).plan(obs)
+        assert d.desired[D] == 4 and d.reasons[D] == "consolidation"
+    assert planner(decode_fit_as_floor=False, margin=0.9).plan(obs).desired[D] == 3
+
+
 def test_prefill_down_options_are_checked_in_the_policy() -> None:
     pl = policy().planner
     assert pl.prefill_scale_down_s is None and pl.prefill_fall_release is False  # off
@@ -126,3 +150,8 @@ def test_prefill_down_options_are_checked_in_the_policy() -> None:
         policy(planner={"prefill_scale_down_s": -1})
     with pytest.raises(ValueError, match="prefill_fall_release"):
         policy(planner={"prefill_fall_release": "yes"})
+    assert policy().planner.prefill_fit_margin is None  # off: the planner's margin
+    assert policy(planner={"prefill_fit_margin": 0.9}).planner.prefill_fit_margin == 0.9
+    for bad in (0, 1.1):
+        with pytest.raises(ValueError, match="prefill_fit_margin"):
+            policy(planner={"prefill_fit_margin": bad})

@@ -31,7 +31,9 @@ prefill pool's consolidation check (`planner_terms.fits`: `λ_tok <= m_p·M·C_p
 Azure x14 prefix the largest keeper of prefill replicas above the floor for the load now is
 this check refusing N-1 (0.27 of 0.64 replica-hours): at 0.8 it asks for more than the floor
 sizes at `headroom` 0.9, so a count the floor calls enough cannot be reached on the way down
-until a whole `fast_down_s` of 5 s windows, noisy ones included, fits 0.8.
+until a whole `fast_down_s` of 5 s windows, noisy ones included, fits 0.8. Measured, 0.9 did
+nothing (Azure prefix 0.9994x the GPU-hours, the 600 s day identical): what holds is the fit
+minute's noisiest window, which N-1 would not carry at 0.9 either; kept off.
 
 Source: pdorch's own measurement (Round 15, `benchmarks/results/autoscale-round15-prefill/`).
 """

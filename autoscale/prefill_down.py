@@ -12,8 +12,11 @@ and that no floor of the last W asks for. Why: 180 s is a decode-sized window (a
 replica carries sequences for `OSL·ITL`, ~10 s each, and a 300 s drain); a prefill replica's
 legs last ~0.1-1 s, so it is empty within seconds of leaving, while the window held the
 floors of a peak's ticks (the ramp projected up to `trend_cap` 1.5x the level) for 180 s
-after the peak: on the Azure x14 prefix those holds are prefill's largest excess over the
-oracle (`benchmarks/results/autoscale-round15-prefill/`).
+after the peak (Azure x14 prefix: prefill 0.26 GPU-h above the oracle in holds after peaks,
+0.26 in ramps, of a 0.85 gap). Measured (Round 15, default -> W 90 at the same attainment):
+Azure x14 prefix 0.940x the GPU-hours (prefill 0.890x), 600 s day 0.917x (prefill direction
+changes 1 -> 2 in its 10 minutes), Mooncake prefix identical; W 60 re-ordered inside a burst
+(3 direction changes), W 120 0.964x / 0.950x. Off until the whole Azure hour is measured.
 
 **Release of the ahead floors on a sustained fall** (`prefill_fall_release`, bool): each tick
 records the forecaster's raw growth at `startup_s` ahead relative to the level,
@@ -24,7 +27,10 @@ ahead of this tick only (`PoolStabilizer.ahead_released`), not those of the last
 the load one cold start ahead; once the trend says the load is leaving, an earlier tick's
 forecast of growth is contradicted and holding it only pays for replicas the load has left.
 `FALL` 0.1: beyond the noise of a Holt trend over 5 s windows (Azure x14 projects +-18 % per
-window, `predictive_floor._sustained`; its 30 s mean a third of that).
+window, `predictive_floor._sustained`; its 30 s mean a third of that). Measured: 0.967x /
+0.970x the GPU-hours on the Azure prefix / 600 s day, no direction change added; with W 90 it
+adds a direction change on the day and saves less than W 90 alone.
+
 **Prefill fit margin** (`prefill_fit_margin` m_p; null: the planner's `margin`, 0.8): the
 prefill pool's consolidation check (`planner_terms.fits`: `λ_tok <= m_p·M·C_p/k` and
 `t_own + (Q/M)/(μ/k) <= m_p·TTFT`) reads m_p; decode's keeps `margin`. Why: per tick on the

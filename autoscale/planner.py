@@ -74,7 +74,9 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    With `prefill_floor_hold_s` (off by default: it flapped prefill on the whole Azure hour)
    the prefill pool's fast way down holds its floors that long only, once the level has
    fallen 25 % from its peak of the last `floor_hold_s` (`autoscale.prefill_release`,
-   Round 13).
+   Round 13). `prefill_scale_down_s` (prefill's own window), `prefill_fall_release` (no hold
+   of the floors ahead while the trend falls) and `prefill_fit_margin` (the prefill check's
+   margin): `autoscale.prefill_down`, Round 15, off.
    (The backlog and breach terms' high-water mark is what the fast path skips.)
    **Hysteresis** (`hysteresis` h, `hysteresis_window_s` 600): within the window after a move,
    its reversal reads the predictive floor's need widened by h (down to `ceil(need·(1+h))`
@@ -121,7 +123,7 @@ from autoscale.planner_terms import (
 )
 from autoscale.policy import DEFAULT_COLD_START_SPARE, PrefillSignal, SloPolicy
 from autoscale.predictive_floor import POOLS, PredictiveFloor
-from autoscale.prefill_release import PeakRelease
+from autoscale.prefill_down import PrefillDown, prefill_windows
 from autoscale.projections import AheadRelease, TrendAge
 from autoscale.residence import ResidenceMean
 from autoscale.role_moves import PoolView
@@ -177,9 +179,14 @@ class PdorchPlanner(Planner):
         ramp_epsilon: float = 0.0,
         prefill_floor_hold_s: float | None = None,
         budget_now_first: bool = True,
+        prefill_scale_down_s: float | None = None,
+        prefill_fall_release: bool = False,
+        prefill_fit_margin: float | None = None,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
+        # the prefill consolidation check's own margin (`autoscale.prefill_down`; None: margin)
+        self.prefill_fit_margin = margin if prefill_fit_margin is None else prefill_fit_margin
         # a TTFT breach while sequences wait for a decode slot is decode's (`planner_terms`)
         self.decode_wait_attribution = decode_wait_attribution
         self.headroom = headroom
@@ -230,9 +237,12 @@ class PdorchPlanner(Planner):
         windows = Windows(
             st.scale_up_s, st.scale_down_s, fast_down_s, self.floor_hold_s, self.ahead_hold_s
         )
-        # and a floor-ordered up within it after a down waits `reversal_ticks` ticks in a row
+        # and a floor-ordered up within it after a down waits `reversal_ticks` ticks in a row;
+        # prefill may have its own scale-down window (`autoscale.prefill_down`)
+        own = {Pool.PREFILL: prefill_windows(windows, prefill_scale_down_s)}
         self._stabilizers = {
-            p: PoolStabilizer(windows, hysteresis_window_s, reversal_ticks) for p in POOLS
+            p: PoolStabilizer(own.get(p, windows), hysteresis_window_s, reversal_ticks)
+            for p in POOLS
         }
         # steps 0-1: the forecaster and the floor sized from it (`autoscale.predictive_floor`)
         self.floor = PredictiveFloor(
@@ -260,10 +270,9 @@ class PdorchPlanner(Planner):
             ),
         )
         # the prefill pool's shorter hold of its floors after a peak (`autoscale.prefill_release`)
-        self._peak_release = (
-            None
-            if prefill_floor_hold_s is None
-            else PeakRelease(prefill_floor_hold_s, self.floor_hold_s)
+        # and its release of the floors ahead on a sustained fall (`autoscale.prefill_down`)
+        self._prefill_down = PrefillDown.of(
+            prefill_floor_hold_s, self.floor_hold_s, prefill_fall_release, trend_hold_s
         )
         self.correction: dict[Pool, float] = {p: 1.0 for p in POOLS}
         self._floor: dict[Pool, Term] = {}
@@ -328,7 +337,7 @@ class PdorchPlanner(Planner):
             pool,
             m,
             self.correction[pool],
-            margin=self.margin,
+            margin=self.margin if pool is Pool.DECODE else self.prefill_fit_margin,
             min_samples=self.min_samples,
             kv_high=self.kv_high,
             decode_as_floor=self.decode_fit_as_floor,
@@ -370,10 +379,7 @@ class PdorchPlanner(Planner):
         desired: dict[Pool, int] = {}
         reasons: dict[Pool, str] = {}
         details: dict[str, Any] = {"correction": {str(p): k for p, k in self.correction.items()}}
-        if self._peak_release is not None:
-            short = self._peak_release.observe(now, self.floor.level_rps)
-            self._stabilizers[Pool.PREFILL].short_hold_s = short
-            details["prefill_short_hold_s"] = short
+        details.update(self._prefill_down.apply(now, self.floor, self._stabilizers[Pool.PREFILL]))
         now_need: dict[Pool, int] = {}  # the need for the load now (`budget_now_first`)
         # the reactive and fit terms read the load as the last `level_window_s`' mean (the
         # pools, queues and latencies of this window): a one-tick spike of arrivals is not a

@@ -97,6 +97,9 @@ class PoolStabilizer:
     # prefill pool after a peak, `autoscale.prefill_release`); the floors are kept for the
     # windows' whole length either way
     short_hold_s: float | None = None
+    # this tick: the floors for the load ahead hold for this tick only (the prefill pool while
+    # its trend falls, `autoscale.prefill_down`); the floors for the load now keep their window
+    ahead_released: bool = False
     _raw: deque[tuple[float, int]] = field(default_factory=deque)
     _hold: deque[tuple[float, int]] = field(default_factory=deque)
     _fit: deque[tuple[float, int]] = field(default_factory=deque)
@@ -247,6 +250,8 @@ class PoolStabilizer:
         floor_s, ahead_s = w.floor_hold_s, w.ahead_hold_s
         if self.short_hold_s is not None:
             floor_s, ahead_s = min(floor_s, self.short_hold_s), min(ahead_s, self.short_hold_s)
+        if self.ahead_released:
+            ahead_s = 0.0
         for t, now_counts, ahead_counts, proj in self._floors:
             f_now, f_ahead = now_counts[pick], ahead_counts[pick]
             if now - t <= floor_s:

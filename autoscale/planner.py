@@ -171,7 +171,7 @@ class PdorchPlanner(Planner):
         cold_start_growth: dict[Pool, float] | None = None,
         cold_start_spare: Mapping[Pool, float] | None = DEFAULT_COLD_START_SPARE,
         cold_start_spare_until_s: float | None = None,
-        cold_start_spare_mode: SpareMode | str = SpareMode.FIXED,
+        cold_start_spare_mode: SpareMode | str = SpareMode.LEARNT,
         cold_start_spare_learnt: LearntSpareOptions | Mapping[str, Any] = DEFAULT_LEARNT_SPARE,
         move_stabilization: bool = False,
         budget_keep_fleet: bool = True,

@@ -38,7 +38,9 @@ from pools.yaml_errors import (
 MAX_TTFT_TARGET_MS = 600_000.0  # 10 min
 MAX_ITL_TARGET_MS = 10_000.0  # 10 s per token
 # planner.cold_start_spare's default: 1.5 decode replicas on the floor ahead and in the start
-# fleet. With the burst decode model the start fleet is otherwise 1 decode replica, and the
+# fleet (since Round 15, with `cold_start_spare_mode: learnt`, the learnt spare's prior for the
+# first `prior_s` and the start fleet's spare). With the burst decode model the start fleet is
+# otherwise 1 decode replica, and the
 # Azure trace's opening ramp (18 -> 78 rps in 50 s) queued first tokens for a whole cold start
 # (Round 13 decode: Azure x14 prefix 78.28 % without it, 97.08 % with it; Round 14: the whole
 # Azure hour 99.64 % at 0.89x main's GPU-hours).
@@ -282,7 +284,8 @@ class PlannerOptions(_Strict):
     - `cold_start_spare_until_s` (null: the spare stands the whole run; seconds >= 0): the
       spare applies to ticks before this time only (the opening ramps it was measured on);
       after it the floor ahead is the plain one (`autoscale/predictive_floor.py`, Round 14).
-    - `cold_start_spare_mode` (`fixed`: `cold_start_spare` stands as given; `learnt`: each pool
+    - `cold_start_spare_mode` (`learnt` since Round 15's whole runs; `fixed`: `cold_start_spare`
+      stands as given; `learnt`: each pool
       it names gets the growth of its floor's need within one `startup_s`, the
       `cold_start_spare_learnt.quantile` of the last `window_s`, at most `cap`, the given
       replicas its prior for the first `prior_s`; `autoscale/spare.py`, Round 15).
@@ -356,7 +359,7 @@ class PlannerOptions(_Strict):
         default_factory=lambda: dict(DEFAULT_COLD_START_SPARE)
     )
     cold_start_spare_until_s: float | None = Field(default=None, ge=0)
-    cold_start_spare_mode: SpareMode = SpareMode.FIXED
+    cold_start_spare_mode: SpareMode = SpareMode.LEARNT
     cold_start_spare_learnt: LearntSpareOptions = Field(default_factory=LearntSpareOptions)
     move_stabilization: StrictBool = False
     budget_keep_fleet: StrictBool = True

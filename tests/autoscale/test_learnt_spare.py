@@ -90,8 +90,12 @@ def test_the_prior_is_a_minimum_for_the_first_prior_s() -> None:
 
 
 def test_the_policy_selects_and_checks_the_learnt_spare(tmp_path: Path) -> None:
-    assert SloPolicy().planner.cold_start_spare_mode is SpareMode.FIXED
+    # learnt is the default since Round 15's whole runs; fixed is selected by name
+    assert SloPolicy().planner.cold_start_spare_mode is SpareMode.LEARNT
     assert SloPolicy().planner.cold_start_spare_learnt == LearntSpareOptions()
+    assert load_policy(
+        "planner:\n  cold_start_spare_mode: fixed\n"
+    ).planner.cold_start_spare_mode is (SpareMode.FIXED)
     text = (
         "planner:\n  cold_start_spare_mode: learnt\n"
         "  cold_start_spare_learnt: {window_s: 900, quantile: 0.99, cap: 2}\n"

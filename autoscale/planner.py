@@ -13,28 +13,16 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    at -0.2 points, but the diurnal day lost its first ramp's minute (99.17 %: the mean's lag)
    and Mooncake's decode flapped (benchmarks/results/AUTOSCALE.md, Round 4).
 1. **Predictive floor** (`autoscale.predictive_floor.PredictiveFloor`, which owns the
-   forecaster and its feed; recomputed whenever the forecaster is fed: every tick by default, or
-   one aggregate per `forecast_window_s`, and at least every `intervals.predictive_s`) from
-   the forecaster's load at now and at `startup_s` ahead (the larger need wins, so capacity
-   is asked for before the load arrives and not released before it leaves; only the rate is
-   projected, at most `trend_cap` 1.5 x its level, and only by the mean growth projected
-   over the last `trend_hold_s` 30 s, so a one-tick trend is noise, not an order; before the
-   first whole window, the partial windows' load; with `trend_age` (off by default) the
-   growth is projected only over the part of `startup_s` the trend has lasted, and with
-   `release_after_ticks` k (0, off by default) a projection whose path the level stays below
-   for k ticks is released and nothing is projected until the level reaches it:
-   `autoscale.projections`, Round 6; with `decode_correction_on_target` the decode correction
-   moves the ITL target the KV-capped batch is read at, and with `decode_residence_mean` the
-   decode floor is its need's mean over the residence time `T_own + OSL·ITL`: both off by
-   default, `autoscale.sizing` / `autoscale.residence`, Round 7), sized by `autoscale.sizing` with
-   `headroom` (0.9) and the pool's correction factor `k`:
+   forecaster and its feed, and documents each of its options: the trend projection and its
+   cap, `trend_age`, `release_after_ticks`, `decode_residence_mean`,
+   `decode_correction_on_target`, `cold_start_growth`, `ramp_epsilon`, the cold-start spare,
+   fixed or learnt) from the forecaster's load at now and at `startup_s` ahead (the larger
+   need wins, so capacity is asked for before the load arrives and not released before it
+   leaves), sized by `autoscale.sizing` with `headroom` (0.9) and the pool's correction `k`:
    `N_p = ceil(rate·ISL·(1-hit) / (C_p(ISL_u, TTFT)·h/k_p))`,
    `N_d = ceil(rate·(T_own + OSL·ITL) / (B_d(ISL+OSL/2, ITL)·h/k_d))`, `T_own` = the model's
    prefill time of the uncached prompt capped at the TTFT target (prefill queueing is not
-   decode residence). With `cold_start_growth` g (per pool, off by default) the floor for the
-   load `startup_s` ahead is sized for at least g x the level (Round 10); with `ramp_epsilon`
-   ε (off by default) that floor orders replica k at `need > k - ε` while it expects growth
-   (`autoscale.ramp_edge`, Round 13).
+   decode residence).
 2. **Correction** `k` = EWMA (`correction_alpha` 0.2) of observed/predicted mean latency
    (`planner_terms.prefill_correction` / `decode_correction`), clamped to
    `correction_bounds` (0.5, 2.0), updated only from windows with ≥ `min_samples` (20) requests

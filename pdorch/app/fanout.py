@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -223,14 +223,16 @@ class BatchStream(StreamingResponse):
         self.merge = StreamMerge(n)
         self.completed = False
         self._tasks: list[asyncio.Task[None]] = []
+        # kept typed as a generator: `__call__` closes it, `body_iterator` is only an iterator
+        self._merged = self._body()
         super().__init__(
-            self._body(),
+            self._merged,
             status_code=200,
             media_type="text/event-stream",
             headers={**headers, "cache-control": "no-cache"},
         )
 
-    async def _body(self) -> AsyncIterator[bytes]:
+    async def _body(self) -> AsyncGenerator[bytes, None]:
         # bounded: a slow client holds the prompt streams in their `yield` (ProxyStream does
         # not count that as the engine's silence) instead of growing a buffer
         queue: asyncio.Queue[tuple[int, bytes | None]] = asyncio.Queue(maxsize=_QUEUE_EVENTS)
@@ -277,7 +279,7 @@ class BatchStream(StreamingResponse):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             with contextlib.suppress(Exception):
-                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+                await self._merged.aclose()
             for stream in self.streams:
                 await stream.close_unsent()
             self.parent._finish(ok=self.completed, status=200)

@@ -16,7 +16,10 @@ after the peak (Azure x14 prefix: prefill 0.26 GPU-h above the oracle in holds a
 0.26 in ramps, of a 0.85 gap). Measured (Round 15, default -> W 90 at the same attainment):
 Azure x14 prefix 0.940x the GPU-hours (prefill 0.890x), 600 s day 0.917x (prefill direction
 changes 1 -> 2 in its 10 minutes), Mooncake prefix identical; W 60 re-ordered inside a burst
-(3 direction changes), W 120 0.964x / 0.950x. Off until the whole Azure hour is measured.
+(3 direction changes), W 120 0.964x / 0.950x. Whole workloads (with the learnt decode spare,
+`benchmarks/results/autoscale-round15-whole/`): W 90 0.912x on the Azure hour, 0.964x on the
+2-hour day, whole Mooncake identical, at equal attainment, but 3 prefill direction changes in
+the hour's worst 10 minutes (W 120: 4) against the goal's 2: off.
 
 **Release of the ahead floors on a sustained fall** (`prefill_fall_release`, bool): each tick
 records the forecaster's raw growth at `startup_s` ahead relative to the level,

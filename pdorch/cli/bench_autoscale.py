@@ -8,7 +8,9 @@ leave after a drain, switch role after `switch_s`. The table (stdout, or stderr 
 "direction_changes_worst_10min": {"prefill", "decode"}, ...}}, "wall_s"}`; the worst 10 minutes:
 the most direction changes in any 600 s window, `benchmarks/autoscale_sim/flaps.py`) summarise
 each run; `--out DIR` writes `results.json` (every run's accounting, the exact command and
-the settings) and the report (`benchmarks/autoscale_sim/report.py`). `--jobs N` runs the
+the settings), `policy.yaml` (the policy as the run read it, every default written out: pass
+it as `--policy` to rerun after a default changed) and the report
+(`benchmarks/autoscale_sim/report.py`). `--jobs N` runs the
 planners in N forked worker processes (`benchmarks/autoscale_sim/parallel.py`; the same
 results). `--merge DIR,...` simulates nothing: it makes one run, one `results.json` and one
 report of several runs' folders of the same settings (`benchmarks/autoscale_sim/merge.py`).
@@ -168,7 +170,9 @@ def bench_autoscale(
     out: Path | None = typer.Option(
         None,
         "--out",
-        help="Directory (created) to write results.json, report.md and PNG plots into. "
+        help="Directory (created) to write results.json, policy.yaml (the effective policy, "
+        "every default written out: rerun with --policy DIR/policy.yaml), report.md and "
+        "PNG plots into. "
         "Default: write no files.",
         file_okay=False,
     ),

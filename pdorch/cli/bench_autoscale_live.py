@@ -8,7 +8,8 @@ then the what-if of the same workload, policy, planner and initial fleet
 `--json`). `--json`: one object on stdout, `{"live": {...}, "whatif": {...}, "comparison":
 [{"metric", "live", "whatif", "ratio"}], "agreement": {POOL: {...}}, "failed",
 "scale_ups": {POOL: n}, "scale_downs": {POOL: n}, "lifecycle_s": {POOL: {"ready": [...],
-"drained": [...]}}, "wall_s"}`; `--out DIR`: `results.json`, `report.md`, `timeline.png`.
+"drained": [...]}}, "wall_s"}`; `--out DIR`: `results.json`, `policy.yaml` (the effective
+policy), `report.md`, `timeline.png`.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def run_live_bench(
     from benchmarks.autoscale_live.report import render_report
     from benchmarks.autoscale_live.runner import LiveAutoscaleConfig, run_live
     from benchmarks.autoscale_sim.runner import run_planner
+    from pdorch.cli.bench_autoscale_output import write_effective_policy
 
     wall0 = time.perf_counter()
     # the live run shares the machine: its load says how far real time was late
@@ -138,6 +140,7 @@ def run_live_bench(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+        write_effective_policy(run, out)
         render_report(run, out)
         err.print(f"report: {out / 'report.md'}")
     if as_json:

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from benchmarks.autoscale_sim.flaps import worst_window_direction_changes
 
 SUMMARY_KEYS = (
@@ -120,15 +122,36 @@ def render(run: dict[str, Any], out: Path) -> None:
     report.render_report(run, out)
 
 
+POLICY_HEADER = """\
+# The SLO policy this run used, every field written out with the value it had (defaults
+# included), so the run reproduces after a default changes: pass this file as --policy.
+# Command: {command}
+# A planner variant (a name with `+`, e.g. pdorch+spare-fixed) applies its overrides on top.
+"""
+
+
+def write_effective_policy(run: dict[str, Any], out: Path) -> None:
+    """`out/policy.yaml`: the run's policy as validated, defaults written out (the file it
+    named keeps only what it set, and a default of the day is not one of tomorrow's)."""
+    policy = run.get("settings", {}).get("policy")
+    if not isinstance(policy, dict):
+        return
+    command = " ".join(str(run.get("command", "")).split())
+    text = POLICY_HEADER.format(command=command) + yaml.safe_dump(policy, sort_keys=False)
+    (out / "policy.yaml").write_text(text, encoding="utf-8")
+
+
 def emit(
     run: dict[str, Any], title: str, out: Path | None, as_json: bool, console: Any, err: Any
 ) -> None:
-    """The table on `console`; with `out`, results.json and the report; with `as_json`, the
-    one JSON object on stdout (`{"planners": runs_summary, "wall_s"}`)."""
+    """The table on `console`; with `out`, results.json, policy.yaml (the effective policy)
+    and the report; with `as_json`, the one JSON object on stdout (`{"planners":
+    runs_summary, "wall_s"}`)."""
     console.print(rich_table(run["planners"], title))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+        write_effective_policy(run, out)
         render(run, out)
         err.print(f"report: {out / 'report.md'}")
     if as_json:

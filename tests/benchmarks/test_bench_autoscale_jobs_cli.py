@@ -14,6 +14,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
+from autoscale.policy import load_policy
 from benchmarks.autoscale_sim.same_results import differences, strip_run_fields
 from pdorch.cli import app
 from tests.data import AZURE_CONVERSATION, REPO, require_file
@@ -58,6 +59,9 @@ def test_jobs_2_gives_the_same_results_as_jobs_1_and_merge_gives_the_whole_run(
     assert list(run2["planners"]) == PLANNERS.split(",")
     assert same_run(run1, run2) == []
     assert run1["planners"]["pdorch"]["events"], "a run with no scale events proves little"
+    # the effective policy beside the results, to rerun with after a default changes
+    effective = load_policy(one / "policy.yaml").model_dump(mode="json")
+    assert effective == run1["settings"]["policy"]
     j1, j2 = json.loads(r1.stdout)["planners"], json.loads(r2.stdout)["planners"]
     for name in j1:
         assert {k: v for k, v in j1[name].items() if k != "sim_cpu_s"} == {

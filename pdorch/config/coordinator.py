@@ -88,7 +88,7 @@ class CoordinatorSettings(BaseModel):
         default=None, min_length=1, description="Token the /admin endpoints require, if set."
     )
     edge_fast_path: bool = Field(
-        default=False,
+        default=True,
         description="Serve POST /v1/completions and /v1/chat/completions straight from the "
         "HTTP protocol, without the ASGI layers (pdorch/app/edge_fast.py: the same request "
         "logic and answers; requests it does not fit go through ASGI); false: every request "

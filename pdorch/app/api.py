@@ -10,7 +10,9 @@ solving: ~20% of the coordinator's CPU per request once the upstream legs are le
 `benchmarks/results/proxy.md`) and go straight from the ASGI call to `RequestFlow`, which
 never raises and answers every error itself. Same auth check, same error bodies, same
 headers; any other method or path (405s, trailing-slash redirects, admin, docs) goes through
-FastAPI as before.
+FastAPI as before. Under pdorch's edge with `coordinator.edge_fast_path` most of these POSTs do
+not even come through ASGI: the edge calls `CoordinatorApp.serve_post`, the same request
+logic, itself (`edge_fast.py`); the request as either reads it: `edge_request.py`.
 
 Routes: `POST /v1/completions`, `POST /v1/chat/completions` (stream or not; the P/D flow in
 `flow.py`; batches of prompts `fanout.py`), `POST /tokenize`, `/detokenize`, `/v1/responses`,

@@ -27,6 +27,9 @@ limits from the fleet file's `coordinator:` section:
   (`HeadCork`; uvicorn writes them apart; a whole OpenAI answer is written by the edge in one
   piece, `edge_answer.py`), and every request's disconnect is told to the app
   from `connection_lost` (`disconnect.py`: no task per request waiting in `receive()`).
+- Not a limit: with `fast` (`coordinator.edge_fast_path`), the two OpenAI POSTs are served from
+  here, not through ASGI: their handler called with the raw headers and the buffered body
+  once it is whole (`edge_fast.py`, which lists what still goes through ASGI).
 
 Each answer is OpenAI-shaped (`errors.py`) with `connection: close`. The whole-request
 deadline (`request_timeout_s`, 504) starts after the body (`flow.py`); headers over

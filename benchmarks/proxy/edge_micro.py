@@ -31,7 +31,6 @@ from typing import Any
 import uvicorn
 import uvloop
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 from uvicorn.server import ServerState
 
 from pdorch.app.api import CoordinatorApp
@@ -168,10 +167,6 @@ def main(argv: list[str]) -> None:
             best[mode] = min(best[mode], runner(_run(mode, n)))
     for mode in modes:
         print(f"{mode:6s} {best[mode]:7.2f} µs/request")
-
-
-async def _unused(scope: Scope, receive: Receive, send: Send) -> None:  # pragma: no cover
-    raise AssertionError
 
 
 if __name__ == "__main__":

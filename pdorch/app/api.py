@@ -10,7 +10,9 @@ solving: ~20% of the coordinator's CPU per request once the upstream legs are le
 `benchmarks/results/proxy.md`) and go straight from the ASGI call to `RequestFlow`, which
 never raises and answers every error itself. Same auth check, same error bodies, same
 headers; any other method or path (405s, trailing-slash redirects, admin, docs) goes through
-FastAPI as before.
+FastAPI as before. Under pdorch's edge with `coordinator.edge_fast_path` most of these POSTs do
+not even come through ASGI: the edge calls `CoordinatorApp.serve_post`, the same request
+logic, itself (`edge_fast.py`); the request as either reads it: `edge_request.py`.
 
 Routes: `POST /v1/completions`, `POST /v1/chat/completions` (stream or not; the P/D flow in
 `flow.py`; batches of prompts `fanout.py`), `POST /tokenize`, `/detokenize`, `/v1/responses`,
@@ -36,19 +38,20 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from pdorch.app.admin import admin_router
 from pdorch.app.admin_drain import admin_drain_router
 from pdorch.app.admin_scale import admin_scale_router
-from pdorch.app.auth import check_client
+from pdorch.app.auth import check_client, check_client_authorization
 from pdorch.app.dashboard import dashboard_router
-from pdorch.app.edge_answer import ANSWER_EXTENSION, WholeAnswer
+from pdorch.app.edge_answer import write_answer
+from pdorch.app.edge_request import AsgiRequest, ClientRequest, Replayed, authorization
 from pdorch.app.errors import ApiError
-from pdorch.app.flow import ClientGone, RequestFlow, read_body
+from pdorch.app.flow import ClientGone, RequestFlow
 from pdorch.app.metrics import CONTENT_TYPE
-from pdorch.app.models import ModelDispatch, peek_model, replay_body
+from pdorch.app.models import ModelDispatch, peek_model
 from pdorch.app.openai_schema import RequestKind
 from pdorch.app.openapi import openapi_document
 from pdorch.app.passthrough import passthrough_router
@@ -61,31 +64,36 @@ FAST_ROUTES: dict[str, RequestKind] = {
 }
 
 
-async def serve_openai(c: Coordinator, kind: RequestKind, request: Request) -> Response:
+async def serve_openai(c: Coordinator, kind: RequestKind, request: ClientRequest) -> Response:
     """One OpenAI POST: client auth, then the P/D flow (never raises `ApiError`)."""
-    try:
-        check_client(request.headers, c.api_keys)
-    except ApiError as exc:
-        if exc.status in (401, 403):
-            c.metrics.rejected("auth")
-        return exc.response()
+    if c.api_keys:
+        try:
+            check_client_authorization(authorization(request.headers), c.api_keys)
+        except ApiError as exc:
+            if exc.status in (401, 403):
+                c.metrics.rejected("auth")
+            return exc.response()
     return await RequestFlow(c, kind, request).run()
 
 
-async def serve_dispatched(models: ModelDispatch, kind: RequestKind, request: Request) -> Response:
+async def serve_dispatched(
+    models: ModelDispatch, kind: RequestKind, request: ClientRequest
+) -> Response:
     """A several-model fleet (`models.py`): read the body, pick the model's coordinator by its
     `model`, and serve the request there with the body replayed."""
     primary = models.primary
     try:
-        check_client(request.headers, primary.api_keys)  # before reading a stranger's body
-        raw = await read_body(request, primary.limits.max_body_bytes)
+        # before reading a stranger's body
+        check_client_authorization(authorization(request.headers), primary.api_keys)
+        raw = await request.body(primary.limits.max_body_bytes)
         chosen = models.pick(peek_model(raw))
     except ApiError as exc:
         if exc.status in (401, 403):
             primary.metrics.rejected("auth")
         return exc.response()
-    replayed = Request(request.scope, replay_body(raw, request.receive))
-    return await serve_openai(chosen, kind, replayed)
+    except ClientGone:
+        return Response(status_code=499)  # nobody reads it: the client left mid-body
+    return await serve_openai(chosen, kind, Replayed(request, raw))
 
 
 def model_cards(coordinators: list[Coordinator], created: int) -> list[dict[str, Any]]:
@@ -129,6 +137,13 @@ class CoordinatorApp(FastAPI):
     models: ModelDispatch | None
     max_header_bytes: int
 
+    async def serve_post(self, kind: RequestKind, request: ClientRequest) -> Response:
+        """The request logic of the two OpenAI POSTs, whoever calls it: this app's lean ASGI
+        branch, or pdorch's edge protocol directly (`edge.py`, `coordinator.edge_fast_path`)."""
+        if self.models is not None:
+            return await serve_dispatched(self.models, kind, request)
+        return await serve_openai(self.coordinator, kind, request)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and _header_bytes(scope) > self.max_header_bytes:
             # uvicorn's httptools parser buffers headers of any size: bound them here, for
@@ -145,22 +160,8 @@ class CoordinatorApp(FastAPI):
             and not scope.get("root_path")
             and (kind := FAST_ROUTES.get(scope["path"])) is not None
         ):
-            request = Request(scope, receive, send)
-            if self.models is not None:
-                response = await serve_dispatched(self.models, kind, request)
-            else:
-                response = await serve_openai(self.coordinator, kind, request)
-            # a whole answer: head and body in one write by the edge (edge_answer.py)
-            extensions = scope.get("extensions")
-            answer = extensions.get(ANSWER_EXTENSION) if extensions else None
-            if (
-                isinstance(answer, WholeAnswer)
-                and response.background is None
-                and not isinstance(response, StreamingResponse)
-                and answer.send_whole(response.status_code, response.raw_headers, response.body)
-            ):
-                return
-            await response(scope, receive, send)
+            response = await self.serve_post(kind, AsgiRequest(scope, receive))
+            await write_answer(response, scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
@@ -211,9 +212,7 @@ def create_app(coordinator: Coordinator, models: ModelDispatch | None = None) ->
     # Registered for 405s, redirects and a root_path deployment; `CoordinatorApp.__call__`
     # serves the plain POSTs without entering FastAPI.
     async def serve(kind: RequestKind, request: Request) -> Response:
-        if models is not None:
-            return await serve_dispatched(models, kind, request)
-        return await serve_openai(c, kind, request)
+        return await app.serve_post(kind, AsgiRequest(request.scope, request.receive))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

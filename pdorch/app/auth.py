@@ -23,7 +23,10 @@ _BEARER = "bearer "
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
     """The token of an `Authorization: Bearer ...` header, or None."""
-    value = headers.get("authorization")
+    return _bearer(headers.get("authorization"))
+
+
+def _bearer(value: str | None) -> str | None:
     if not value or value[: len(_BEARER)].lower() != _BEARER:
         return None
     return value[len(_BEARER) :].strip() or None
@@ -38,9 +41,16 @@ def _known(token: str, accepted: Iterable[str]) -> bool:
 
 def check_client(headers: Mapping[str, str], api_keys: tuple[str, ...]) -> None:
     """Raise 401 unless no keys are configured or the request carries one of them."""
+    if api_keys:
+        check_client_authorization(headers.get("authorization"), api_keys)
+
+
+def check_client_authorization(value: str | None, api_keys: tuple[str, ...]) -> None:
+    """`check_client` on the request's `Authorization` value (None: not sent), for the raw
+    headers of the OpenAI POSTs (`edge_request.authorization`)."""
     if not api_keys:
         return
-    token = bearer_token(headers)
+    token = _bearer(value)
     if token is None:
         raise ApiError(
             401,

@@ -27,6 +27,9 @@ limits from the fleet file's `coordinator:` section:
   (`HeadCork`; uvicorn writes them apart; a whole OpenAI answer is written by the edge in one
   piece, `edge_answer.py`), and every request's disconnect is told to the app
   from `connection_lost` (`disconnect.py`: no task per request waiting in `receive()`).
+- Not a limit: with `fast` (`coordinator.edge_fast_path`), the two OpenAI POSTs are served from
+  here, not through ASGI: their handler called with the raw headers and the buffered body
+  once it is whole (`edge_fast.py`, which lists what still goes through ASGI).
 
 Each answer is OpenAI-shaped (`errors.py`) with `connection: close`. The whole-request
 deadline (`request_timeout_s`, 504) starts after the body (`flow.py`); headers over
@@ -49,7 +52,10 @@ from pdorch.app.admission import PRIORITY_HEADER, parse_priority
 from pdorch.app.deadlines import Deadline, DeadlineQueue, Deadlines
 from pdorch.app.disconnect import DISCONNECT_EXTENSION, DisconnectWatch
 from pdorch.app.edge_answer import ANSWER_EXTENSION, WholeAnswer
+from pdorch.app.edge_fast import REQUEST_EXTENSION, Handler, fast_app, fast_kind
+from pdorch.app.edge_request import EdgeRequest
 from pdorch.app.head_shed import SHED_PATHS, HeadShed
+from pdorch.app.openai_schema import RequestKind
 from pdorch.config.coordinator import CoordinatorSettings
 
 _encode = msgspec.json.Encoder().encode
@@ -163,10 +169,14 @@ class HeadCork:
 def edge_protocol(
     settings: CoordinatorSettings,
     shed: HeadShed | None = None,
+    fast: Handler | None = None,
 ) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol with the edge limits of `settings` (module docstring);
     `shed`: head shedding (its `pending` counted in and out here; `shed.on_shed(reason)` per
-    request shed)."""
+    request shed); `fast`: the OpenAI POSTs' request logic, called from here for the requests
+    the fast path takes (`edge_fast.py`; None: every request through ASGI)."""
+    fast_serve = fast_app(fast) if fast is not None else None
+    max_header_bytes = settings.max_header_bytes
     shed_bytes = shed_answers(settings)
     max_connections = settings.max_connections
     header_timeout_s = settings.header_timeout_s
@@ -208,6 +218,8 @@ def edge_protocol(
         _edge_discard = False  # answered 431: drop what still comes, then close
         _edge_linger: asyncio.TimerHandle | None = None
         _edge_watch: DisconnectWatch | None = None  # the current request's (disconnect.py)
+        _edge_fast_kind: RequestKind | None = None  # its head is being let in on the fast path
+        _edge_fast: Any = None  # the fast-path cycle whose handler waits for its whole body
 
         def data_received(self, data: bytes) -> None:
             if self._edge_discard:
@@ -256,6 +268,8 @@ def edge_protocol(
             watch = self._edge_watch
             if watch is not None and cycle is not None and cycle.disconnected:
                 watch.lost()  # the moment uvicorn marks it disconnected (answer not complete)
+            if self._edge_fast is not None:  # left mid-body: its handler reads ClientGone and
+                self._edge_start_fast()  # counts the 499, as on the ASGI path
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -270,7 +284,10 @@ def edge_protocol(
             if shed is not None and self._edge_shed_head(shed):
                 return
             before = self.cycle
-            super().on_headers_complete()
+            if fast_serve is not None:
+                self._edge_fast_kind = fast_kind(self, max_header_bytes)
+            super().on_headers_complete()  # a fast-path cycle's task: held (`_start_asgi_task`)
+            kind, self._edge_fast_kind = self._edge_fast_kind, None
             cycle: Any = self.cycle
             if shed is not None and cycle is not before:  # let through: pending until it runs
                 shed.pending += 1  # (out in `_start_asgi_task`, or `connection_lost` if never)
@@ -279,10 +296,12 @@ def edge_protocol(
                 # head and body in one, `edge_answer.py`); its disconnect, told (disconnect.py)
                 cork = cycle.transport = HeadCork(self.transport, cycle, self.loop)
                 watch = self._edge_watch = DisconnectWatch(cycle)
-                cycle.scope["extensions"] = {
+                extensions = cycle.scope["extensions"] = {
                     DISCONNECT_EXTENSION: watch,
                     ANSWER_EXTENSION: WholeAnswer(cycle, cork),
                 }
+                if kind is not None and self._edge_fast is cycle:
+                    extensions[REQUEST_EXTENSION] = EdgeRequest(kind, self.headers, cycle, watch)
             self._edge_in_head = False
             self._edge_head_bytes = 0
             self._edge_reading_body = True
@@ -317,9 +336,13 @@ def edge_protocol(
 
         def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
             # every handler task starts here: at once from `on_headers_complete`, or a
-            # pipelined one when the answer ahead of it is complete. The count goes out in the
-            # loop turn the task takes its first step (call_soon is FIFO, after the task's
-            # step): pending = heads let through whose handler has not run yet
+            # pipelined one when the answer ahead of it is complete, a fast-path one when its
+            # body is whole (`_edge_start_fast`). The count goes out in the loop turn the task
+            # takes its first step (call_soon is FIFO, after the task's step): pending = heads
+            # let through whose handler has not run yet
+            if self._edge_fast_kind is not None and app is self.app:
+                self._edge_fast = cycle  # the fast path: its handler once the body is in
+                return
             super()._start_asgi_task(cycle, app)
             if shed is not None:
                 self.loop.call_soon(shed.handler_started)
@@ -335,6 +358,13 @@ def edge_protocol(
             self._edge_in_head = True
             self._edge_reading_body = False
             self._edge_disarm()
+            if self._edge_fast is not None:
+                self._edge_start_fast()
+
+        def _edge_start_fast(self) -> None:
+            cycle, self._edge_fast = self._edge_fast, None
+            assert fast_serve is not None
+            self._start_asgi_task(cycle, fast_serve)
 
         def _edge_arm(self, delay_s: float) -> None:
             # two deadlines per request (headers, then body): entries in a shared queue per

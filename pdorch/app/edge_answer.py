@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, STATUS_LINE
 
 ANSWER_EXTENSION = "pdorch.answer"
@@ -112,3 +113,18 @@ def whole_response(
         (b"content-type", content_type.encode("latin-1")),
     ]
     return response
+
+
+async def write_answer(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+    """Write `response`: a whole answer in one write by the edge when it can (`WholeAnswer`),
+    else (a stream, a background task, no edge, what `send_whole` declines) the ASGI way."""
+    extensions = scope.get("extensions")
+    answer = extensions.get(ANSWER_EXTENSION) if extensions else None
+    if (
+        isinstance(answer, WholeAnswer)
+        and response.background is None
+        and not isinstance(response, StreamingResponse)
+        and answer.send_whole(response.status_code, response.raw_headers, response.body)
+    ):
+        return
+    await response(scope, receive, send)

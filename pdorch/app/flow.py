@@ -51,13 +51,12 @@ from collections.abc import Awaitable
 from typing import Any
 
 import msgspec
-from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from pdorch.app.admission import PRIORITY_HEADER, parse_priority
 from pdorch.app.deadlines import Cut
 from pdorch.app.decode_attempts import decode_until_answer
-from pdorch.app.disconnect import watch_disconnect
+from pdorch.app.edge_request import ClientRequest
 from pdorch.app.errors import ApiError
 from pdorch.app.fanout import fan_out
 from pdorch.app.faults import RequestFaults
@@ -115,7 +114,7 @@ class RequestFlow:
         self,
         coordinator: Coordinator,
         kind: RequestKind,
-        request: Request,
+        request: ClientRequest,
         request_id: str | None = None,
     ) -> None:
         self.c = coordinator
@@ -140,7 +139,7 @@ class RequestFlow:
         self._admitted = False
         self._admitted_to_lifecycle = False
         self.faults = RequestFaults(coordinator.report_failure)  # whose fault a 5xx is
-        self.priority, self.session = _routing_headers(request.scope["headers"])
+        self.priority, self.session = _routing_headers(request.headers)
         # migration (migration.py): a streamed request that may move gets a trail of what the
         # client got; `not_migratable` says why another does not; `carried` output tokens are
         # in the current replica's prompt already
@@ -157,7 +156,7 @@ class RequestFlow:
         try:
             await self.c.admit(self.priority)
             self._admitted = True
-            raw = await read_body(self.http, self.c.limits.max_body_bytes)
+            raw = await self.http.body(self.c.limits.max_body_bytes)
             self.parsed = parse_request(raw, self.kind, self.c.served_model, self.c.adapter_names())
             # a batch of prompts: one flow each, one merged answer (fanout.py)
             work = self._legs() if self.parsed.batch is None else fan_out(self)
@@ -202,7 +201,7 @@ class RequestFlow:
             left = True
             task.cancel()  # lands in `work`: this task is suspended inside it
 
-        watch = watch_disconnect(self.http.scope, self.http.receive, client_left)
+        watch = self.http.watch_disconnect(client_left)
         deadline = Cut(self.c.deadlines.queue(self.c.settings.request_timeout_s))
         try:
             async with deadline:

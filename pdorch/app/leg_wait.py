@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from starlette.requests import Request
+from starlette.types import Receive
 
 from pdorch.app.deadlines import Cut
 from pdorch.app.errors import ApiError
@@ -36,15 +37,24 @@ async def read_body(request: Request, limit: int) -> bytes:
     async generator, and a `Headers` object built for the one Content-Length lookup): ~10 µs
     of the ~15 µs this took per request (proxy-9). Same messages, same errors: a disconnect
     mid-body is `ClientGone`."""
-    length = _content_length(request.scope["headers"])
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
     cached = getattr(request, "_body", None)  # read already (`Request.body()`): as stream()
     if isinstance(cached, bytes):
+        _check_length(request.scope["headers"], limit)
         if len(cached) > limit:
             raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
         return cached
-    receive = request.receive
+    return await read_asgi_body(request.scope["headers"], request.receive, limit)
+
+
+def _check_length(headers: list[tuple[bytes, bytes]], limit: int) -> None:
+    length = _content_length(headers)
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
+
+
+async def read_asgi_body(headers: list[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
+    """`read_body` of an ASGI request's raw `headers` and `receive` (`edge_request.py`)."""
+    _check_length(headers, limit)
     chunks: list[bytes] = []
     size = 0
     while True:

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 
 import msgspec
 from starlette.requests import Request
-from starlette.types import Message, Receive
 
 from pdorch.app.auth import check_admin
 from pdorch.app.errors import ApiError
@@ -47,21 +46,6 @@ def peek_model(raw: bytes) -> str | None:
     except (msgspec.DecodeError, RecursionError):
         return None
     return model if isinstance(model, str) else None
-
-
-def replay_body(raw: bytes, receive: Receive) -> Receive:
-    """An ASGI `receive` that yields the already read body once, then the client's own
-    messages (so a disconnect still reaches the flow)."""
-    sent = False
-
-    async def again() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        return await receive()
-
-    return again
 
 
 class ModelDispatch:

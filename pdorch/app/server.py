@@ -29,7 +29,7 @@ from starlette.types import ASGIApp
 from autoscale.actuators.local import LocalActuator
 from autoscale.policy import SloPolicy, load_policy
 from pdorch.app.admission import CoordinatorLimits
-from pdorch.app.api import create_app
+from pdorch.app.api import CoordinatorApp, create_app
 from pdorch.app.auth import open_admin_warning
 from pdorch.app.edge import edge_protocol
 from pdorch.app.head_shed import HeadShed, LagProbe
@@ -61,12 +61,16 @@ def coordinator_http_server(
     shed, so it is not sized to the whole `max_connections`), keep-alive 30 s (clients reuse
     connections between requests; the engines' side keeps uvicorn's 5 s), 2 s for open streams
     at shutdown; the connection limits of `settings` (`edge.py`: connections, header and body
-    deadlines; defaults when None); `head_shed`: 429 at the request head (`head_shed.py`;
+    deadlines; defaults when None; `settings.edge_fast_path`: the OpenAI POSTs served from the
+    protocol, `edge_fast.py`); `head_shed`: 429 at the request head (`head_shed.py`;
     the edge counts heads in and out of its `pending`); `reuse_port`: `SO_REUSEPORT` (the
     workers of `pdorch serve --workers`). `app`: any ASGI callable (the coordinator's
     FastAPI app, `api.create_app`).
     """
     settings = settings if settings is not None else CoordinatorSettings()
+    # the fast path calls the coordinator app's request logic itself (edge_fast.py): only for
+    # pdorch's own app, whose POSTs no middleware sees either way (`CoordinatorApp.__call__`)
+    fast = app.serve_post if settings.edge_fast_path and isinstance(app, CoordinatorApp) else None
     return InLoopHttpServer(
         app,
         host,
@@ -74,7 +78,7 @@ def coordinator_http_server(
         backlog=settings.listen_backlog,
         keep_alive_s=30,
         graceful_shutdown_s=2,
-        http=edge_protocol(settings, head_shed),
+        http=edge_protocol(settings, head_shed, fast),
         reuse_port=reuse_port,
     )
 

@@ -39,15 +39,17 @@ pool's need and is counted, not refused.
 
 **Cost.** With `count` 2 a pool goes down after an up-reversal only once `W` has passed since
 its last reversal: it keeps a burst's replicas up to `W` after the burst when the next burst
-comes within `W` (what made 3 on the Azure hour, `benchmarks/results/autoscale-round16-flap/`).
+comes within `W` (the Azure hour's bursts recur every 5-15 minutes: replayed on its W 90
+run, +0.83 prefill GPU-h, an estimate; `benchmarks/results/autoscale-round16-flap/`).
 
 Parameters (`ReversalBudgetOptions`, the policy's `planner.reversal_budget: {POOL: {...}}`):
 - `count` (default 2, integer >= 2): direction changes allowed in any `window_s`: the goal's 2.
 - `window_s` W (default 600): the goal's 10 minutes.
 
 Source: pdorch's own (issue 11's flap goal; Round 15's whole Azure hour with
-`prefill_scale_down_s` 90: 3 prefill direction changes in its worst 10 minutes, the down at
-1500 s between bursts the one a rule could hold). Pure: `now` comes with each observation.
+`prefill_scale_down_s` 90: 3 prefill direction changes in its worst 10 minutes, 1500-2100 s;
+the up at 1870 s met a real burst, the downs at 1500 and 2000 s are what a rule can hold).
+Pure: `now` comes with each observation.
 """
 
 from __future__ import annotations

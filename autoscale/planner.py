@@ -64,7 +64,8 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    fallen 25 % from its peak of the last `floor_hold_s` (`autoscale.prefill_release`,
    Round 13). `prefill_scale_down_s` (prefill's own window), `prefill_fall_release` (no hold
    of the floors ahead while the trend falls) and `prefill_fit_margin` (the prefill check's
-   margin): `autoscale.prefill_down`, Round 15, off.
+   margin): `autoscale.prefill_down`, Round 15, off. `reversal_budget` (per pool, off): a
+   reversing down waits for room in the budget (`autoscale.reversal_budget`, Round 16).
    (The backlog and breach terms' high-water mark is what the fast path skips.)
    **Hysteresis** (`hysteresis` h, `hysteresis_window_s` 600): within the window after a move,
    its reversal reads the predictive floor's need widened by h (down to `ceil(need·(1+h))`
@@ -83,8 +84,8 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
 `reasons[pool]` names the binding term (`ttft-throughput`, `itl-concurrency`, `cold-start-spare`
 (the floor ahead is the need now plus the spare: `autoscale.spare`), `ttft-queue`,
 `itl-concurrency-observed`, `kv-usage`, `ttft-breach`, `itl-breach[-pending]`, `min`, `max`,
-`stabilization`, `consolidation`, `hysteresis`, `persistence`, `budget`, `role-move`,
-`role-return`, `role-loan`); `details`
+`stabilization`, `consolidation`, `hysteresis`, `persistence`, `reversal-budget`, `budget`,
+`role-move`, `role-return`, `role-loan`); `details`
 carries the inputs (`details["role_moves"]`: each pool's slack, shortage now, arriving moves and
 loan).
 """
@@ -114,6 +115,7 @@ from autoscale.predictive_floor import POOLS, PredictiveFloor
 from autoscale.prefill_down import PrefillDown, prefill_windows
 from autoscale.projections import AheadRelease, TrendAge
 from autoscale.residence import ResidenceMean
+from autoscale.reversal_budget import budgets_of
 from autoscale.role_moves import PoolView
 from autoscale.signals import Observation, Pool
 from autoscale.sizing import clamp_to_limits
@@ -170,6 +172,7 @@ class PdorchPlanner(Planner):
         prefill_scale_down_s: float | None = None,
         prefill_fall_release: bool = False,
         prefill_fit_margin: float | None = None,
+        reversal_budget: Mapping[Pool, Any] | None = None,
     ) -> None:
         self.policy = policy
         self.perf = perf_model
@@ -232,6 +235,8 @@ class PdorchPlanner(Planner):
             p: PoolStabilizer(own.get(p, windows), hysteresis_window_s, reversal_ticks)
             for p in POOLS
         }
+        for p, b in budgets_of(reversal_budget).items():  # `autoscale.reversal_budget`
+            self._stabilizers[p].budget = b
         # steps 0-1: the forecaster and the floor sized from it (`autoscale.predictive_floor`)
         self.floor = PredictiveFloor(
             policy,

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from autoscale.reversal_budget import ReversalBudgetOptions
 from autoscale.signals import Pool
 from autoscale.spare import LearntSpareOptions, SpareMode
 from pools.yaml_errors import (
@@ -329,6 +330,9 @@ class PlannerOptions(_Strict):
     - `prefill_fit_margin` (null: `margin`; in (0, 1]): the margin of the prefill pool's
       consolidation check (N-1 fits the observed load), apart from decode's
       (`autoscale/prefill_down.py`, Round 15).
+    - `reversal_budget` (null: off; per pool, `{count: 2 (integer >= 2), window_s: 600}`): a
+      down that would be a reversal waits while the pool's reversals of the last `window_s`
+      and an up at once after it would pass `count` (`autoscale/reversal_budget.py`, Round 16).
     """
 
     headroom: float = Field(default=0.9, gt=0, le=1)
@@ -370,6 +374,7 @@ class PlannerOptions(_Strict):
     prefill_scale_down_s: float | None = Field(default=None, ge=0)
     prefill_fall_release: StrictBool = False
     prefill_fit_margin: float | None = Field(default=None, gt=0, le=1)
+    reversal_budget: dict[Pool, ReversalBudgetOptions] | None = None
 
     @field_validator("cold_start_growth")
     @classmethod

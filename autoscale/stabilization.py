@@ -49,6 +49,11 @@ windows' mean OSL moved the need by +-15 % at a flat rate, so the up count passe
 for 5-20 s and fell back (benchmarks/results/autoscale-round9-flap/README.md). A rise that
 stays over the band waits `(N-1)·interval`; one whose need hovers at the band's edge waits
 until it clears it (the day's night 1 -> 2 went 170 s later in the replay).
+
+**Reversal budget** (`budget`, planner option `reversal_budget`; None: off): a down that
+would be a reversal waits (reason `reversal-budget`) while the pool's reversals of the last
+`window_s` leave no room for it and an up at once after it, so no window holds more than
+`count` (`autoscale.reversal_budget`, which has the rule and its proof).
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autoscale.projections import Projection
+from autoscale.reversal_budget import REASON as BUDGET_REASON
+from autoscale.reversal_budget import ReversalBudget
 from autoscale.sizing import replicas_for
 
 Consolidate = Callable[[int, int], int]
@@ -100,6 +107,7 @@ class PoolStabilizer:
     # this tick: the floors for the load ahead hold for this tick only (the prefill pool while
     # its trend falls, `autoscale.prefill_down`); the floors for the load now keep their window
     ahead_released: bool = False
+    budget: ReversalBudget | None = None  # at most `count` reversals in any `window_s`
     _raw: deque[tuple[float, int]] = field(default_factory=deque)
     _hold: deque[tuple[float, int]] = field(default_factory=deque)
     _fit: deque[tuple[float, int]] = field(default_factory=deque)
@@ -185,6 +193,10 @@ class PoolStabilizer:
             why = "hysteresis"
         elif waits:
             why = "persistence"
+        if self.budget is not None:
+            self.budget.observe(now, current)
+            if n < current and self.budget.refuses(now):
+                n, why = current, BUDGET_REASON
         if n > current:
             self._last_up = now
         elif n < current:

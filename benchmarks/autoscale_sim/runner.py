@@ -71,6 +71,13 @@ VARIANTS: dict[str, tuple[bool | None, dict[str, Any]]] = {
     "spare-fixed": (None, {"cold_start_spare_mode": "fixed"}),
     "spare-learnt": (None, {"cold_start_spare_mode": "learnt"}),
     "spare-none": (None, {"cold_start_spare": None}),
+    # prefill's own scale-down window (Round 15) alone and with a prefill reversal budget of 2 in
+    # any 600 s (`autoscale.reversal_budget`, Round 16)
+    "prefill-down-90": (None, {"prefill_scale_down_s": 90.0}),
+    "prefill-down-90-budget": (
+        None,
+        {"prefill_scale_down_s": 90.0, "reversal_budget": {"prefill": {"count": 2}}},
+    ),
 }
 ACTUATOR_OPTIONS: dict[str, dict[str, bool]] = {
     "role-switching-no-drain-moves": {"drain_moves": False},

@@ -62,10 +62,10 @@ Every `policy.intervals.reactive_s` (`interval_s`), for each pool:
    With `prefill_floor_hold_s` (off by default: it flapped prefill on the whole Azure hour)
    the prefill pool's fast way down holds its floors that long only, once the level has
    fallen 25 % from its peak of the last `floor_hold_s` (`autoscale.prefill_release`,
-   Round 13). `prefill_scale_down_s` (prefill's own window), `prefill_fall_release` (no hold
-   of the floors ahead while the trend falls) and `prefill_fit_margin` (the prefill check's
-   margin): `autoscale.prefill_down`, Round 15, off. `reversal_budget` (per pool, off): a
-   reversing down waits for room in the budget (`autoscale.reversal_budget`, Round 16).
+   Round 13). `prefill_scale_down_s` (prefill's own window, 90 s since Round 16),
+   `prefill_fall_release` and `prefill_fit_margin` (off): `autoscale.prefill_down`.
+   `reversal_budget` (per pool, off): a reversing down waits for room in the budget
+   (`autoscale.reversal_budget`, Round 16).
    (The backlog and breach terms' high-water mark is what the fast path skips.)
    **Hysteresis** (`hysteresis` h, `hysteresis_window_s` 600): within the window after a move,
    its reversal reads the predictive floor's need widened by h (down to `ceil(need·(1+h))`
@@ -169,7 +169,7 @@ class PdorchPlanner(Planner):
         ramp_epsilon: float = 0.0,
         prefill_floor_hold_s: float | None = None,
         budget_now_first: bool = True,
-        prefill_scale_down_s: float | None = None,
+        prefill_scale_down_s: float | None = 90.0,
         prefill_fall_release: bool = False,
         prefill_fit_margin: float | None = None,
         reversal_budget: Mapping[Pool, Any] | None = None,

@@ -321,9 +321,10 @@ class PlannerOptions(_Strict):
     - `budget_now_first` (true since Round 14; false before): while `gpu_budget` binds, each pool's
       need for the load now (its floor for the level, its reactive term) is split first and the
       headroom for the load ahead gets what is left (`autoscale/budget.py`, Round 13).
-    - `prefill_scale_down_s` (null: `stabilization.scale_down_s`; seconds >= 0): the prefill
-      pool's own scale-down window; its fast way down holds its floors at most this long
-      (`autoscale/prefill_down.py`, Round 15).
+    - `prefill_scale_down_s` (90 since Round 16; null: `stabilization.scale_down_s`; seconds
+      >= 0, never longer than `stabilization.scale_down_s`): the prefill pool's own
+      scale-down window; its fast way down holds its floors at most this long
+      (`autoscale/prefill_down.py`, Rounds 15-16).
     - `prefill_fall_release` (false): while the forecast's mean growth `startup_s` ahead over
       the last `trend_hold_s` is at most -10 % of the level, the prefill pool's fast way down
       holds no earlier tick's floor for the load ahead (`autoscale/prefill_down.py`, Round 15).
@@ -371,7 +372,7 @@ class PlannerOptions(_Strict):
     ramp_epsilon: float = Field(default=0.0, ge=0, lt=1)
     prefill_floor_hold_s: float | None = Field(default=None, ge=0)
     budget_now_first: StrictBool = True
-    prefill_scale_down_s: float | None = Field(default=None, ge=0)
+    prefill_scale_down_s: float | None = Field(default=90.0, ge=0)
     prefill_fall_release: StrictBool = False
     prefill_fit_margin: float | None = Field(default=None, gt=0, le=1)
     reversal_budget: dict[Pool, ReversalBudgetOptions] | None = None

@@ -1,8 +1,9 @@
 """The prefill pool's own way down (planner options `prefill_scale_down_s`,
 `prefill_fall_release` and `prefill_fit_margin`; all off by default, Round 15).
 
-**Prefill scale-down window** (`prefill_scale_down_s` W; null: `stabilization.scale_down_s`,
-the planner-wide 180 s): the prefill pool's `autoscale.stabilization.Windows` read W for the
+**Prefill scale-down window** (`prefill_scale_down_s` W, default 90 s since Round 16; null:
+`stabilization.scale_down_s`, the planner-wide 180 s; W is never longer than that window):
+the prefill pool's `autoscale.stabilization.Windows` read W for the
 slow way down and bound the fast way down's floor holds by it:
 `Windows(scale_up_s, W, fast_down_s, min(floor_hold_s, W), min(ahead_hold_s, W))`.
 Decode keeps the planner's windows. The fit check (N-1 meets the SLO with `margin` over the
@@ -18,8 +19,11 @@ Azure x14 prefix 0.940x the GPU-hours (prefill 0.890x), 600 s day 0.917x (prefil
 changes 1 -> 2 in its 10 minutes), Mooncake prefix identical; W 60 re-ordered inside a burst
 (3 direction changes), W 120 0.964x / 0.950x. Whole workloads (with the learnt decode spare,
 `benchmarks/results/autoscale-round15-whole/`): W 90 0.912x on the Azure hour, 0.964x on the
-2-hour day, whole Mooncake identical, at equal attainment, but 3 prefill direction changes in
-the hour's worst 10 minutes (W 120: 4) against the goal's 2: off.
+2-hour day, whole Mooncake identical, at equal attainment, with 3 prefill direction changes in
+the hour's worst 10 minutes (W 120: 4): each follows one of the hour's bursts 5-15 min apart,
+while the goal's steady segments (whole Mooncake 0, the day 2) hold <= 2. A reversal budget
+that keeps <= 2 on the hour too (`autoscale/reversal_budget.py`) cost 1.042x the old default
+there (Round 16). Default since Round 16 (`benchmarks/results/autoscale-round16-flap/`).
 
 **Release of the ahead floors on a sustained fall** (`prefill_fall_release`, bool): each tick
 records the forecaster's raw growth at `startup_s` ahead relative to the level,
@@ -61,9 +65,12 @@ FALL = 0.1  # the mean relative growth at `startup_s` ahead at or below -FALL is
 
 
 def prefill_windows(windows: Windows, scale_down_s: float | None) -> Windows:
-    """The prefill pool's windows with `prefill_scale_down_s` (None: `windows` unchanged)."""
+    """The prefill pool's windows with `prefill_scale_down_s` (None: `windows` unchanged),
+    never longer than the planner's own `scale_down_s`: a policy that shortens every pool's
+    window (the live example's 30 s) is not lengthened for prefill by the 90 s default."""
     if scale_down_s is None:
         return windows
+    scale_down_s = min(scale_down_s, windows.scale_down_s)
     return Windows(
         windows.scale_up_s,
         scale_down_s,

@@ -29,6 +29,7 @@ def planner(pol: SloPolicy | None = None, **options: Any) -> PdorchPlanner:
     options.setdefault("level_window_s", 0.0)  # each window's load as it is (rule tests)
     options.setdefault("ramp_epsilon", 0.0)  # the floor's plain ceil (rule tests; Round 13)
     options.setdefault("prefill_floor_hold_s", None)  # the floor_hold_s windows (Round 13)
+    options.setdefault("prefill_scale_down_s", None)  # prefill on the planner's windows (R. 16)
     return pinned_planner(pol or policy(), LinearPerfModel(), **options)
 
 

@@ -29,6 +29,10 @@ def test_prefill_windows_take_the_own_window_and_bound_the_floor_holds_by_it() -
     assert prefill_windows(Windows(0.0, 180.0, 60.0, 30.0, 0.0), 90.0) == Windows(
         0.0, 90.0, 60.0, 30.0, 0.0
     )
+    # never longer than the planner's own window (the live example's 30 s stays 30 s)
+    assert prefill_windows(Windows(0.0, 30.0, 30.0, 30.0, 30.0), 90.0) == Windows(
+        0.0, 30.0, 30.0, 30.0, 30.0
+    )
 
 
 def _idle_after_busy(**options: Any) -> dict[float, tuple[int, int]]:
@@ -143,7 +147,9 @@ def test_the_prefill_fit_margin_moves_the_prefill_check_alone() -> None:
 
 def test_prefill_down_options_are_checked_in_the_policy() -> None:
     pl = policy().planner
-    assert pl.prefill_scale_down_s is None and pl.prefill_fall_release is False  # off
+    # the window is on by default since Round 16 (90 s); the fall release stays off
+    assert pl.prefill_scale_down_s == 90.0 and pl.prefill_fall_release is False
+    assert policy(planner={"prefill_scale_down_s": None}).planner.prefill_scale_down_s is None
     assert policy(planner={"prefill_scale_down_s": 60}).planner.prefill_scale_down_s == 60.0
     assert policy(planner={"prefill_fall_release": True}).planner.prefill_fall_release is True
     with pytest.raises(ValueError, match="prefill_scale_down_s"):

@@ -106,34 +106,36 @@ class _Transport:
         pass
 
 
-class _Floor:
-    """`parse`: answer from `_start_asgi_task` at once, no task and no app."""
+def _answer_at_once(self: Any, cycle: Any, app: Any) -> None:
+    """`parse`'s `_start_asgi_task`: the answer written at once, no task and no app."""
+    cycle.response_started = cycle.response_complete = True
+    self.transport.write(ANSWER)
+    cycle.on_response()
 
-    @staticmethod
-    def protocol(settings: CoordinatorSettings) -> type[Any]:
-        base = edge_protocol(settings)
 
-        class Floor(base):  # type: ignore[misc, valid-type]
-            def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-                cycle.response_started = cycle.response_complete = True
-                self.transport.write(ANSWER)
-                cycle.on_response()
+def _floor_protocol(settings: CoordinatorSettings) -> type[Any]:
+    """The edge protocol whose requests are answered from `_start_asgi_task` (`parse`)."""
+    return type("Floor", (edge_protocol(settings),), {"_start_asgi_task": _answer_at_once})
 
-        return Floor
+
+class _StubApp(CoordinatorApp):
+    """The coordinator app with the stub request logic (what the micro times around it)."""
+
+    async def serve_post(self, kind: RequestKind, request: ClientRequest) -> Response:
+        return await stub_handler(kind, request)
 
 
 def _make(mode: str) -> tuple[Any, _Transport]:
     settings = CoordinatorSettings(edge_fast_path=mode == "fast")
-    app = CoordinatorApp()
+    app = _StubApp()
     app.max_header_bytes = settings.max_header_bytes
     app.models = None
-    app.serve_post = stub_handler  # type: ignore[method-assign]  # the stub request logic
     config = uvicorn.Config(
         app, access_log=False, log_level="warning", lifespan="off", proxy_headers=False
     )
     config.load()
     if mode == "parse":
-        cls = _Floor.protocol(settings)
+        cls = _floor_protocol(settings)
     else:
         cls = edge_protocol(settings, fast=app.serve_post if mode == "fast" else None)
     protocol = cls(config=config, server_state=ServerState(), app_state={})

@@ -22,8 +22,7 @@ from typing import Any, Protocol
 from starlette.types import Receive, Scope
 
 from pdorch.app.disconnect import DisconnectWatch, Watch, watch_disconnect
-from pdorch.app.errors import ApiError
-from pdorch.app.leg_wait import ClientGone, read_asgi_body
+from pdorch.app.leg_wait import ClientGone, body_too_large, read_asgi_body
 from pdorch.app.openai_schema import RequestKind
 
 _AUTHORIZATION = b"authorization"
@@ -52,10 +51,6 @@ def authorization(headers: list[tuple[bytes, bytes]]) -> str | None:
         if name == _AUTHORIZATION:
             return value.decode("latin-1")
     return None
-
-
-def _too_large(limit: int) -> ApiError:
-    return ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
 
 
 class AsgiRequest:
@@ -91,7 +86,7 @@ class Replayed:
 
     async def body(self, limit: int) -> bytes:
         if len(self._body) > limit:
-            raise _too_large(limit)
+            raise body_too_large(limit)
         return self._body
 
     def watch_disconnect(self, callback: Callable[[], None]) -> Watch:
@@ -124,7 +119,7 @@ class EdgeRequest:
         body = cycle.body
         cycle.body = bytearray()  # consumed, as a receive() of it would leave the cycle
         if len(body) > limit:
-            raise _too_large(limit)
+            raise body_too_large(limit)
         return bytes(body)
 
     def watch_disconnect(self, callback: Callable[[], None]) -> Watch:

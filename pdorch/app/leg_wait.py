@@ -41,15 +41,20 @@ async def read_body(request: Request, limit: int) -> bytes:
     if isinstance(cached, bytes):
         _check_length(request.scope["headers"], limit)
         if len(cached) > limit:
-            raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
+            raise body_too_large(limit)
         return cached
     return await read_asgi_body(request.scope["headers"], request.receive, limit)
+
+
+def body_too_large(limit: int) -> ApiError:
+    """The 413 of a body over `limit` bytes (one copy: ASGI, edge and replayed bodies)."""
+    return ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
 
 
 def _check_length(headers: list[tuple[bytes, bytes]], limit: int) -> None:
     length = _content_length(headers)
     if length is not None and length.isdigit() and int(length) > limit:
-        raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
+        raise body_too_large(limit)
 
 
 async def read_asgi_body(headers: list[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
@@ -68,7 +73,7 @@ async def read_asgi_body(headers: list[tuple[bytes, bytes]], receive: Receive, l
         if chunk:
             size += len(chunk)
             if size > limit:
-                raise ApiError(413, f"Request body over {limit} bytes.", code="request_too_large")
+                raise body_too_large(limit)
             chunks.append(chunk)
         if not message.get("more_body", False):
             break
